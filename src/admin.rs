@@ -1,0 +1,136 @@
+//! The admin endpoint: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//!
+//! It binds to loopback by default; config validation refuses any other address without a
+//! bearer token, and when a token is set every path requires it (compared in constant time).
+//! `/status` shows settings and live figures, never a secret: key ids but not keys, whether the
+//! admin token is set but not its value.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{header, Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde_json::{json, Value};
+use subtle::ConstantTimeEq;
+
+use crate::app::App;
+use crate::snapshot::Snapshot;
+
+pub struct Admin {
+    app: Arc<App>,
+}
+
+impl Admin {
+    pub fn new(app: Arc<App>) -> Admin {
+        Admin { app }
+    }
+
+    fn status(&self, snapshot: &Snapshot) -> Value {
+        let config = &snapshot.config;
+        let upstream = &snapshot.upstream;
+        json!({
+            "generation": snapshot.generation,
+            "loaded_at": snapshot.loaded_at.rfc3339(),
+            "started_at": self.app.started_at.rfc3339(),
+            "config_file": self.app.config_path().display().to_string(),
+            "last_reload_error": self.app.last_reload_error().map(|e| json!({
+                "message": e.message,
+                "at": e.at.rfc3339(),
+            })),
+            "warnings": snapshot.warnings,
+            "upstream": {
+                "tls": config.upstream.tls,
+                "healthy": upstream.healthy_count(),
+                "peers": upstream.peer_health().iter().map(|(addr, healthy)| json!({
+                    "addr": addr.to_string(),
+                    "healthy": healthy,
+                })).collect::<Vec<_>>(),
+            },
+            "admin": {
+                "listen": config.admin.listen.to_string(),
+                "token_required": config.admin.token.is_some(),
+            },
+        })
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CONTENT_LENGTH, body.len())
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Vec::new()))
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
+    reply(
+        status,
+        "text/plain; charset=utf-8",
+        body.as_bytes().to_vec(),
+    )
+}
+
+/// Whether the request carries `Authorization: Bearer <token>`.
+fn authorized(session: &ServerSession, token: &str) -> bool {
+    let Some(value) = session.req_header().headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
+        return false;
+    };
+    given.ct_eq(token.as_bytes()).into()
+}
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let snapshot = self.app.snapshot();
+        if let Some(token) = &snapshot.config.admin.token {
+            if !authorized(session, token) {
+                let mut resp = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
+                resp.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    header::HeaderValue::from_static("Bearer realm=\"vestibule\""),
+                );
+                return resp;
+            }
+        }
+        let req = session.req_header();
+        if req.method != http::Method::GET && req.method != http::Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served here\n");
+        }
+        match req.uri.path() {
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" => {
+                let healthy = snapshot.upstream.healthy_count();
+                if healthy > 0 {
+                    text(
+                        StatusCode::OK,
+                        &format!("ready: {healthy} healthy origin peer(s)\n"),
+                    )
+                } else {
+                    text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: no healthy origin peer\n",
+                    )
+                }
+            }
+            "/metrics" => reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.app.metrics.render(),
+            ),
+            "/status" => {
+                let body = serde_json::to_vec_pretty(&self.status(&snapshot)).unwrap_or_default();
+                reply(StatusCode::OK, "application/json", body)
+            }
+            _ => text(
+                StatusCode::NOT_FOUND,
+                "not found; try /metrics /healthz /readyz /status\n",
+            ),
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The file schema, exactly as written in TOML. Nothing here is trusted yet: `validate.rs` turns
+//! it into the canonical [`super::Config`].
+//!
+//! Every table denies unknown keys, so a typo is an error rather than a silent no-op. Keys that
+//! only apply to one choice (a `period` only means something to a `token_bucket` rule) are
+//! `Option`s, so validation can tell "written" from "defaulted" and say why a key does not apply.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerFile,
+    #[serde(default)]
+    pub admin: AdminFile,
+    #[serde(default)]
+    pub identity: IdentityFile,
+    pub upstream: Option<UpstreamFile>,
+    #[serde(default)]
+    pub keys: KeysFile,
+    #[serde(default)]
+    pub room: Vec<RoomFile>,
+    #[serde(default)]
+    pub rate_limit: Vec<RateLimitFile>,
+    #[serde(default)]
+    pub log: LogFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerFile {
+    pub listen: Vec<String>,
+    pub threads: usize,
+    pub pid_file: String,
+    pub upgrade_sock: String,
+    #[serde(with = "humantime_serde")]
+    pub graceful_shutdown: Duration,
+    /// Pages for requests outside every room (502 and 429); built-in pages when unset.
+    pub pages: Option<String>,
+}
+
+impl Default for ServerFile {
+    fn default() -> Self {
+        ServerFile {
+            listen: vec!["0.0.0.0:8080".into()],
+            threads: 2,
+            pid_file: "/tmp/vestibule.pid".into(),
+            upgrade_sock: "/tmp/vestibule_upgrade.sock".into(),
+            graceful_shutdown: Duration::from_secs(5),
+            pages: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminFile {
+    pub listen: String,
+    pub token: String,
+}
+
+impl Default for AdminFile {
+    fn default() -> Self {
+        AdminFile {
+            listen: "127.0.0.1:9901".into(),
+            token: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentityFile {
+    pub source: String,
+    pub header: String,
+    pub ipv6_prefix: u8,
+    pub trusted_proxies: Vec<String>,
+}
+
+impl Default for IdentityFile {
+    fn default() -> Self {
+        IdentityFile {
+            source: "client_ip".into(),
+            header: "auth-user-id".into(),
+            ipv6_prefix: 64,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamFile {
+    pub peers: Vec<String>,
+    #[serde(default)]
+    pub tls: bool,
+    #[serde(default)]
+    pub sni: String,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_read_timeout", with = "humantime_serde")]
+    pub read_timeout: Duration,
+    #[serde(default = "default_health_check", with = "humantime_serde")]
+    pub health_check: Duration,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_read_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_health_check() -> Duration {
+    Duration::from_secs(5)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeysFile {
+    pub file: String,
+}
+
+impl Default for KeysFile {
+    fn default() -> Self {
+        KeysFile {
+            file: "keys.toml".into(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoomFile {
+    pub name: Option<String>,
+    pub enabled: Option<bool>,
+    pub hosts: Option<Vec<String>>,
+    pub paths: Option<Vec<String>>,
+    pub bypass_paths: Option<Vec<String>>,
+    pub bypass_cidrs: Option<Vec<String>>,
+    pub admission: Option<String>,
+    pub allow_percentage: Option<i64>,
+    #[serde(default, with = "humantime_serde")]
+    pub wait_period: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub allow_period: Option<Duration>,
+    pub cookie_name: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub cookie_lifetime: Option<Duration>,
+    pub cookie_same_site: Option<String>,
+    pub cookie_secure: Option<String>,
+    pub wait_status: Option<u16>,
+    pub pages: Option<String>,
+    pub new_users_per_minute: Option<i64>,
+    pub total_active_users: Option<i64>,
+    #[serde(default, with = "humantime_serde")]
+    pub session_duration: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub refresh: Option<Duration>,
+    pub queue_all: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitFile {
+    pub name: Option<String>,
+    pub key: Option<Vec<String>>,
+    pub paths: Option<Vec<String>>,
+    pub methods: Option<Vec<String>>,
+    pub algorithm: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub window: Option<Duration>,
+    pub limit: Option<i64>,
+    #[serde(default, with = "humantime_serde")]
+    pub period: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub penalty: Option<Duration>,
+    pub scope: Option<String>,
+    pub action: Option<String>,
+    pub bypass_cidrs: Option<Vec<String>>,
+    pub max_keys: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogFile {
+    pub level: String,
+    pub format: String,
+    pub access: bool,
+}
+
+impl Default for LogFile {
+    fn default() -> Self {
+        LogFile {
+            level: "info".into(),
+            format: "plain".into(),
+            access: true,
+        }
+    }
+}

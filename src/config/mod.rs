@@ -1,0 +1,303 @@
+//! The configuration: one canonical [`Config`], independent of file syntax.
+//!
+//! `file.rs` is the TOML schema, `validate.rs` turns it into a `Config` (collecting every problem,
+//! each naming the file, the key and the line), and [`Config::pingora_conf`] derives Pingora's
+//! `ServerConf` from it. Parsing is kept apart from file IO so tests validate strings.
+//! Paths inside a config file are relative to that file's folder.
+
+pub mod error;
+mod file;
+pub mod locate;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+pub use error::{ConfigError, ConfigErrors};
+
+use crate::identity::IdentityPolicy;
+
+/// Default config path, relative to the working directory.
+pub const DEFAULT_PATH: &str = "conf/vestibule.toml";
+
+/// Everything a config file says, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file this came from; relative paths below were resolved against its folder.
+    pub path: PathBuf,
+    pub server: ServerConfig,
+    pub admin: AdminConfig,
+    pub identity: IdentityPolicy,
+    pub upstream: UpstreamConfig,
+    pub keys_file: PathBuf,
+    pub rooms: Vec<RoomConfig>,
+    pub rate_limits: Vec<RuleConfig>,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    pub listen: Vec<SocketAddr>,
+    pub threads: usize,
+    pub pid_file: PathBuf,
+    pub upgrade_sock: PathBuf,
+    /// SIGTERM: stop accepting, finish in-flight requests, and exit within this time.
+    pub graceful_shutdown: Duration,
+    /// Pages (`error.html`, `ratelimited.html`) for requests outside every room; `None` uses
+    /// the pages built into the binary.
+    pub pages: Option<PathBuf>,
+}
+
+#[derive(Clone, PartialEq)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// Bearer token; required when `listen` is not a loopback address.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamConfig {
+    pub peers: Vec<PeerConfig>,
+    pub tls: bool,
+    /// SNI and certificate name for TLS; empty means the host name of each peer.
+    pub sni: String,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    /// Probe interval; zero turns probing off (every peer counts as healthy).
+    pub health_check: Duration,
+}
+
+/// One `upstream.peers` entry, resolved when the config was loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// As written (`origin.internal:8000`).
+    pub name: String,
+    /// The host part of `name`, the default SNI.
+    pub host: String,
+    pub addrs: Vec<SocketAddr>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoomConfig {
+    pub name: String,
+    pub enabled: bool,
+    pub hosts: Vec<HostPattern>,
+    pub paths: Vec<String>,
+    pub bypass_paths: Vec<String>,
+    pub bypass_cidrs: Vec<IpNet>,
+    pub admission: Admission,
+    pub cookie: CookieConfig,
+    pub wait_status: u16,
+    pub pages: PathBuf,
+    /// Hold every new or waiting user; admitted users keep access.
+    pub queue_all: bool,
+}
+
+/// How a room lets people in.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Admission {
+    /// The seed pattern: wait a period, then win a lottery drawn once per token.
+    Lottery {
+        allow_percentage: u8,
+        wait_period: Duration,
+        allow_period: Duration,
+    },
+    /// Admission follows capacity: new users per minute and total active users.
+    Capacity(CapacityConfig),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapacityConfig {
+    pub order: QueueOrder,
+    /// 0 = no limit of that kind.
+    pub new_users_per_minute: u32,
+    /// 0 = no limit of that kind.
+    pub total_active_users: u32,
+    pub session_duration: Duration,
+    pub refresh: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueOrder {
+    Random,
+    Fifo,
+}
+
+impl QueueOrder {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueOrder::Random => "random",
+            QueueOrder::Fifo => "fifo",
+        }
+    }
+}
+
+impl Admission {
+    /// `lottery`, `random` or `fifo`, as in the config and the JSON body.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Admission::Lottery { .. } => "lottery",
+            Admission::Capacity(c) => c.order.as_str(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CookieConfig {
+    pub name: String,
+    pub lifetime: Duration,
+    pub same_site: SameSite,
+    pub secure: CookieSecure,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SameSite {
+    Lax,
+    Strict,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CookieSecure {
+    /// When the request arrived over TLS (directly, or per a trusted proxy's
+    /// `X-Forwarded-Proto`).
+    Auto,
+    Always,
+    Never,
+}
+
+/// A `hosts` entry: an exact host, or `*.example.com` for any subdomain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostPattern {
+    Exact(String),
+    Suffix(String),
+}
+
+impl HostPattern {
+    /// `host` must already be lowercase and without a port.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Exact(h) => h == host,
+            HostPattern::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleConfig {
+    pub name: String,
+    pub key: Vec<KeyPart>,
+    pub paths: Vec<String>,
+    pub methods: Vec<http::Method>,
+    pub algorithm: Algorithm,
+    pub scope: Scope,
+    pub action: Action,
+    pub bypass_cidrs: Vec<IpNet>,
+    /// Keys the rule expects to track at once: sizes estimators and caps its tables.
+    pub max_keys: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KeyPart {
+    ClientIp,
+    Host,
+    Path,
+    Method,
+    Header(http::HeaderName),
+    Cookie(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Estimated requests/s over a sliding window; over `limit` trips the penalty box.
+    Window {
+        window: Duration,
+        limit: u32,
+        penalty: Duration,
+    },
+    /// `limit` tokens per `period`, refilled continuously (vsthrottle).
+    TokenBucket {
+        limit: u32,
+        period: Duration,
+        penalty: Duration,
+    },
+    /// At most `limit` requests in flight per key.
+    Concurrency { limit: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    All,
+    /// Only requests that would be forwarded to the origin.
+    Origin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Block,
+    /// Dry run: count what would be limited, never block.
+    Log,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    pub level: log::LevelFilter,
+    pub format: LogFormat,
+    /// One line per request (room, decision, rule outcomes, status, upstream time).
+    pub access: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+impl Config {
+    /// Reads and validates the config file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(path, None, format!("cannot read the config file: {e}"))
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates a config text; `path` labels errors and anchors relative paths.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+        validate::parse(text, path)
+    }
+
+    /// Pingora's server settings, derived from ours.
+    pub fn pingora_conf(&self) -> pingora::server::configuration::ServerConf {
+        let mut conf = pingora::server::configuration::ServerConf {
+            threads: self.server.threads,
+            pid_file: self.server.pid_file.to_string_lossy().into_owned(),
+            upgrade_sock: self.server.upgrade_sock.to_string_lossy().into_owned(),
+            ..Default::default()
+        };
+        // Pingora sleeps the whole grace period, then gives runtimes the shutdown timeout, and
+        // exiting takes a moment more: split `graceful_shutdown` so the process is gone within
+        // it. In-flight requests keep running through the grace period.
+        let total = self.server.graceful_shutdown.as_secs();
+        let timeout = total.min(1);
+        let slack = u64::from(total >= 3);
+        conf.grace_period_seconds = Some(total - timeout - slack);
+        conf.graceful_shutdown_timeout_seconds = Some(timeout);
+        conf
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    Config::parse(text, Path::new("/etc/vestibule/vestibule.toml"))
+}
+
+fn errors(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+const MINIMAL: &str = "[upstream]\npeers = [\"127.0.0.1:8000\"]\n";
+
+#[test]
+fn minimal_file_gets_spec_defaults() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.server.listen, vec!["0.0.0.0:8080".parse().unwrap()]);
+    assert_eq!(c.server.threads, 2);
+    assert_eq!(c.server.pid_file, PathBuf::from("/tmp/vestibule.pid"));
+    assert_eq!(
+        c.server.upgrade_sock,
+        PathBuf::from("/tmp/vestibule_upgrade.sock")
+    );
+    assert_eq!(c.server.graceful_shutdown, Duration::from_secs(5));
+    assert_eq!(c.admin.listen, "127.0.0.1:9901".parse().unwrap());
+    assert_eq!(c.admin.token, None);
+    assert_eq!(c.identity, IdentityPolicy::default());
+    assert_eq!(
+        c.upstream.peers[0].addrs,
+        vec!["127.0.0.1:8000".parse().unwrap()]
+    );
+    assert_eq!(c.upstream.connect_timeout, Duration::from_secs(2));
+    assert_eq!(c.upstream.read_timeout, Duration::from_secs(30));
+    assert_eq!(c.upstream.health_check, Duration::from_secs(5));
+    assert_eq!(c.keys_file, PathBuf::from("/etc/vestibule/keys.toml"));
+    assert!(c.rooms.is_empty() && c.rate_limits.is_empty());
+    assert_eq!(c.log.level, log::LevelFilter::Info);
+}
+
+#[test]
+fn room_defaults_follow_the_spec() {
+    let c = parse(&format!("{MINIMAL}[[room]]\n")).unwrap();
+    let r = &c.rooms[0];
+    assert_eq!(r.name, "default");
+    assert!(r.enabled && r.hosts.is_empty() && !r.queue_all);
+    assert_eq!(r.paths, ["/"]);
+    assert_eq!(
+        r.admission,
+        Admission::Lottery {
+            allow_percentage: 50,
+            wait_period: Duration::from_secs(30),
+            allow_period: Duration::from_secs(3600)
+        }
+    );
+    assert_eq!(r.cookie.name, "waiting_room");
+    assert_eq!(r.cookie.lifetime, Duration::from_secs(7200));
+    assert_eq!(r.cookie.same_site, SameSite::Lax);
+    assert_eq!(r.cookie.secure, CookieSecure::Auto);
+    assert_eq!(r.wait_status, 200);
+    assert_eq!(r.pages, PathBuf::from("/etc/vestibule/pages"));
+}
+
+#[test]
+fn rule_defaults_follow_the_spec() {
+    let c = parse(&format!("{MINIMAL}[[rate_limit]]\n")).unwrap();
+    let r = &c.rate_limits[0];
+    assert_eq!(r.name, "per-ip");
+    assert_eq!(r.key, [KeyPart::ClientIp]);
+    assert_eq!(
+        r.algorithm,
+        Algorithm::Window {
+            window: Duration::from_secs(10),
+            limit: 100,
+            penalty: Duration::from_secs(900)
+        }
+    );
+    assert_eq!((r.scope, r.action), (Scope::All, Action::Block));
+}
+
+#[test]
+fn syntax_errors_carry_the_line() {
+    let e = errors("[upstream]\npeers == [\"127.0.0.1:8000\"]\n");
+    assert!(e.starts_with("/etc/vestibule/vestibule.toml:2"), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nlisten = [\"0.0.0.0:80\"]\nlisen = 1\n"
+    ));
+    assert!(e.contains(":5: lisen: unknown field `lisen`"), "{e}");
+    let e = errors(&format!("{MINIMAL}[[room]]\nallow_percent = 5\n"));
+    assert!(e.contains("allow_percent"), "{e}");
+}
+
+#[test]
+fn bad_addresses_and_cidrs_name_the_key() {
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nlisten = [\"0.0.0.0:80\", \"nope\"]\n"
+    ));
+    assert!(
+        e.contains(":4: server.listen[1]: \"nope\" is not an address"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[identity]\ntrusted_proxies = [\"10.0.0.0/33\"]\n"
+    ));
+    assert!(e.contains(":4: identity.trusted_proxies[0]"), "{e}");
+}
+
+#[test]
+fn cidrs_accept_addresses_and_normalise() {
+    let c = parse(&format!(
+        "{MINIMAL}[identity]\ntrusted_proxies = [\"10.1.2.3/8\", \"192.0.2.1\", \"::ffff:10.0.0.0/104\"]\n"
+    ))
+    .unwrap();
+    let nets: Vec<String> = c
+        .identity
+        .trusted_proxies
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(nets, ["10.0.0.0/8", "192.0.2.1/32", "10.0.0.0/8"]);
+}
+
+#[test]
+fn unresolvable_upstream() {
+    let e = errors("[upstream]\npeers = [\"no-such-host.invalid:80\"]\n");
+    assert!(
+        e.contains("upstream.peers[0]: cannot resolve \"no-such-host.invalid:80\""),
+        "{e}"
+    );
+    let e = errors("[upstream]\npeers = [\"127.0.0.1\"]\n");
+    assert!(e.contains("needs a port"), "{e}");
+    let e = errors("[server]\nthreads = 2\n");
+    assert!(e.contains("upstream.peers: is required"), "{e}");
+}
+
+#[test]
+fn admin_token_required_off_loopback() {
+    let e = errors(&format!("{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\n"));
+    assert!(e.contains("admin.token: is required"), "{e}");
+    let c = parse(&format!(
+        "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef0123\"\n"
+    ))
+    .unwrap();
+    assert!(c.admin.token.is_some());
+    assert!(!format!("{:?}", c.admin).contains("0123456789abcdef"));
+}
+
+#[test]
+fn keys_that_do_not_apply_say_why() {
+    let e = errors(&format!(
+        "{MINIMAL}[[rate_limit]]\nalgorithm = \"window\"\nperiod = \"10s\"\n"
+    ));
+    assert!(
+        e.contains("rate_limit[0].period: does not apply to a \"window\" rule"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"lottery\"\nnew_users_per_minute = 10\n"
+    ));
+    assert!(
+        e.contains(
+            "room[0].new_users_per_minute: only applies when admission is \"random\" or \"fifo\""
+        ),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 10\nallow_percentage = 5\n"
+    ));
+    assert!(
+        e.contains("room[0].allow_percentage: only applies when admission is \"lottery\""),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[rate_limit]]\nalgorithm = \"concurrency\"\npenalty = \"1m\"\n"
+    ));
+    assert!(e.contains("rate_limit[0].penalty: does not apply"), "{e}");
+}
+
+#[test]
+fn capacity_rooms_need_a_limit() {
+    let e = errors(&format!("{MINIMAL}[[room]]\nadmission = \"random\"\n"));
+    assert!(
+        e.contains("room[0].admission: \"random\" needs a capacity"),
+        "{e}"
+    );
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\ntotal_active_users = 500\nrefresh = \"30s\"\n"
+    ))
+    .unwrap();
+    match &c.rooms[0].admission {
+        Admission::Capacity(cap) => {
+            assert_eq!(cap.order, QueueOrder::Fifo);
+            assert_eq!(cap.total_active_users, 500);
+            assert_eq!(cap.new_users_per_minute, 0);
+            assert_eq!(cap.refresh, Duration::from_secs(30));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_problem_is_reported() {
+    let e = parse(&format!(
+        "{MINIMAL}[[room]]\nallow_percentage = 150\nwait_status = 302\ncookie_same_site = \"sometimes\"\n[[room]]\n[[rate_limit]]\nwindow = \"5s\"\nkey = [\"ip\"]\n"
+    ))
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(e.0.len() >= 5, "{text}");
+    assert!(
+        text.contains(":4: room[0].allow_percentage: must be between 0 and 100, got 150"),
+        "{text}"
+    );
+    assert!(text.contains("room[0].wait_status"), "{text}");
+    assert!(text.contains("room[0].cookie_same_site"), "{text}");
+    assert!(
+        text.contains("room[1].name: another room is already named \"default\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("rate_limit[0].window: must be \"1s\", \"10s\" or \"60s\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("rate_limit[0].key[0]: \"ip\" is not a key part"),
+        "{text}"
+    );
+}
+
+#[test]
+fn durations_are_strings() {
+    let e = errors(&format!("{MINIMAL}[server]\ngraceful_shutdown = 5\n"));
+    assert!(e.contains(":4"), "{e}");
+    let e = errors(&format!(
+        "{MINIMAL}[server]\ngraceful_shutdown = \"5 parsecs\"\n"
+    ));
+    assert!(e.contains(":4"), "{e}");
+}
+
+#[test]
+fn same_site_none_forces_secure() {
+    let c = parse(&format!("{MINIMAL}[[room]]\ncookie_same_site = \"none\"\n")).unwrap();
+    assert_eq!(c.rooms[0].cookie.secure, CookieSecure::Always);
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\ncookie_same_site = \"none\"\ncookie_secure = \"never\"\n"
+    ));
+    assert!(e.contains("room[0].cookie_secure"), "{e}");
+}
+
+#[test]
+fn key_parts() {
+    let c = parse(&format!(
+        "{MINIMAL}[[rate_limit]]\nkey = [\"client_ip\", \"host\", \"path\", \"method\", \"header:X-Api-Key\", \"cookie:session\"]\nmethods = [\"post\"]\n"
+    ))
+    .unwrap();
+    let r = &c.rate_limits[0];
+    assert_eq!(r.key.len(), 6);
+    assert_eq!(
+        r.key[4],
+        KeyPart::Header(http::HeaderName::from_static("x-api-key"))
+    );
+    assert_eq!(r.methods, [http::Method::POST]);
+}
+
+#[test]
+fn pingora_conf_bounds_shutdown() {
+    let c = parse(&format!(
+        "{MINIMAL}[server]\ngraceful_shutdown = \"3s\"\nthreads = 4\n"
+    ))
+    .unwrap();
+    let p = c.pingora_conf();
+    assert_eq!(p.threads, 4);
+    assert_eq!(p.grace_period_seconds, Some(1));
+    assert_eq!(p.graceful_shutdown_timeout_seconds, Some(1));
+    assert_eq!(p.pid_file, "/tmp/vestibule.pid");
+    let c = parse(&format!("{MINIMAL}[server]\ngraceful_shutdown = \"0s\"\n")).unwrap();
+    assert_eq!(c.pingora_conf().grace_period_seconds, Some(0));
+}

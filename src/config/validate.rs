@@ -1,0 +1,804 @@
+//! From the file schema to the canonical [`Config`]: every check, every default, every error.
+
+use std::collections::HashSet;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::error::{from_toml, ConfigError, ConfigErrors};
+use super::file::{FileConfig, RateLimitFile, RoomFile, UpstreamFile};
+use super::locate::line_of_key;
+use super::*;
+use crate::identity::{IdentityPolicy, Source};
+
+const WINDOWS: [u64; 3] = [1, 10, 60];
+const DEFAULT_MAX_KEYS: i64 = 100_000;
+const MAX_MAX_KEYS: i64 = 50_000_000;
+
+pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+    let file: FileConfig = toml::from_str(text).map_err(|e| from_toml(path, text, &e, false))?;
+    let mut v = Validator {
+        text,
+        path,
+        dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        errors: Vec::new(),
+    };
+    let config = v.config(file);
+    if v.errors.is_empty() {
+        if let Some(config) = config {
+            return Ok(config);
+        }
+    }
+    Err(ConfigErrors(v.errors))
+}
+
+struct Validator<'a> {
+    text: &'a str,
+    path: &'a Path,
+    dir: PathBuf,
+    errors: Vec<ConfigError>,
+}
+
+impl Validator<'_> {
+    fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        let key = key.into();
+        let line = line_of_key(self.text, &key);
+        self.errors
+            .push(ConfigError::new(self.path, Some(key), message).at_line(line));
+    }
+
+    fn resolve(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.dir.join(p)
+        }
+    }
+
+    fn config(&mut self, file: FileConfig) -> Option<Config> {
+        let server = self.server(&file);
+        let admin = self.admin(&file);
+        let identity = self.identity(&file);
+        let upstream = match &file.upstream {
+            Some(u) => self.upstream(u),
+            None => {
+                self.err(
+                    "upstream.peers",
+                    "is required: the origin servers to protect, e.g. [\"127.0.0.1:8000\"]",
+                );
+                None
+            }
+        };
+        let rooms = self.rooms(&file.room);
+        let rate_limits = self.rules(&file.rate_limit);
+        let log = self.log(&file);
+        let keys_file = self.resolve(&file.keys.file);
+        if file.keys.file.trim().is_empty() {
+            self.err("keys.file", "must name the key ring file");
+        }
+        Some(Config {
+            path: self.path.to_path_buf(),
+            server: server?,
+            admin: admin?,
+            identity: identity?,
+            upstream: upstream?,
+            keys_file,
+            rooms,
+            rate_limits,
+            log: log?,
+        })
+    }
+
+    fn socket_addr(&mut self, key: String, value: &str) -> Option<SocketAddr> {
+        match value.trim().parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err(
+                    key,
+                    format!("\"{value}\" is not an address like \"0.0.0.0:8080\" or \"[::]:8080\""),
+                );
+                None
+            }
+        }
+    }
+
+    fn cidrs(&mut self, key: &str, values: &[String]) -> Vec<IpNet> {
+        let mut out = Vec::new();
+        for (i, value) in values.iter().enumerate() {
+            let v = value.trim();
+            let parsed = v
+                .parse::<IpNet>()
+                .or_else(|_| v.parse::<std::net::IpAddr>().map(IpNet::from));
+            match parsed {
+                // Store networks in canonical form (host bits cleared, mapped IPv6 as IPv4).
+                Ok(net) => out.push(canonical_net(net)),
+                Err(_) => self.err(
+                    format!("{key}[{i}]"),
+                    format!("\"{value}\" is not a CIDR like \"10.0.0.0/8\" or an address"),
+                ),
+            }
+        }
+        out
+    }
+
+    fn server(&mut self, file: &FileConfig) -> Option<ServerConfig> {
+        let s = &file.server;
+        let mut listen = Vec::new();
+        if s.listen.is_empty() {
+            self.err("server.listen", "needs at least one address");
+        }
+        for (i, l) in s.listen.iter().enumerate() {
+            if let Some(a) = self.socket_addr(format!("server.listen[{i}]"), l) {
+                listen.push(a);
+            }
+        }
+        if s.threads == 0 || s.threads > 1024 {
+            self.err(
+                "server.threads",
+                format!("must be between 1 and 1024, got {}", s.threads),
+            );
+        }
+        if s.pid_file.trim().is_empty() {
+            self.err("server.pid_file", "must not be empty");
+        }
+        if s.upgrade_sock.trim().is_empty() {
+            self.err("server.upgrade_sock", "must not be empty");
+        }
+        if s.graceful_shutdown > Duration::from_secs(3600) {
+            self.err("server.graceful_shutdown", "must be at most 1h");
+        }
+        let pages = s.pages.as_deref().map(|p| self.resolve(p));
+        Some(ServerConfig {
+            listen,
+            threads: s.threads,
+            pid_file: PathBuf::from(&s.pid_file),
+            upgrade_sock: PathBuf::from(&s.upgrade_sock),
+            graceful_shutdown: s.graceful_shutdown,
+            pages,
+        })
+    }
+
+    fn admin(&mut self, file: &FileConfig) -> Option<AdminConfig> {
+        let listen = self.socket_addr("admin.listen".into(), &file.admin.listen)?;
+        let token = Some(file.admin.token.clone()).filter(|t| !t.is_empty());
+        if !listen.ip().is_loopback() && token.is_none() {
+            self.err(
+                "admin.token",
+                format!("is required because admin.listen ({listen}) is not a loopback address"),
+            );
+        }
+        if token.as_ref().is_some_and(|t| t.len() < 16) {
+            self.err("admin.token", "must be at least 16 characters");
+        }
+        Some(AdminConfig { listen, token })
+    }
+
+    fn identity(&mut self, file: &FileConfig) -> Option<IdentityPolicy> {
+        let i = &file.identity;
+        let source = match i.source.as_str() {
+            "client_ip" => Source::ClientIp,
+            "header" => match http::HeaderName::from_bytes(i.header.trim().as_bytes()) {
+                Ok(name) => Source::Header(name),
+                Err(_) => {
+                    self.err(
+                        "identity.header",
+                        format!("\"{}\" is not a valid header name", i.header),
+                    );
+                    return None;
+                }
+            },
+            other => {
+                self.err(
+                    "identity.source",
+                    format!("must be \"client_ip\" or \"header\", got \"{other}\""),
+                );
+                return None;
+            }
+        };
+        if !(8..=128).contains(&i.ipv6_prefix) {
+            self.err(
+                "identity.ipv6_prefix",
+                format!("must be between 8 and 128, got {}", i.ipv6_prefix),
+            );
+        }
+        let trusted_proxies = self.cidrs("identity.trusted_proxies", &i.trusted_proxies);
+        Some(IdentityPolicy {
+            source,
+            ipv6_prefix: i.ipv6_prefix,
+            trusted_proxies,
+        })
+    }
+
+    fn upstream(&mut self, u: &UpstreamFile) -> Option<UpstreamConfig> {
+        if u.peers.is_empty() {
+            self.err(
+                "upstream.peers",
+                "needs at least one origin, e.g. [\"127.0.0.1:8000\"]",
+            );
+        }
+        let mut peers = Vec::new();
+        for (i, p) in u.peers.iter().enumerate() {
+            let key = format!("upstream.peers[{i}]");
+            let name = p.trim();
+            let Some((host, port)) = name.rsplit_once(':') else {
+                self.err(key, format!("\"{p}\" needs a port, like \"{p}:80\""));
+                continue;
+            };
+            if port.parse::<u16>().is_err() {
+                self.err(key, format!("\"{p}\" has an invalid port"));
+                continue;
+            }
+            match name.to_socket_addrs() {
+                Ok(addrs) => {
+                    let mut addrs: Vec<SocketAddr> = addrs.collect();
+                    addrs.dedup();
+                    if addrs.is_empty() {
+                        self.err(key, format!("\"{p}\" resolves to no address"));
+                    } else {
+                        let host = host
+                            .trim_start_matches('[')
+                            .trim_end_matches(']')
+                            .to_owned();
+                        peers.push(PeerConfig {
+                            name: name.to_owned(),
+                            host,
+                            addrs,
+                        });
+                    }
+                }
+                Err(e) => self.err(key, format!("cannot resolve \"{p}\": {e}")),
+            }
+        }
+        if u.connect_timeout.is_zero() {
+            self.err("upstream.connect_timeout", "must be more than 0s");
+        }
+        if u.read_timeout.is_zero() {
+            self.err("upstream.read_timeout", "must be more than 0s");
+        }
+        if !u.tls && !u.sni.is_empty() {
+            self.err("upstream.sni", "only applies when upstream.tls = true");
+        }
+        Some(UpstreamConfig {
+            peers,
+            tls: u.tls,
+            sni: u.sni.clone(),
+            connect_timeout: u.connect_timeout,
+            read_timeout: u.read_timeout,
+            health_check: u.health_check,
+        })
+    }
+
+    fn prefixes(&mut self, key: &str, values: &[String]) -> Vec<String> {
+        for (i, p) in values.iter().enumerate() {
+            if !p.starts_with('/') {
+                self.err(
+                    format!("{key}[{i}]"),
+                    format!("\"{p}\" must start with '/'"),
+                );
+            }
+        }
+        values.to_vec()
+    }
+
+    fn rooms(&mut self, rooms: &[RoomFile]) -> Vec<RoomConfig> {
+        let mut out: Vec<RoomConfig> = Vec::new();
+        let mut names = HashSet::new();
+        let mut cookies = HashSet::new();
+        for (i, r) in rooms.iter().enumerate() {
+            let k = |field: &str| format!("room[{i}].{field}");
+            let name = r.name.clone().unwrap_or_else(|| "default".into());
+            if !is_label(&name) {
+                self.err(
+                    k("name"),
+                    format!(
+                        "\"{name}\" may use only letters, digits, '_', '-' and '.' (at most 64)"
+                    ),
+                );
+            }
+            if !names.insert(name.clone()) {
+                self.err(
+                    k("name"),
+                    format!("another room is already named \"{name}\""),
+                );
+            }
+            let cookie_name = r
+                .cookie_name
+                .clone()
+                .unwrap_or_else(|| "waiting_room".into());
+            if !is_cookie_name(&cookie_name) {
+                self.err(
+                    k("cookie_name"),
+                    format!("\"{cookie_name}\" is not a valid cookie name"),
+                );
+            } else if !cookies.insert(cookie_name.clone()) {
+                self.err(
+                    k("cookie_name"),
+                    format!(
+                        "\"{cookie_name}\" is used by another room; each room needs its own cookie"
+                    ),
+                );
+            }
+            let hosts = r
+                .hosts
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(|h| {
+                    let h = h.trim().to_ascii_lowercase();
+                    match h.strip_prefix("*.") {
+                        Some(rest) => HostPattern::Suffix(format!(".{rest}")),
+                        None => HostPattern::Exact(h),
+                    }
+                })
+                .collect();
+            let paths = self.prefixes(
+                &k("paths"),
+                &r.paths.clone().unwrap_or_else(|| vec!["/".into()]),
+            );
+            if paths.is_empty() {
+                self.err(
+                    k("paths"),
+                    "needs at least one path prefix (\"/\" guards everything)",
+                );
+            }
+            let bypass_paths = self.prefixes(
+                &k("bypass_paths"),
+                &r.bypass_paths.clone().unwrap_or_default(),
+            );
+            let bypass_cidrs = self.cidrs(
+                &k("bypass_cidrs"),
+                &r.bypass_cidrs.clone().unwrap_or_default(),
+            );
+            let admission = self.admission(i, r);
+            let same_site = match r.cookie_same_site.as_deref().unwrap_or("lax") {
+                "lax" => SameSite::Lax,
+                "strict" => SameSite::Strict,
+                "none" => SameSite::None,
+                other => {
+                    self.err(
+                        k("cookie_same_site"),
+                        format!("must be \"lax\", \"strict\" or \"none\", got \"{other}\""),
+                    );
+                    SameSite::Lax
+                }
+            };
+            let mut secure = match r.cookie_secure.as_deref().unwrap_or("auto") {
+                "auto" => CookieSecure::Auto,
+                "always" => CookieSecure::Always,
+                "never" => CookieSecure::Never,
+                other => {
+                    self.err(
+                        k("cookie_secure"),
+                        format!("must be \"auto\", \"always\" or \"never\", got \"{other}\""),
+                    );
+                    CookieSecure::Auto
+                }
+            };
+            if same_site == SameSite::None {
+                if secure == CookieSecure::Never {
+                    self.err(k("cookie_secure"), "cannot be \"never\" with cookie_same_site = \"none\": browsers drop such cookies");
+                }
+                secure = CookieSecure::Always;
+            }
+            let lifetime = r.cookie_lifetime.unwrap_or(Duration::from_secs(7200));
+            if lifetime < Duration::from_secs(1) {
+                self.err(k("cookie_lifetime"), "must be at least 1s");
+            }
+            let wait_status = r.wait_status.unwrap_or(200);
+            if !((200..300).contains(&wait_status) || wait_status == 429 || wait_status == 503) {
+                self.err(
+                    k("wait_status"),
+                    format!("must be a 2xx status, 429 or 503, got {wait_status}"),
+                );
+            }
+            let pages = self.resolve(r.pages.as_deref().unwrap_or("pages"));
+            let Some(admission) = admission else { continue };
+            out.push(RoomConfig {
+                name,
+                enabled: r.enabled.unwrap_or(true),
+                hosts,
+                paths,
+                bypass_paths,
+                bypass_cidrs,
+                admission,
+                cookie: CookieConfig {
+                    name: cookie_name,
+                    lifetime,
+                    same_site,
+                    secure,
+                },
+                wait_status,
+                pages,
+                queue_all: r.queue_all.unwrap_or(false),
+            });
+        }
+        out
+    }
+
+    fn admission(&mut self, i: usize, r: &RoomFile) -> Option<Admission> {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let method = r.admission.as_deref().unwrap_or("lottery");
+        let lottery_only = [
+            ("allow_percentage", r.allow_percentage.is_some()),
+            ("wait_period", r.wait_period.is_some()),
+            ("allow_period", r.allow_period.is_some()),
+        ];
+        let capacity_only = [
+            ("new_users_per_minute", r.new_users_per_minute.is_some()),
+            ("total_active_users", r.total_active_users.is_some()),
+            ("session_duration", r.session_duration.is_some()),
+            ("refresh", r.refresh.is_some()),
+        ];
+        match method {
+            "lottery" => {
+                for (field, set) in capacity_only {
+                    if set {
+                        self.err(k(field), "only applies when admission is \"random\" or \"fifo\" (this room uses \"lottery\")");
+                    }
+                }
+                let pct = r.allow_percentage.unwrap_or(50);
+                if !(0..=100).contains(&pct) {
+                    self.err(
+                        k("allow_percentage"),
+                        format!("must be between 0 and 100, got {pct}"),
+                    );
+                }
+                let wait_period = r.wait_period.unwrap_or(Duration::from_secs(30));
+                let allow_period = r.allow_period.unwrap_or(Duration::from_secs(3600));
+                for (field, d) in [("wait_period", wait_period), ("allow_period", allow_period)] {
+                    if d < Duration::from_secs(1) || d.subsec_nanos() != 0 {
+                        self.err(k(field), "must be a whole number of seconds, at least 1s");
+                    }
+                }
+                Some(Admission::Lottery {
+                    allow_percentage: pct.clamp(0, 100) as u8,
+                    wait_period,
+                    allow_period,
+                })
+            }
+            "random" | "fifo" => {
+                for (field, set) in lottery_only {
+                    if set {
+                        self.err(k(field), format!("only applies when admission is \"lottery\" (this room uses \"{method}\")"));
+                    }
+                }
+                let mut limit = |field: &str, v: Option<i64>| -> u32 {
+                    let v = v.unwrap_or(0);
+                    if !(0..=10_000_000).contains(&v) {
+                        self.err(
+                            k(field),
+                            format!("must be between 0 (no limit) and 10000000, got {v}"),
+                        );
+                        return 0;
+                    }
+                    v as u32
+                };
+                let new_users_per_minute = limit("new_users_per_minute", r.new_users_per_minute);
+                let total_active_users = limit("total_active_users", r.total_active_users);
+                if new_users_per_minute == 0 && total_active_users == 0 {
+                    self.err(
+                        k("admission"),
+                        format!("\"{method}\" needs a capacity: set new_users_per_minute, total_active_users or both"),
+                    );
+                }
+                let session_duration = r.session_duration.unwrap_or(Duration::from_secs(300));
+                if session_duration < Duration::from_secs(60)
+                    || session_duration > Duration::from_secs(24 * 3600)
+                {
+                    self.err(
+                        k("session_duration"),
+                        "must be between 1m and 24h (activity is counted per minute)",
+                    );
+                }
+                let refresh = r.refresh.unwrap_or(Duration::from_secs(20));
+                if refresh < Duration::from_secs(5) || refresh > Duration::from_secs(300) {
+                    self.err(k("refresh"), "must be between 5s and 5m");
+                }
+                Some(Admission::Capacity(CapacityConfig {
+                    order: if method == "fifo" {
+                        QueueOrder::Fifo
+                    } else {
+                        QueueOrder::Random
+                    },
+                    new_users_per_minute,
+                    total_active_users,
+                    session_duration,
+                    refresh,
+                }))
+            }
+            other => {
+                self.err(
+                    k("admission"),
+                    format!("must be \"lottery\", \"random\" or \"fifo\", got \"{other}\""),
+                );
+                None
+            }
+        }
+    }
+
+    fn rules(&mut self, rules: &[RateLimitFile]) -> Vec<RuleConfig> {
+        let mut out = Vec::new();
+        let mut names = HashSet::new();
+        for (i, r) in rules.iter().enumerate() {
+            let k = |field: &str| format!("rate_limit[{i}].{field}");
+            let name = r.name.clone().unwrap_or_else(|| "per-ip".into());
+            if !is_label(&name) || name.contains('"') {
+                self.err(
+                    k("name"),
+                    format!(
+                        "\"{name}\" may use only letters, digits, '_', '-' and '.' (at most 64)"
+                    ),
+                );
+            }
+            if !names.insert(name.clone()) {
+                self.err(
+                    k("name"),
+                    format!("another rule is already named \"{name}\""),
+                );
+            }
+            let mut key = Vec::new();
+            let parts = r.key.clone().unwrap_or_else(|| vec!["client_ip".into()]);
+            if parts.is_empty() {
+                self.err(k("key"), "needs at least one part, e.g. [\"client_ip\"]");
+            }
+            for (j, part) in parts.iter().enumerate() {
+                match parse_key_part(part) {
+                    Ok(p) => key.push(p),
+                    Err(msg) => self.err(format!("rate_limit[{i}].key[{j}]"), msg),
+                }
+            }
+            let paths = self.prefixes(
+                &k("paths"),
+                &r.paths.clone().unwrap_or_else(|| vec!["/".into()]),
+            );
+            let mut methods = Vec::new();
+            for (j, m) in r.methods.clone().unwrap_or_default().iter().enumerate() {
+                match http::Method::from_bytes(m.trim().to_ascii_uppercase().as_bytes()) {
+                    Ok(m) => methods.push(m),
+                    Err(_) => self.err(
+                        format!("rate_limit[{i}].methods[{j}]"),
+                        format!("\"{m}\" is not an HTTP method"),
+                    ),
+                }
+            }
+            let scope = match r.scope.as_deref().unwrap_or("all") {
+                "all" => Scope::All,
+                "origin" => Scope::Origin,
+                other => {
+                    self.err(
+                        k("scope"),
+                        format!("must be \"all\" or \"origin\", got \"{other}\""),
+                    );
+                    Scope::All
+                }
+            };
+            let action = match r.action.as_deref().unwrap_or("block") {
+                "block" => Action::Block,
+                "log" => Action::Log,
+                other => {
+                    self.err(
+                        k("action"),
+                        format!("must be \"block\" or \"log\" (dry run), got \"{other}\""),
+                    );
+                    Action::Block
+                }
+            };
+            let bypass_cidrs = self.cidrs(
+                &k("bypass_cidrs"),
+                &r.bypass_cidrs.clone().unwrap_or_default(),
+            );
+            let max_keys = r.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
+            if !(1..=MAX_MAX_KEYS).contains(&max_keys) {
+                self.err(
+                    k("max_keys"),
+                    format!("must be between 1 and {MAX_MAX_KEYS}, got {max_keys}"),
+                );
+            }
+            let Some(algorithm) = self.algorithm(i, r) else {
+                continue;
+            };
+            out.push(RuleConfig {
+                name,
+                key,
+                paths,
+                methods,
+                algorithm,
+                scope,
+                action,
+                bypass_cidrs,
+                max_keys: max_keys.clamp(1, MAX_MAX_KEYS) as usize,
+            });
+        }
+        out
+    }
+
+    fn algorithm(&mut self, i: usize, r: &RateLimitFile) -> Option<Algorithm> {
+        let k = |field: &str| format!("rate_limit[{i}].{field}");
+        let algorithm = r.algorithm.as_deref().unwrap_or("window");
+        let not_for = |v: &mut Self, field: &str, set: bool, why: &str| {
+            if set {
+                v.err(
+                    k(field),
+                    format!("does not apply to a \"{algorithm}\" rule: {why}"),
+                );
+            }
+        };
+        let limit = r.limit.unwrap_or(100);
+        if !(1..=100_000_000).contains(&limit) {
+            self.err(
+                k("limit"),
+                format!("must be between 1 and 100000000, got {limit}"),
+            );
+        }
+        let limit = limit.clamp(1, 100_000_000) as u32;
+        let penalty = r.penalty.unwrap_or(Duration::from_secs(15 * 60));
+        if penalty > Duration::from_secs(7 * 24 * 3600) {
+            self.err(k("penalty"), "must be at most 7 days");
+        }
+        match algorithm {
+            "window" => {
+                not_for(
+                    self,
+                    "period",
+                    r.period.is_some(),
+                    "windows are 1s, 10s or 60s, set with `window`",
+                );
+                let window = r.window.unwrap_or(Duration::from_secs(10));
+                if window.subsec_nanos() != 0 || !WINDOWS.contains(&window.as_secs()) {
+                    self.err(
+                        k("window"),
+                        format!(
+                            "must be \"1s\", \"10s\" or \"60s\", got {}",
+                            humantime::format_duration(window)
+                        ),
+                    );
+                }
+                Some(Algorithm::Window {
+                    window,
+                    limit,
+                    penalty,
+                })
+            }
+            "token_bucket" => {
+                not_for(
+                    self,
+                    "window",
+                    r.window.is_some(),
+                    "a bucket refills `limit` tokens per `period`",
+                );
+                let period = r.period.unwrap_or(Duration::from_secs(10));
+                if period < Duration::from_secs(1) || period > Duration::from_secs(24 * 3600) {
+                    self.err(k("period"), "must be between 1s and 24h");
+                }
+                Some(Algorithm::TokenBucket {
+                    limit,
+                    period,
+                    penalty,
+                })
+            }
+            "concurrency" => {
+                not_for(
+                    self,
+                    "window",
+                    r.window.is_some(),
+                    "it caps requests in flight, with no time window",
+                );
+                not_for(
+                    self,
+                    "period",
+                    r.period.is_some(),
+                    "it caps requests in flight, with no time window",
+                );
+                not_for(
+                    self,
+                    "penalty",
+                    r.penalty.is_some(),
+                    "a slot frees as soon as a request ends",
+                );
+                Some(Algorithm::Concurrency { limit })
+            }
+            other => {
+                self.err(
+                    k("algorithm"),
+                    format!(
+                        "must be \"window\", \"token_bucket\" or \"concurrency\", got \"{other}\""
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn log(&mut self, file: &FileConfig) -> Option<LogConfig> {
+        let level = match file.log.level.parse::<log::LevelFilter>() {
+            Ok(l) => l,
+            Err(_) => {
+                self.err(
+                    "log.level",
+                    format!(
+                        "must be one of off, error, warn, info, debug, trace; got \"{}\"",
+                        file.log.level
+                    ),
+                );
+                log::LevelFilter::Info
+            }
+        };
+        let format = match file.log.format.as_str() {
+            "plain" => LogFormat::Plain,
+            "json" => LogFormat::Json,
+            other => {
+                self.err(
+                    "log.format",
+                    format!("must be \"plain\" or \"json\", got \"{other}\""),
+                );
+                LogFormat::Plain
+            }
+        };
+        Some(LogConfig {
+            level,
+            format,
+            access: file.log.access,
+        })
+    }
+}
+
+fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) => {
+            if let Some(v4) = v6.addr().to_ipv4_mapped() {
+                if v6.prefix_len() >= 96 {
+                    if let Ok(n) = ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96) {
+                        return IpNet::V4(n.trunc());
+                    }
+                }
+            }
+            IpNet::V6(v6.trunc())
+        }
+        IpNet::V4(v4) => IpNet::V4(v4.trunc()),
+    }
+}
+
+/// Names that appear in metrics labels and headers.
+fn is_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// RFC 6265 cookie-name: an HTTP token.
+fn is_cookie_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn parse_key_part(part: &str) -> Result<KeyPart, String> {
+    match part {
+        "client_ip" => Ok(KeyPart::ClientIp),
+        "host" => Ok(KeyPart::Host),
+        "path" => Ok(KeyPart::Path),
+        "method" => Ok(KeyPart::Method),
+        _ => {
+            if let Some(h) = part.strip_prefix("header:") {
+                http::HeaderName::from_bytes(h.trim().as_bytes())
+                    .map(KeyPart::Header)
+                    .map_err(|_| format!("\"{h}\" is not a valid header name"))
+            } else if let Some(c) = part.strip_prefix("cookie:") {
+                if is_cookie_name(c) {
+                    Ok(KeyPart::Cookie(c.to_owned()))
+                } else {
+                    Err(format!("\"{c}\" is not a valid cookie name"))
+                }
+            } else {
+                Err(format!(
+                    "\"{part}\" is not a key part; use client_ip, host, path, method, header:<name> or cookie:<name>"
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The built-in demo origin: what `vestibule demo` puts behind the proxy when no origin is
+//! reachable, and what the integration tests use as a real origin on loopback.
+//!
+//! Routes:
+//! - `/__echo` (any method): JSON of the request the origin received (method, path, headers in
+//!   order), so tests can see exactly what reached the origin;
+//! - `/__slow?ms=N`: answers after N milliseconds (at most 30 s);
+//! - `/__status/N`: answers with status N;
+//! - `/__revoke`: answers with `Vestibule-Command: revoke`;
+//! - `/__set-cookie`: sets a cookie of the origin's own;
+//! - `/__stats`: how many requests the origin has served;
+//! - anything else: a small HTML page saying you got in.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::{header, Response, StatusCode};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use serde_json::json;
+
+#[derive(Default)]
+pub struct DemoOrigin {
+    served: AtomicU64,
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn build(status: StatusCode, content_type: &str) -> http::response::Builder {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-store")
+}
+
+fn finish(builder: http::response::Builder, body: Vec<u8>) -> Response<Vec<u8>> {
+    builder
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Vec::new()))
+}
+
+#[async_trait]
+impl ServeHttp for DemoOrigin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
+        // Drain any request body so the connection can be reused.
+        while let Ok(Some(_)) = session.read_request_body().await {}
+        let req = session.req_header();
+        let path = req.uri.path().to_owned();
+        let query = req.uri.query().unwrap_or("").to_owned();
+        if path == "/__echo" {
+            let headers: Vec<(String, String)> = req
+                .headers
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            let body = serde_json::to_vec(&json!({
+                "method": req.method.as_str(),
+                "path": path,
+                "query": query,
+                "headers": headers,
+            }))
+            .unwrap_or_default();
+            return finish(build(StatusCode::OK, "application/json"), body);
+        }
+        if path == "/__stats" {
+            let body = format!("{{\"served\":{served}}}").into_bytes();
+            return finish(build(StatusCode::OK, "application/json"), body);
+        }
+        if path == "/__slow" {
+            let ms = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("ms="))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(1000)
+                .min(30_000);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let body = format!("slept {ms} ms\n").into_bytes();
+            return finish(build(StatusCode::OK, "text/plain"), body);
+        }
+        if let Some(code) = path.strip_prefix("/__status/") {
+            let status = code
+                .parse::<u16>()
+                .ok()
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .unwrap_or(StatusCode::BAD_REQUEST);
+            let body = format!("status {}\n", status.as_u16()).into_bytes();
+            return finish(build(status, "text/plain"), body);
+        }
+        if path == "/__revoke" {
+            let b = build(StatusCode::OK, "text/plain").header("vestibule-command", "revoke");
+            return finish(b, b"signed out\n".to_vec());
+        }
+        if path == "/__set-cookie" {
+            let b = build(StatusCode::OK, "text/plain").header(
+                header::SET_COOKIE,
+                "origin_session=abc123; Path=/; HttpOnly",
+            );
+            return finish(b, b"cookie set\n".to_vec());
+        }
+        let body = format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Demo origin</title>\
+             <style>body{{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}}</style></head>\
+             <body><h1>You are in.</h1><p>This page comes from vestibule's built-in demo origin: the waiting room let you through.</p>\
+             <p>You asked for <code>{}</code>. Request number {served} at this origin.</p></body></html>",
+            html_escape(&path)
+        );
+        finish(
+            build(StatusCode::OK, "text/html; charset=utf-8"),
+            body.into_bytes(),
+        )
+    }
+}

@@ -1,0 +1,22 @@
+//! vestibule: an edge waiting room and rate limiter on Pingora.
+//!
+//! The decision core ([`token`], [`keys`], [`identity`], [`time`]) is pure: it takes the clock
+//! as an argument and knows nothing of sockets. [`proxy`] translates HTTP to the core's inputs
+//! and its decisions back to HTTP; [`snapshot`] holds one validated generation of
+//! configuration; [`app`] what lives as long as the process.
+
+pub mod admin;
+pub mod app;
+pub mod config;
+pub mod demo;
+pub mod identity;
+pub mod keys;
+pub mod logging;
+pub mod metrics;
+pub mod pages;
+pub mod proxy;
+pub mod server;
+pub mod snapshot;
+pub mod time;
+pub mod token;
+pub mod upstream;

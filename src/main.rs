@@ -1,0 +1,195 @@
+//! The `vestibule` command: parse the command line, load the config, build services, run.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use vestibule::app::App;
+use vestibule::config::DEFAULT_PATH;
+use vestibule::server::{self, RunOptions};
+use vestibule::snapshot::Snapshot;
+use vestibule::time::Timestamp;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vestibule",
+    version,
+    about = "An edge waiting room and rate limiter on Pingora"
+)]
+struct Cli {
+    /// The config file.
+    #[arg(short, long, global = true, default_value = DEFAULT_PATH)]
+    config: PathBuf,
+    /// Load and validate the config, key ring and pages; print `ok` or every problem.
+    #[arg(long)]
+    check: bool,
+    /// Run in the background (Pingora daemonize).
+    #[arg(short, long)]
+    daemon: bool,
+    /// Take over the listening sockets of a running instance (zero-downtime upgrade).
+    #[arg(short, long)]
+    upgrade: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print a fresh random 64-byte key, base64, for the key ring.
+    Keygen,
+    /// Run with the config, starting the built-in demo origin if the configured one is not
+    /// reachable, and print the URL to open.
+    Demo,
+    /// Run only the built-in demo origin (tests and benchmarks use it).
+    #[command(hide = true)]
+    Origin {
+        #[arg(long, default_value = "127.0.0.1:8000")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Keygen) => {
+            println!("{}", vestibule::keys::generate());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Origin { listen, threads }) => run_origin(listen, threads),
+        Some(Command::Demo) => run_demo(&cli.config),
+        None if cli.check => check(&cli.config),
+        None => run(
+            &cli.config,
+            RunOptions {
+                daemon: cli.daemon,
+                upgrade: cli.upgrade,
+                demo_origin: None,
+            },
+        ),
+    }
+}
+
+fn check(path: &Path) -> ExitCode {
+    match Snapshot::load(path, None, Timestamp::now()) {
+        Ok(snapshot) => {
+            for w in &snapshot.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!("ok");
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start(path: &Path) -> Option<std::sync::Arc<App>> {
+    match App::start(path) {
+        Ok(app) => Some(app),
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            eprintln!(
+                "vestibule: not started; fix the problems above (`vestibule --check` lists them)"
+            );
+            None
+        }
+    }
+}
+
+fn run(path: &Path, options: RunOptions) -> ExitCode {
+    let Some(app) = start(path) else {
+        return ExitCode::FAILURE;
+    };
+    let snapshot = app.snapshot();
+    vestibule::logging::init(&snapshot.config.log);
+    for w in &snapshot.warnings {
+        log::warn!("{w}");
+    }
+    let server = server::build(app, &options);
+    server.run_forever()
+}
+
+fn run_demo(path: &Path) -> ExitCode {
+    let Some(app) = start(path) else {
+        return ExitCode::FAILURE;
+    };
+    let snapshot = app.snapshot();
+    let config = &snapshot.config;
+    let origin = config
+        .upstream
+        .peers
+        .first()
+        .and_then(|p| p.addrs.first().copied());
+    let mut options = RunOptions::default();
+    let origin_note = match origin {
+        Some(addr) if reachable(addr) => format!("your origin at {addr}"),
+        Some(addr) if addr.ip().is_loopback() => {
+            options.demo_origin = Some(addr);
+            format!("the built-in demo origin on {addr}")
+        }
+        Some(addr) => {
+            eprintln!(
+                "vestibule demo: the configured origin {addr} is not reachable, and the demo origin only runs on loopback; \
+                 point upstream.peers at 127.0.0.1 in {}",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+        None => unreachable!("validation requires at least one peer"),
+    };
+    let listen = config.server.listen.first().copied();
+    let url = listen.map_or_else(String::new, |a| {
+        let host = if a.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            a.ip().to_string()
+        };
+        format!("http://{host}:{}/", a.port())
+    });
+    println!("vestibule demo: open {url}");
+    println!("  proxying to {origin_note}");
+    println!(
+        "  status and metrics: http://{}/status  http://{}/metrics",
+        config.admin.listen, config.admin.listen
+    );
+    println!(
+        "  edit {} to change the room; Ctrl-C to stop",
+        path.display()
+    );
+    vestibule::logging::init(&config.log);
+    let server = server::build(app.clone(), &options);
+    drop(snapshot);
+    server.run_forever()
+}
+
+fn reachable(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
+}
+
+fn run_origin(listen: SocketAddr, threads: usize) -> ExitCode {
+    let _ = env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .try_init();
+    let mut server = pingora::server::Server::new_with_opt_and_conf(
+        pingora::server::configuration::Opt::default(),
+        pingora::server::configuration::ServerConf {
+            grace_period_seconds: Some(0),
+            graceful_shutdown_timeout_seconds: Some(1),
+            ..Default::default()
+        },
+    );
+    server.bootstrap();
+    server.add_service(server::demo_origin_service(listen, threads.max(1)));
+    server.run_forever()
+}

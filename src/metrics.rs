@@ -1,0 +1,145 @@
+//! Every metric family, in one place, registered in one registry.
+//!
+//! Names and labels are part of the external contract (SPEC §7). Label values come from config
+//! (room and rule names, validated as labels) or from fixed sets, never from requests, so the
+//! number of series is bounded.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// The registry and handles to every family.
+pub struct Metrics {
+    registry: Registry,
+    pub upstream_responses: IntCounterVec,
+    pub upstream_response_seconds: Histogram,
+    pub config_reloads: IntCounterVec,
+    pub config_generation: IntGauge,
+    pub upstream_unavailable: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let m = Metrics {
+            upstream_responses: IntCounterVec::new(
+                Opts::new(
+                    "vestibule_upstream_responses_total",
+                    "Responses received from the origin, by status class.",
+                ),
+                &["status_class"],
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            upstream_response_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "vestibule_upstream_response_seconds",
+                    "Time from sending a request to the origin to receiving its response header.",
+                )
+                .buckets(vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0,
+                ]),
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            config_reloads: IntCounterVec::new(
+                Opts::new(
+                    "vestibule_config_reloads_total",
+                    "Configuration reloads, by result.",
+                ),
+                &["result"],
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            config_generation: IntGauge::new(
+                "vestibule_config_generation",
+                "Generation of the configuration in service; increases with every good reload.",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            upstream_unavailable: IntCounter::new(
+                "vestibule_upstream_unavailable_total",
+                "Requests answered with the 502 page because no origin could be reached.",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            registry,
+        };
+        m.register_all();
+        // Pre-create fixed label values so dashboards see zeros instead of gaps.
+        for class in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
+            m.upstream_responses.with_label_values(&[class]);
+        }
+        for result in ["success", "failure"] {
+            m.config_reloads.with_label_values(&[result]);
+        }
+        m
+    }
+
+    fn register_all(&self) {
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(self.upstream_responses.clone()),
+            Box::new(self.upstream_response_seconds.clone()),
+            Box::new(self.config_reloads.clone()),
+            Box::new(self.config_generation.clone()),
+            Box::new(self.upstream_unavailable.clone()),
+        ];
+        for c in collectors {
+            // Names are unique by construction.
+            self.registry
+                .register(c)
+                .unwrap_or_else(|e| unreachable!("{e}"));
+        }
+    }
+
+    /// The text exposition of every family.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            log::error!("encoding metrics: {e}");
+        }
+        out
+    }
+
+    /// Counts one origin response.
+    pub fn observe_upstream(&self, status: u16, seconds: Option<f64>) {
+        let class = match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        self.upstream_responses.with_label_values(&[class]).inc();
+        if let Some(s) = seconds {
+            self.upstream_response_seconds.observe(s);
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_help_and_type() {
+        let m = Metrics::new();
+        m.observe_upstream(204, Some(0.003));
+        m.observe_upstream(503, None);
+        let text = String::from_utf8(m.render()).unwrap();
+        for family in [
+            "vestibule_upstream_responses_total",
+            "vestibule_upstream_response_seconds",
+            "vestibule_config_reloads_total",
+            "vestibule_config_generation",
+        ] {
+            assert!(text.contains(&format!("# HELP {family} ")), "{family}");
+            assert!(text.contains(&format!("# TYPE {family} ")), "{family}");
+        }
+        assert!(text.contains("vestibule_upstream_responses_total{status_class=\"2xx\"} 1"));
+        assert!(text.contains("vestibule_upstream_responses_total{status_class=\"5xx\"} 1"));
+    }
+}

@@ -1,0 +1,437 @@
+//! Page templates and JSON bodies for every answer vestibule writes itself.
+//!
+//! A page set is a folder with `startwaiting.html`, `keepwaiting.html`, `deny.html`,
+//! `ratelimited.html` and `error.html`. Templates are compiled once at load (minijinja, values
+//! HTML-escaped, undefined variables an error) and test-rendered with every variable, so a broken
+//! template fails `--check` and reloads instead of a request. The same files ship in `pages/` and
+//! are built into the binary for requests outside every room.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde::Serialize;
+
+use crate::config::{ConfigError, ConfigErrors};
+
+/// The pages a set must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PageKind {
+    StartWaiting,
+    KeepWaiting,
+    Deny,
+    RateLimited,
+    Error,
+}
+
+impl PageKind {
+    pub const ALL: [PageKind; 5] = [
+        PageKind::StartWaiting,
+        PageKind::KeepWaiting,
+        PageKind::Deny,
+        PageKind::RateLimited,
+        PageKind::Error,
+    ];
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            PageKind::StartWaiting => "startwaiting.html",
+            PageKind::KeepWaiting => "keepwaiting.html",
+            PageKind::Deny => "deny.html",
+            PageKind::RateLimited => "ratelimited.html",
+            PageKind::Error => "error.html",
+        }
+    }
+
+    fn builtin_source(self) -> &'static str {
+        match self {
+            PageKind::StartWaiting => include_str!("../pages/startwaiting.html"),
+            PageKind::KeepWaiting => include_str!("../pages/keepwaiting.html"),
+            PageKind::Deny => include_str!("../pages/deny.html"),
+            PageKind::RateLimited => include_str!("../pages/ratelimited.html"),
+            PageKind::Error => include_str!("../pages/error.html"),
+        }
+    }
+}
+
+/// Wait estimates in minutes; `None` when unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Estimates {
+    pub p25: Option<f64>,
+    pub p50: Option<f64>,
+    pub p75: Option<f64>,
+}
+
+/// Every variable a template may use.
+#[derive(Clone, Debug, Serialize)]
+pub struct PageContext<'a> {
+    /// The room's name (or "this site" outside rooms).
+    pub room: &'a str,
+    /// `anon`, `wait`, `deny`, `ratelimited` or `error`.
+    pub decision: &'a str,
+    /// Seconds until the page should check again.
+    pub refresh_seconds: u64,
+    /// `lottery`, `random` or `fifo`.
+    pub queueing: &'a str,
+    pub queue_all: bool,
+    /// FIFO rooms: estimated users ahead.
+    pub users_ahead: Option<u64>,
+    pub wait_estimate_minutes: Estimates,
+    /// Rate-limit and error pages: seconds until trying again makes sense.
+    pub retry_after: u64,
+    /// Rate-limit pages: the rule that denied the request.
+    pub rule: &'a str,
+    /// The status of the response.
+    pub status: u16,
+}
+
+impl PageContext<'_> {
+    fn sample() -> PageContext<'static> {
+        PageContext {
+            room: "sample",
+            decision: "wait",
+            refresh_seconds: 30,
+            queueing: "fifo",
+            queue_all: false,
+            users_ahead: Some(10),
+            wait_estimate_minutes: Estimates {
+                p25: Some(1.0),
+                p50: Some(2.0),
+                p75: Some(3.0),
+            },
+            retry_after: 5,
+            rule: "sample",
+            status: 502,
+        }
+    }
+}
+
+/// A compiled page set.
+pub struct Pages {
+    env: Environment<'static>,
+    /// Where the set came from; `None` for the built-in set.
+    dir: Option<PathBuf>,
+    /// Page file name, line and URL of every reference a browser would fetch from the origin.
+    origin_refs: Vec<(PathBuf, usize, String)>,
+}
+
+impl std::fmt::Debug for Pages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pages").field("dir", &self.dir).finish()
+    }
+}
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env
+}
+
+impl Pages {
+    /// The pages compiled into the binary.
+    pub fn builtin() -> Arc<Pages> {
+        static BUILTIN: OnceLock<Arc<Pages>> = OnceLock::new();
+        BUILTIN
+            .get_or_init(|| {
+                let sources = PageKind::ALL.map(|k| (k, k.builtin_source().to_owned()));
+                // The shipped pages are tested (see tests below), so this cannot fail at runtime.
+                let pages = Pages::compile(None, "<built-in pages>", sources)
+                    .unwrap_or_else(|e| panic!("built-in pages are invalid: {e}"));
+                Arc::new(pages)
+            })
+            .clone()
+    }
+
+    /// Reads and compiles the set in `dir`. `key` (e.g. `room[0].pages`) labels errors.
+    pub fn load(dir: &Path, key: &str) -> Result<Pages, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut sources = Vec::new();
+        for kind in PageKind::ALL {
+            let file = dir.join(kind.file_name());
+            match std::fs::read_to_string(&file) {
+                Ok(text) => sources.push((kind, text)),
+                Err(e) => errors.push(ConfigError::new(
+                    &file,
+                    Some(key.to_owned()),
+                    format!("cannot read page: {e}"),
+                )),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        let sources: [(PageKind, String); 5] = sources
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one source per page kind"));
+        Pages::compile(Some(dir.to_path_buf()), key, sources)
+    }
+
+    fn compile(
+        dir: Option<PathBuf>,
+        key: &str,
+        sources: [(PageKind, String); 5],
+    ) -> Result<Pages, ConfigErrors> {
+        let mut env = environment();
+        let mut errors = Vec::new();
+        let mut origin_refs = Vec::new();
+        let path_of = |kind: PageKind| match &dir {
+            Some(d) => d.join(kind.file_name()),
+            None => PathBuf::from(kind.file_name()),
+        };
+        for (kind, text) in sources {
+            for (line, url) in origin_references(&text) {
+                origin_refs.push((path_of(kind), line, url));
+            }
+            if let Err(e) = env.add_template_owned(kind.file_name(), text) {
+                errors.push(template_error(&path_of(kind), key, &e));
+            }
+        }
+        if errors.is_empty() {
+            let sample = PageContext::sample();
+            for kind in PageKind::ALL {
+                let rendered = env
+                    .get_template(kind.file_name())
+                    .and_then(|t| t.render(&sample));
+                if let Err(e) = rendered {
+                    errors.push(template_error(&path_of(kind), key, &e));
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        Ok(Pages {
+            env,
+            dir,
+            origin_refs,
+        })
+    }
+
+    /// Renders a page. Rendering was proven at load, so a failure here can only come from a
+    /// value; it degrades to a plain message rather than an empty body.
+    pub fn render(&self, kind: PageKind, ctx: &PageContext) -> Bytes {
+        match self
+            .env
+            .get_template(kind.file_name())
+            .and_then(|t| t.render(ctx))
+        {
+            Ok(html) => Bytes::from(html),
+            Err(e) => {
+                log::error!("rendering {}: {e}", kind.file_name());
+                Bytes::from_static(
+                    b"<!doctype html><title>Please wait</title><p>Please try again shortly.</p>",
+                )
+            }
+        }
+    }
+
+    /// References a browser would fetch from the origin (relative URLs in `src`, `href` of
+    /// `<link>`, CSS `url()`, `@import`): `--check` warns about them, since a waiting page that
+    /// pulls assets from the origin defeats the waiting room.
+    pub fn origin_references(&self) -> &[(PathBuf, usize, String)] {
+        &self.origin_refs
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+}
+
+fn template_error(file: &Path, key: &str, e: &minijinja::Error) -> ConfigError {
+    let mut message = format!("template error: {}", e.kind());
+    if let Some(detail) = e.detail() {
+        message.push_str(": ");
+        message.push_str(detail);
+    }
+    ConfigError::new(file, Some(key.to_owned()), message).at_line(e.line())
+}
+
+/// The JSON answer for `Accept: application/json` clients of a waiting room (SPEC §3).
+#[derive(Debug, Serialize)]
+pub struct WaitingJson<'a> {
+    pub room: &'a str,
+    pub decision: &'a str,
+    pub in_waiting_room: bool,
+    pub refresh_seconds: u64,
+    pub queueing: &'a str,
+    pub queue_all: bool,
+    pub users_ahead: Option<u64>,
+    pub wait_estimate_minutes: Estimates,
+}
+
+impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
+    fn from(ctx: &PageContext<'a>) -> Self {
+        WaitingJson {
+            room: ctx.room,
+            decision: ctx.decision,
+            in_waiting_room: matches!(ctx.decision, "anon" | "wait"),
+            refresh_seconds: ctx.refresh_seconds,
+            queueing: ctx.queueing,
+            queue_all: ctx.queue_all,
+            users_ahead: ctx.users_ahead,
+            wait_estimate_minutes: ctx.wait_estimate_minutes,
+        }
+    }
+}
+
+/// Serialises a body struct; these types cannot fail to serialise.
+pub fn json<T: Serialize>(value: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Whether a request asked for JSON rather than a page.
+pub fn wants_json(accept: Option<&[u8]>) -> bool {
+    let Some(accept) = accept else { return false };
+    let Ok(accept) = std::str::from_utf8(accept) else {
+        return false;
+    };
+    // The first listed media type decides: browsers list text/html first.
+    accept
+        .split(',')
+        .next()
+        .map(|m| m.split(';').next().unwrap_or("").trim())
+        .is_some_and(|m| m.eq_ignore_ascii_case("application/json"))
+}
+
+fn origin_references(html: &str) -> Vec<(usize, String)> {
+    static PATTERNS: OnceLock<[regex::Regex; 3]> = OnceLock::new();
+    let patterns = PATTERNS.get_or_init(|| {
+        [
+            regex::Regex::new(
+                r#"(?is)<(?:img|script|link|iframe|source|video|audio|embed|object|input|track)\b[^>]*?\b(?:src|href|data|poster)\s*=\s*["']?([^"'\s>]+)"#,
+            ),
+            regex::Regex::new(r#"(?i)url\(\s*["']?([^"')\s]+)"#),
+            regex::Regex::new(r#"(?i)@import\s+["']([^"']+)"#),
+        ]
+        .map(|r| r.unwrap_or_else(|e| unreachable!("static regex: {e}")))
+    });
+    let mut found = Vec::new();
+    for re in patterns {
+        for cap in re.captures_iter(html) {
+            let Some(m) = cap.get(1) else { continue };
+            let url = m.as_str();
+            let lower = url.to_ascii_lowercase();
+            let elsewhere = [
+                "data:",
+                "#",
+                "about:",
+                "javascript:",
+                "http://",
+                "https://",
+                "//",
+                "blob:",
+            ]
+            .iter()
+            .any(|p| lower.starts_with(p));
+            if !elsewhere && !url.contains("{{") {
+                let line = crate::config::error::line_of(html, m.start());
+                found.push((line, url.to_owned()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> PageContext<'static> {
+        PageContext {
+            room: "<script>alert(1)</script>",
+            decision: "anon",
+            refresh_seconds: 42,
+            queueing: "lottery",
+            queue_all: false,
+            users_ahead: None,
+            wait_estimate_minutes: Estimates::default(),
+            retry_after: 7,
+            rule: "r",
+            status: 502,
+        }
+    }
+
+    #[test]
+    fn builtin_pages_render_and_escape() {
+        let pages = Pages::builtin();
+        let html = pages.render(PageKind::StartWaiting, &ctx());
+        let html = std::str::from_utf8(&html).unwrap();
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+            "{html}"
+        );
+        assert!(!html.contains("<script>alert(1)"));
+        assert!(html.contains("content=\"42\""));
+        let html = pages.render(PageKind::RateLimited, &ctx());
+        assert!(std::str::from_utf8(&html).unwrap().contains(">7<"));
+        assert!(
+            pages.origin_references().is_empty(),
+            "{:?}",
+            pages.origin_references()
+        );
+    }
+
+    #[test]
+    fn shipped_pages_are_self_contained() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pages");
+        let pages = Pages::load(&dir, "room[0].pages").unwrap();
+        assert!(pages.origin_references().is_empty());
+    }
+
+    #[test]
+    fn missing_and_broken_pages_are_errors() {
+        let dir = std::env::temp_dir().join(format!("vestibule-pages-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for kind in PageKind::ALL {
+            std::fs::write(dir.join(kind.file_name()), "ok {{ room }}").unwrap();
+        }
+        assert!(Pages::load(&dir, "room[0].pages").is_ok());
+        std::fs::write(dir.join("deny.html"), "line1\n{{ room }\n").unwrap();
+        let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
+        assert!(
+            e.contains("deny.html:2: room[0].pages: template error"),
+            "{e}"
+        );
+        std::fs::write(dir.join("deny.html"), "{{ no_such_variable }}").unwrap();
+        let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
+        assert!(e.contains("deny.html:1"), "{e}");
+        std::fs::remove_file(dir.join("deny.html")).unwrap();
+        let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
+        assert!(
+            e.contains("deny.html: room[0].pages: cannot read page"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn finds_origin_references() {
+        let html = "<html>\n<link rel=stylesheet href=\"/static/app.css\">\n<img src='logo.png'>\n<img src=\"data:image/png;base64,AA\">\n<script src=\"https://cdn.example/x.js\"></script>\n<style>body{background:url(/bg.jpg)}</style>\n<a href=\"/home\">home</a>\n";
+        let refs = origin_references(html);
+        assert_eq!(
+            refs,
+            vec![
+                (2, "/static/app.css".to_owned()),
+                (3, "logo.png".to_owned()),
+                (6, "/bg.jpg".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn json_and_accept() {
+        let body = json(&WaitingJson::from(&ctx()));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["in_waiting_room"], true);
+        assert_eq!(v["refresh_seconds"], 42);
+        assert_eq!(v["wait_estimate_minutes"]["p50"], serde_json::Value::Null);
+        assert!(wants_json(Some(b"application/json")));
+        assert!(wants_json(Some(b"Application/JSON; charset=utf-8, */*")));
+        assert!(!wants_json(Some(b"text/html,application/json")));
+        assert!(!wants_json(None));
+        assert!(!wants_json(Some(b"\xff")));
+    }
+}

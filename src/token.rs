@@ -1,0 +1,556 @@
+//! The room cookie's token: parse, format, sign, verify. No HTTP, no clock of its own.
+//!
+//! The format is byte-compatible with Fastly's VCL waiting-room pattern:
+//!
+//! ```text
+//! dec=<wait|allow>&exp=<unix seconds>&uid=<identity>&kid=<key id>&sig=0x<hex>
+//! ```
+//!
+//! `sig` is `0x` and the lowercase hex of HMAC-SHA512 keyed with the decoded ring key, over
+//! `dec=..&exp=..&uid=..&kid=..`. Capacity rooms add fields after `kid` (`arr`, `acc`, `chk`,
+//! `ref`); each present field joins the signed message in that fixed order, so a lottery token
+//! signs exactly what the VCL signs. Fields may arrive in any order (the VCL reads them with
+//! `subfield`), but each must appear once, and a field we do not know is refused: we could not
+//! have signed it.
+//!
+//! Verification order: well-formed, key known, signature (constant time), bound to this user, not
+//! expired. Nothing in an unauthenticated token is interpreted before its signature checks out.
+
+use std::fmt::Write as _;
+
+use hmac::Mac;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use crate::identity::Identity;
+use crate::keys::{KeyRing, SigningKey};
+use crate::time::Timestamp;
+
+/// Cookie values longer than this are refused before any parsing work.
+pub const MAX_TOKEN_LEN: usize = 1024;
+const MAX_UID_LEN: usize = 400;
+const SIG_BYTES: usize = 64;
+
+/// The decision a token records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dec {
+    Wait,
+    Allow,
+}
+
+impl Dec {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dec::Wait => "wait",
+            Dec::Allow => "allow",
+        }
+    }
+}
+
+/// Why a presented token was not trusted. Every reason makes the request anonymous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reject {
+    Malformed,
+    UnknownKey,
+    BadSignature,
+    WrongUser,
+    Expired,
+}
+
+impl Reject {
+    /// The `reason` label of `vestibule_token_rejected_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reject::Malformed => "malformed",
+            Reject::UnknownKey => "unknown_key",
+            Reject::BadSignature => "bad_signature",
+            Reject::WrongUser => "wrong_user",
+            Reject::Expired => "expired",
+        }
+    }
+
+    pub const ALL: [Reject; 5] = [
+        Reject::Malformed,
+        Reject::UnknownKey,
+        Reject::BadSignature,
+        Reject::WrongUser,
+        Reject::Expired,
+    ];
+}
+
+/// The signed fields of a token.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Claims {
+    pub dec: Dec,
+    /// Unix seconds. Wait tokens become eligible at `exp`; allow tokens stop working at `exp`.
+    pub exp: u64,
+    /// The identity the token is bound to, percent-encoded.
+    pub uid: String,
+    pub kid: String,
+    /// Capacity rooms only: the minute of first arrival (FIFO order survives method switches).
+    pub arr: Option<u64>,
+    /// Capacity rooms only: unix seconds when the user was admitted.
+    pub acc: Option<u64>,
+    /// Capacity rooms only: the minute this user was last counted (active or waiting).
+    pub chk: Option<u64>,
+    /// Capacity rooms only: the jittered refresh interval granted with this token, seconds.
+    pub refresh: Option<u32>,
+}
+
+impl Claims {
+    /// A lottery-style token: the four fields the VCL pattern signs.
+    pub fn new(dec: Dec, exp: u64, uid: &Identity, kid: &str) -> Claims {
+        Claims {
+            dec,
+            exp,
+            uid: uid.as_str().to_owned(),
+            kid: kid.to_owned(),
+            arr: None,
+            acc: None,
+            chk: None,
+            refresh: None,
+        }
+    }
+
+    /// The exact bytes the signature covers.
+    pub fn message(&self) -> String {
+        let mut m = String::with_capacity(64 + self.uid.len() + self.kid.len());
+        self.write_message(&mut m);
+        m
+    }
+
+    fn write_message(&self, m: &mut String) {
+        // Writing to a String cannot fail.
+        let _ = write!(
+            m,
+            "dec={}&exp={}&uid={}&kid={}",
+            self.dec.as_str(),
+            self.exp,
+            self.uid,
+            self.kid
+        );
+        if let Some(v) = self.arr {
+            let _ = write!(m, "&arr={v}");
+        }
+        if let Some(v) = self.acc {
+            let _ = write!(m, "&acc={v}");
+        }
+        if let Some(v) = self.chk {
+            let _ = write!(m, "&chk={v}");
+        }
+        if let Some(v) = self.refresh {
+            let _ = write!(m, "&ref={v}");
+        }
+    }
+
+    /// Signs with `key` (whose id must be `self.kid`) and returns the whole cookie value.
+    pub fn sign(&self, key: &SigningKey) -> String {
+        debug_assert_eq!(key.id(), self.kid);
+        let mut value = String::with_capacity(200 + self.uid.len());
+        self.write_message(&mut value);
+        let mut mac = key.mac();
+        mac.update(value.as_bytes());
+        let sig = mac.finalize().into_bytes();
+        value.push_str("&sig=0x");
+        let mut hex_buf = [0u8; SIG_BYTES * 2];
+        // The buffer is exactly twice the signature's length, so encoding cannot fail.
+        let _ = hex::encode_to_slice(sig, &mut hex_buf);
+        value.push_str(std::str::from_utf8(&hex_buf).unwrap_or_default());
+        value
+    }
+}
+
+/// A token as presented: well-formed, not yet trusted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub claims: Claims,
+    sig: [u8; SIG_BYTES],
+}
+
+impl Token {
+    /// Parses a cookie value. Any deviation from the format is [`Reject::Malformed`].
+    pub fn parse(value: &[u8]) -> Result<Token, Reject> {
+        if value.len() > MAX_TOKEN_LEN {
+            return Err(Reject::Malformed);
+        }
+        let value = std::str::from_utf8(value).map_err(|_| Reject::Malformed)?;
+        let mut fields = Fields::default();
+        for part in value.split('&') {
+            let (name, v) = part.split_once('=').ok_or(Reject::Malformed)?;
+            let slot = match name {
+                "dec" => &mut fields.dec,
+                "exp" => &mut fields.exp,
+                "uid" => &mut fields.uid,
+                "kid" => &mut fields.kid,
+                "sig" => &mut fields.sig,
+                "arr" => &mut fields.arr,
+                "acc" => &mut fields.acc,
+                "chk" => &mut fields.chk,
+                "ref" => &mut fields.refresh,
+                _ => return Err(Reject::Malformed),
+            };
+            if slot.replace(v).is_some() {
+                return Err(Reject::Malformed);
+            }
+        }
+        let dec = match fields.dec.ok_or(Reject::Malformed)? {
+            "wait" => Dec::Wait,
+            "allow" => Dec::Allow,
+            _ => return Err(Reject::Malformed),
+        };
+        let exp = parse_number(fields.exp.ok_or(Reject::Malformed)?)?;
+        let uid = fields.uid.ok_or(Reject::Malformed)?;
+        if uid.is_empty() || uid.len() > MAX_UID_LEN || !uid.bytes().all(is_uid_byte_or_escape) {
+            return Err(Reject::Malformed);
+        }
+        let kid = fields.kid.ok_or(Reject::Malformed)?;
+        if !crate::keys::is_valid_key_id(kid) {
+            return Err(Reject::Malformed);
+        }
+        let sig = parse_sig(fields.sig.ok_or(Reject::Malformed)?)?;
+        let optional = |v: Option<&str>| v.map(parse_number).transpose();
+        let refresh = match optional(fields.refresh)? {
+            Some(r) => Some(u32::try_from(r).map_err(|_| Reject::Malformed)?),
+            None => None,
+        };
+        Ok(Token {
+            claims: Claims {
+                dec,
+                exp,
+                uid: uid.to_owned(),
+                kid: kid.to_owned(),
+                arr: optional(fields.arr)?,
+                acc: optional(fields.acc)?,
+                chk: optional(fields.chk)?,
+                refresh,
+            },
+            sig,
+        })
+    }
+
+    /// Checks key, signature, owner and (for allow tokens) expiry, in that order.
+    pub fn verify(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Result<(), Reject> {
+        self.verify_signature(ring)?;
+        if self.claims.uid != uid.as_str() {
+            return Err(Reject::WrongUser);
+        }
+        if self.claims.dec == Dec::Allow && now.secs() >= self.claims.exp {
+            return Err(Reject::Expired);
+        }
+        Ok(())
+    }
+
+    /// Checks only that a known key signed exactly these fields (`token inspect` uses it to
+    /// explain a token belonging to someone else).
+    pub fn verify_signature(&self, ring: &KeyRing) -> Result<(), Reject> {
+        let key = ring.get(&self.claims.kid).ok_or(Reject::UnknownKey)?;
+        let mut mac = key.mac();
+        mac.update(self.claims.message().as_bytes());
+        // `verify_slice` compares in constant time.
+        mac.verify_slice(&self.sig)
+            .map_err(|_| Reject::BadSignature)
+    }
+
+    pub fn signature(&self) -> &[u8; SIG_BYTES] {
+        &self.sig
+    }
+
+    /// A generator seeded by this token's signature: the same token always draws the same
+    /// numbers, so presenting it again cannot re-roll anything.
+    pub fn rng(&self) -> ChaCha20Rng {
+        let mut seed = [0u8; 32];
+        seed.copy_from_slice(&self.sig[..32]);
+        ChaCha20Rng::from_seed(seed)
+    }
+
+    /// A uniform draw in [0, 1) fixed for this token.
+    pub fn draw(&self) -> f64 {
+        unit_interval(self.rng().next_u64())
+    }
+}
+
+/// Maps 64 random bits to [0, 1) using the top 53 bits (exactly representable).
+pub fn unit_interval(bits: u64) -> f64 {
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[derive(Default)]
+struct Fields<'a> {
+    dec: Option<&'a str>,
+    exp: Option<&'a str>,
+    uid: Option<&'a str>,
+    kid: Option<&'a str>,
+    sig: Option<&'a str>,
+    arr: Option<&'a str>,
+    acc: Option<&'a str>,
+    chk: Option<&'a str>,
+    refresh: Option<&'a str>,
+}
+
+/// Decimal digits only: no sign, no spaces, no overflow.
+fn parse_number(s: &str) -> Result<u64, Reject> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Reject::Malformed);
+    }
+    s.parse().map_err(|_| Reject::Malformed)
+}
+
+/// `0x` and exactly 128 lowercase hex digits, as the VCL writes them.
+fn parse_sig(s: &str) -> Result<[u8; SIG_BYTES], Reject> {
+    let hex_part = s.strip_prefix("0x").ok_or(Reject::Malformed)?;
+    if hex_part.len() != SIG_BYTES * 2
+        || !hex_part
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(Reject::Malformed);
+    }
+    let mut sig = [0u8; SIG_BYTES];
+    hex::decode_to_slice(hex_part, &mut sig).map_err(|_| Reject::Malformed)?;
+    Ok(sig)
+}
+
+fn is_uid_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'_' | b'/' | b'-')
+}
+
+fn is_uid_byte_or_escape(b: u8) -> bool {
+    is_uid_byte(b) || b == b'%'
+}
+
+/// Percent-encodes every byte outside `[A-Za-z0-9.:_/-]` (uppercase hex), so a uid never
+/// breaks the `&`/`=` framing or the cookie syntax.
+pub fn encode_uid(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for &b in raw {
+        if is_uid_byte(b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::KeyRing;
+    use hmac::Hmac;
+    use proptest::prelude::*;
+    use sha2::Sha512;
+
+    const KEY1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+
+    fn ring() -> KeyRing {
+        KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap()
+    }
+
+    fn alice() -> Identity {
+        Identity::of_ip("192.0.2.10".parse().unwrap(), 64)
+    }
+
+    #[test]
+    fn published_hmac_sha512_vector() {
+        // HMAC-SHA512(key = "key", message = "input").
+        let mut mac = Hmac::<Sha512>::new_from_slice(b"key").unwrap();
+        mac.update(b"input");
+        let sig = format!("0x{}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(
+            sig,
+            "0x03ad77c817f32669cccf38dac915d4e55a16833b1ca685979a9df521a05235978090043c3da402dad365ed39ac05af4864a804451861f4b4df7680834c6d4f95"
+        );
+    }
+
+    #[test]
+    fn sign_parse_verify_round_trip() {
+        let ring = ring();
+        let claims = Claims::new(Dec::Wait, 1_700_000_060, &alice(), "key1");
+        let value = claims.sign(ring.active());
+        assert!(value.starts_with("dec=wait&exp=1700000060&uid=192.0.2.10&kid=key1&sig=0x"));
+        let token = Token::parse(value.as_bytes()).unwrap();
+        assert_eq!(token.claims, claims);
+        assert_eq!(
+            token.verify(&ring, &alice(), Timestamp::from_secs(0)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn field_order_does_not_matter_but_duplicates_do() {
+        let ring = ring();
+        let value = Claims::new(Dec::Allow, 2_000_000_000, &alice(), "key1").sign(ring.active());
+        let sig = value.split("&sig=").nth(1).unwrap();
+        // The VCL pattern's own parse order: dec, exp, kid, uid.
+        let reordered = format!("sig={sig}&kid=key1&uid=192.0.2.10&exp=2000000000&dec=allow");
+        let token = Token::parse(reordered.as_bytes()).unwrap();
+        assert_eq!(
+            token.verify(&ring, &alice(), Timestamp::from_secs(0)),
+            Ok(())
+        );
+        let dup = format!("{value}&dec=allow");
+        assert_eq!(Token::parse(dup.as_bytes()), Err(Reject::Malformed));
+    }
+
+    #[test]
+    fn rejections() {
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let allow = Claims::new(Dec::Allow, 2_000, &alice(), "key1").sign(ring.active());
+        let t = Token::parse(allow.as_bytes()).unwrap();
+        let bob = Identity::of_ip("192.0.2.11".parse().unwrap(), 64);
+        assert_eq!(t.verify(&ring, &bob, now), Err(Reject::WrongUser));
+        assert_eq!(
+            t.verify(&ring, &alice(), Timestamp::from_secs(2_000)),
+            Err(Reject::Expired)
+        );
+        // A wait token past exp is eligible, not expired.
+        let wait = Claims::new(Dec::Wait, 2_000, &alice(), "key1").sign(ring.active());
+        let t = Token::parse(wait.as_bytes()).unwrap();
+        assert_eq!(
+            t.verify(&ring, &alice(), Timestamp::from_secs(5_000)),
+            Ok(())
+        );
+        // Forged decision with the original signature.
+        let forged = wait.replace("dec=wait", "dec=allow");
+        let t = Token::parse(forged.as_bytes()).unwrap();
+        assert_eq!(t.verify(&ring, &alice(), now), Err(Reject::BadSignature));
+        // Unknown key id: never trusted, even with a well-formed signature.
+        let other = KeyRing::from_entries("k9", &[("k9", KEY1)]).unwrap();
+        let foreign = Claims::new(Dec::Allow, 2_000, &alice(), "k9").sign(other.active());
+        let t = Token::parse(foreign.as_bytes()).unwrap();
+        assert_eq!(t.verify(&ring, &alice(), now), Err(Reject::UnknownKey));
+    }
+
+    #[test]
+    fn malformed_shapes() {
+        let ring = ring();
+        let good = Claims::new(Dec::Wait, 2_000, &alice(), "key1").sign(ring.active());
+        let cases: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"garbage".to_vec(),
+            b"dec=wait".to_vec(),
+            good.replace("exp=2000", "exp=-2000").into_bytes(),
+            good.replace("exp=2000", "exp=99999999999999999999999")
+                .into_bytes(),
+            good.replace("exp=2000", "exp=").into_bytes(),
+            good.replace("exp=2000", "exp=+2000").into_bytes(),
+            good.replace("dec=wait", "dec=maybe").into_bytes(),
+            good.replace("&kid=key1", "").into_bytes(),
+            good.replace("sig=0x", "sig=").into_bytes(),
+            good.replace("sig=0x", "sig=0X").into_bytes(),
+            format!("{}zz", &good[..good.len() - 2]).into_bytes(),
+            format!("{}AB", &good[..good.len() - 2]).into_bytes(),
+            format!("{good}0").into_bytes(),
+            format!("{good}&extra=1").into_bytes(),
+            format!("{good}&").into_bytes(),
+            good.replace("uid=192.0.2.10", "uid=a b").into_bytes(),
+            vec![b'a'; 10 * 1024],
+            b"dec=wait&exp=1&uid=\xff\xfe&kid=key1&sig=0x00".to_vec(),
+        ];
+        for case in cases {
+            assert_eq!(
+                Token::parse(&case),
+                Err(Reject::Malformed),
+                "{:?}",
+                String::from_utf8_lossy(&case)
+            );
+        }
+    }
+
+    #[test]
+    fn capacity_fields_are_signed() {
+        let ring = ring();
+        let mut claims = Claims::new(Dec::Wait, 2_000, &alice(), "key1");
+        claims.arr = Some(28_000_000);
+        claims.chk = Some(28_000_001);
+        claims.refresh = Some(19);
+        let value = claims.sign(ring.active());
+        assert!(value.contains("&arr=28000000&chk=28000001&ref=19&sig=0x"));
+        let t = Token::parse(value.as_bytes()).unwrap();
+        assert_eq!(t.claims, claims);
+        assert_eq!(t.verify(&ring, &alice(), Timestamp::from_secs(0)), Ok(()));
+        let moved = value.replace("arr=28000000", "arr=27000000");
+        let t = Token::parse(moved.as_bytes()).unwrap();
+        assert_eq!(
+            t.verify(&ring, &alice(), Timestamp::from_secs(0)),
+            Err(Reject::BadSignature)
+        );
+        // Dropping a field changes the message too.
+        let dropped = value.replace("&chk=28000001", "");
+        let t = Token::parse(dropped.as_bytes()).unwrap();
+        assert_eq!(
+            t.verify(&ring, &alice(), Timestamp::from_secs(0)),
+            Err(Reject::BadSignature)
+        );
+    }
+
+    #[test]
+    fn uid_encoding() {
+        assert_eq!(encode_uid(b"192.0.2.1"), "192.0.2.1");
+        assert_eq!(encode_uid(b"2001:db8::/64"), "2001:db8::/64");
+        assert_eq!(encode_uid(b"a&b=c d%"), "a%26b%3Dc%20d%25");
+        assert_eq!(encode_uid("é".as_bytes()), "%C3%A9");
+    }
+
+    #[test]
+    fn draws_are_fixed_per_token() {
+        let ring = ring();
+        let value = Claims::new(Dec::Wait, 2_000, &alice(), "key1").sign(ring.active());
+        let t = Token::parse(value.as_bytes()).unwrap();
+        let d = t.draw();
+        assert!((0.0..1.0).contains(&d));
+        assert_eq!(Token::parse(value.as_bytes()).unwrap().draw(), d);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn every_single_byte_mutation_is_rejected(
+            exp in 1u64..4_000_000_000,
+            allow in any::<bool>(),
+            octet in 0u8..=255,
+        ) {
+            let ring = ring();
+            let uid = Identity::of_ip(std::net::IpAddr::from([10, 1, 2, octet]), 64);
+            let dec = if allow { Dec::Allow } else { Dec::Wait };
+            let value = Claims::new(dec, exp, &uid, "key1").sign(ring.active());
+            let now = Timestamp::from_secs(0);
+            prop_assert!(Token::parse(value.as_bytes()).unwrap().verify(&ring, &uid, now).is_ok());
+            let bytes = value.as_bytes();
+            for i in 0..bytes.len() {
+                for replacement in [b'0', b'1', b'a', b'f', b'&', b'=', b'%', b'x', 0xff, bytes[i] ^ 0x01, bytes[i] ^ 0x20] {
+                    if replacement == bytes[i] {
+                        continue;
+                    }
+                    let mut mutated = bytes.to_vec();
+                    mutated[i] = replacement;
+                    let verdict = Token::parse(&mutated).and_then(|t| t.verify(&ring, &uid, now));
+                    prop_assert!(verdict.is_err(), "mutation at {} to {:?} accepted: {}", i, replacement as char, String::from_utf8_lossy(&mutated));
+                }
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_panic_and_never_verify(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let ring = ring();
+            let verdict = Token::parse(&bytes).and_then(|t| t.verify(&ring, &alice(), Timestamp::from_secs(0)));
+            prop_assert!(verdict.is_err());
+        }
+
+        #[test]
+        fn structured_garbage_never_verifies(
+            dec in "(wait|allow|x)",
+            exp in "[0-9+-]{0,22}",
+            uid in "[a-z0-9.%&=]{0,20}",
+            kid in "[a-z0-9]{0,6}",
+            sig in "(0x)?[0-9a-fA-F]{0,130}",
+        ) {
+            let ring = ring();
+            let value = format!("dec={dec}&exp={exp}&uid={uid}&kid={kid}&sig={sig}");
+            let verdict = Token::parse(value.as_bytes()).and_then(|t| t.verify(&ring, &alice(), Timestamp::from_secs(0)));
+            prop_assert!(verdict.is_err());
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The origin pool: round-robin over `upstream.peers`, skipping peers the health check marked
+//! down.
+//!
+//! Peers were resolved when the config was loaded, so nothing here does DNS or can fail on a
+//! request. A pool lives in a config snapshot; a reload that leaves `[upstream]` unchanged keeps
+//! the same pool, and with it the peers' health.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pingora::lb::health_check::TcpHealthCheck;
+use pingora::lb::selection::RoundRobin;
+use pingora::lb::LoadBalancer;
+use pingora::upstreams::peer::HttpPeer;
+
+use crate::config::UpstreamConfig;
+
+/// Idle pooled connections to the origin are closed after this long.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Upstream {
+    config: UpstreamConfig,
+    lb: LoadBalancer<RoundRobin>,
+    /// SNI per address: `upstream.sni`, or the host name the peer was written with.
+    sni: HashMap<SocketAddr, String>,
+    last_probe: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig) -> std::io::Result<Upstream> {
+        let mut sni = HashMap::new();
+        let mut addrs = Vec::new();
+        for peer in &config.peers {
+            for addr in &peer.addrs {
+                let name = if config.sni.is_empty() {
+                    peer.host.clone()
+                } else {
+                    config.sni.clone()
+                };
+                sni.insert(*addr, name);
+                addrs.push(*addr);
+            }
+        }
+        let mut lb = LoadBalancer::<RoundRobin>::try_from_iter(addrs)?;
+        let mut check = if config.tls {
+            let name = sni.values().next().cloned().unwrap_or_default();
+            TcpHealthCheck::new_tls(&name)
+        } else {
+            TcpHealthCheck::new()
+        };
+        check.peer_template.options.connection_timeout = Some(config.connect_timeout);
+        lb.set_health_check(check);
+        lb.parallel_health_check = true;
+        Ok(Upstream {
+            config: config.clone(),
+            lb,
+            sni,
+            // The first probe waits one interval: peers start healthy, and an origin started
+            // alongside us gets a moment to listen.
+            last_probe: Mutex::new(Some(Instant::now())),
+        })
+    }
+
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.config
+    }
+
+    /// The next healthy peer in round-robin order, skipping addresses already tried for this
+    /// request. When every peer is marked down, the peers are tried anyway ("panic mode"): a
+    /// probe can be wrong for a moment (an origin restarting), and a refused connection costs
+    /// little. `None` when every peer has been tried.
+    pub fn select(&self, tried: &[SocketAddr]) -> Option<Box<HttpPeer>> {
+        let probing = !self.config.health_check.is_zero();
+        let untried =
+            |b: &pingora::lb::Backend| b.addr.as_inet().is_some_and(|a| !tried.contains(a));
+        let backend = self
+            .lb
+            .select_with(b"", 256, |b, healthy| (healthy || !probing) && untried(b))
+            .or_else(|| {
+                (self.healthy_count() == 0)
+                    .then(|| self.lb.select_with(b"", 256, |b, _| untried(b)))
+                    .flatten()
+            })?;
+        let addr = *backend.addr.as_inet()?;
+        let sni = self.sni.get(&addr).cloned().unwrap_or_default();
+        let mut peer = HttpPeer::new(addr, self.config.tls, sni);
+        peer.options.connection_timeout = Some(self.config.connect_timeout);
+        peer.options.total_connection_timeout = Some(self.config.connect_timeout * 2);
+        peer.options.read_timeout = Some(self.config.read_timeout);
+        peer.options.write_timeout = Some(self.config.read_timeout);
+        peer.options.idle_timeout = Some(IDLE_TIMEOUT);
+        Some(Box::new(peer))
+    }
+
+    /// Number of resolved peer addresses.
+    pub fn peer_count(&self) -> usize {
+        self.sni.len()
+    }
+
+    /// Peers currently considered healthy (all of them when probing is off).
+    pub fn healthy_count(&self) -> usize {
+        if self.config.health_check.is_zero() {
+            return self.peer_count();
+        }
+        let backends = self.lb.backends();
+        backends
+            .get_backend()
+            .iter()
+            .filter(|b| backends.ready(b))
+            .count()
+    }
+
+    /// Health of each peer, for `/status`.
+    pub fn peer_health(&self) -> Vec<(SocketAddr, bool)> {
+        let backends = self.lb.backends();
+        let probing = !self.config.health_check.is_zero();
+        let mut out: Vec<(SocketAddr, bool)> = backends
+            .get_backend()
+            .iter()
+            .filter_map(|b| {
+                b.addr
+                    .as_inet()
+                    .map(|a| (*a, !probing || backends.ready(b)))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Probes every peer if `health_check` has passed since the last probe. Called often by the
+    /// background service; cheap when nothing is due.
+    pub async fn probe_if_due(&self, now: Instant) {
+        let interval = self.config.health_check;
+        if interval.is_zero() {
+            return;
+        }
+        {
+            let mut last = self.last_probe.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now.duration_since(t) < interval) {
+                return;
+            }
+            *last = Some(now);
+        }
+        self.lb.backends().run_health_check(true).await;
+    }
+}

@@ -1,0 +1,386 @@
+//! Integration-test harness: the real `vestibule` binary on free loopback ports, in front of the
+//! real demo origin (a separate process), talked to with a real HTTP client. Every process a test
+//! starts is stopped by its pid when the test ends.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_vestibule");
+
+/// A test key (not the published demo key).
+pub const KEY1: &str = "dGVzdC1rZXktb25lLXRlc3Qta2V5LW9uZS10ZXN0LWtleS1vbmUtdGVzdC1rZXktMQ==";
+pub const KEY2: &str = "dGVzdC1rZXktdHdvLXRlc3Qta2V5LXR3by10ZXN0LWtleS10d28tdGVzdC1rZXktMg==";
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub fn free_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+/// Waits until something accepts connections on `addr`.
+pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+/// A child process, killed by pid when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal by pid (`TERM`, `HUP`, ...).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name} {} failed", self.pid());
+    }
+
+    /// Waits for the process to exit; `None` on timeout.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of pid {} ---\n{}",
+                self.child.id(),
+                self.log_text()
+            );
+        }
+    }
+}
+
+pub fn spawn(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> Proc {
+    let out = std::fs::File::create(log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    Proc {
+        child: cmd.spawn().expect("vestibule starts"),
+        log: log.to_path_buf(),
+    }
+}
+
+/// The demo origin in its own process.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl Origin {
+    pub fn start() -> Origin {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let addr = free_addr();
+        let proc = spawn(
+            &["origin", "--listen", &addr.to_string(), "--threads", "2"],
+            &dir.path().join("origin.log"),
+            &[],
+        );
+        assert!(
+            wait_for_port(addr, Duration::from_secs(10)),
+            "origin did not start"
+        );
+        Origin {
+            addr,
+            proc,
+            _dir: dir,
+        }
+    }
+
+    /// Requests the origin has served so far (its `/__stats` counts itself too).
+    pub fn served(&self) -> u64 {
+        let body = client()
+            .get(format!("http://{}/__stats", self.addr))
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        v["served"].as_u64().unwrap_or(0).saturating_sub(1)
+    }
+}
+
+/// How to start a proxy for a test.
+pub struct Setup {
+    pub upstream: String,
+    pub upstream_extra: String,
+    pub extra: String,
+    pub admin: Option<String>,
+    pub keys: String,
+    pub env: Vec<(String, String)>,
+}
+
+impl Setup {
+    pub fn new(origin: SocketAddr) -> Setup {
+        Setup {
+            upstream: format!("[\"{origin}\"]"),
+            upstream_extra: "health_check = \"1s\"\n".into(),
+            extra: String::new(),
+            admin: None,
+            keys: format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn extra(mut self, toml: &str) -> Setup {
+        self.extra.push_str(toml);
+        self.extra.push('\n');
+        self
+    }
+
+    pub fn upstream_extra(mut self, toml: &str) -> Setup {
+        self.upstream_extra = toml.to_owned();
+        self
+    }
+
+    pub fn start(self) -> Vestibule {
+        Vestibule::start(self)
+    }
+}
+
+/// A running proxy with its own folder (config, keys, pages, log).
+pub struct Vestibule {
+    pub dir: tempfile::TempDir,
+    pub proxy: SocketAddr,
+    pub admin: SocketAddr,
+    pub admin_token: Option<String>,
+    pub proc: Proc,
+}
+
+impl Vestibule {
+    pub fn config_text(setup: &Setup, proxy: SocketAddr, admin: &str) -> String {
+        format!(
+            "[server]\nlisten = [\"{proxy}\"]\nthreads = 2\ngraceful_shutdown = \"2s\"\npid_file = \"/tmp/vestibule-test-{port}.pid\"\nupgrade_sock = \"/tmp/vestibule-test-{port}.sock\"\n\
+             [admin]\n{admin}\n\
+             [upstream]\npeers = {peers}\n{upstream_extra}\n\
+             {extra}",
+            port = proxy.port(),
+            peers = setup.upstream,
+            upstream_extra = setup.upstream_extra,
+            extra = setup.extra,
+        )
+    }
+
+    pub fn start(setup: Setup) -> Vestibule {
+        let dir = tempfile::tempdir().expect("temp dir");
+        copy_pages(&dir.path().join("pages"));
+        std::fs::write(dir.path().join("keys.toml"), &setup.keys).expect("keys");
+        let proxy = free_addr();
+        let admin_addr = free_addr();
+        let admin = setup
+            .admin
+            .clone()
+            .unwrap_or_else(|| format!("listen = \"{admin_addr}\""));
+        let admin_token = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("token = \""))
+            .map(|t| t.trim_end_matches('"').to_owned());
+        let admin_listen: SocketAddr = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("listen = \""))
+            .map(|t| t.trim_end_matches('"').parse().expect("admin addr"))
+            .unwrap_or(admin_addr);
+        let config = dir.path().join("vestibule.toml");
+        std::fs::write(&config, Self::config_text(&setup, proxy, &admin)).expect("config");
+        let envs: Vec<(&str, &str)> = setup
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let proc = spawn(
+            &["--config", config.to_str().expect("utf-8 path")],
+            &dir.path().join("vestibule.log"),
+            &envs,
+        );
+        let admin_probe = if admin_listen.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], admin_listen.port()))
+        } else {
+            admin_listen
+        };
+        let v = Vestibule {
+            dir,
+            proxy,
+            admin: admin_probe,
+            admin_token,
+            proc,
+        };
+        let up = wait_for_port(proxy, Duration::from_secs(15))
+            && wait_for_port(admin_probe, Duration::from_secs(5));
+        assert!(up, "vestibule did not start:\n{}", v.proc.log_text());
+        v
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.proxy, path)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("vestibule.toml")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// GET on the admin endpoint, with the token when one is configured.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        let mut req = client().get(format!("http://{}{}", self.admin, path));
+        if let Some(t) = &self.admin_token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().expect("admin answers");
+        let status = resp.status().as_u16();
+        (status, resp.text().unwrap_or_default())
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        let (code, body) = self.admin_get("/status");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).expect("status is JSON")
+    }
+
+    pub fn metrics(&self) -> String {
+        self.admin_get("/metrics").1
+    }
+
+    /// The value of one sample line of `/metrics` (`name{labels}`), 0 when absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.metrics(), series)
+    }
+
+    pub fn log_text(&self) -> String {
+        self.proc.log_text()
+    }
+}
+
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The shipped pages, copied so a test may edit its own.
+pub fn copy_pages(to: &Path) {
+    std::fs::create_dir_all(to).expect("pages dir");
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("pages");
+    for entry in std::fs::read_dir(from).expect("pages") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy page");
+    }
+}
+
+/// A client that follows no redirects and keeps no cookies: tests see every header.
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client")
+}
+
+/// Runs the binary to completion and returns (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("vestibule runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Reads everything a child printed so far (for `demo`).
+pub fn read_to_string(mut r: impl Read) -> String {
+    let mut s = String::new();
+    let _ = r.read_to_string(&mut s);
+    s
+}
+
+/// The origin's view of a request: (method, path, headers in order).
+pub fn echo_headers(body: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(body).expect("echo JSON");
+    v["headers"]
+        .as_array()
+        .expect("headers")
+        .iter()
+        .map(|pair| {
+            (
+                pair[0].as_str().unwrap_or_default().to_owned(),
+                pair[1].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+pub fn header_values(headers: &[(String, String)], name: &str) -> Vec<String> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}

@@ -1,0 +1,268 @@
+//! The walking skeleton end to end: proxying, the 502 page, `--check`, the admin endpoint,
+//! SIGTERM and `demo`, all against the real binary and a real origin on loopback.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[test]
+fn proxies_with_forwarded_for_and_host_and_no_internal_headers() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).start();
+    let resp = client()
+        .get(v.url("/__echo?x=1"))
+        .header("Host", "shop.example")
+        .header("X-Forwarded-For", "6.6.6.6")
+        .header("Vestibule-Command", "revoke")
+        .header("vestibule-decision", "allow")
+        .header("X-Custom", "kept")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let headers = echo_headers(&resp.text().unwrap());
+    assert_eq!(header_values(&headers, "host"), ["shop.example"]);
+    // An untrusted client's own XFF is replaced by its address.
+    assert_eq!(header_values(&headers, "x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(header_values(&headers, "x-custom"), ["kept"]);
+    assert!(
+        headers.iter().all(|(n, _)| !n.starts_with("vestibule-")),
+        "{headers:?}"
+    );
+    // Plain pages come through untouched.
+    let resp = client().get(v.url("/hello")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().unwrap().contains("You are in."));
+}
+
+#[test]
+fn trusted_proxies_keep_the_chain() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]")
+        .start();
+    let body = client()
+        .get(v.url("/__echo"))
+        .header("X-Forwarded-For", "203.0.113.5")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let headers = echo_headers(&body);
+    assert_eq!(
+        header_values(&headers, "x-forwarded-for"),
+        ["203.0.113.5, 127.0.0.1"]
+    );
+}
+
+#[test]
+fn origin_down_gets_the_502_page_and_readyz_fails() {
+    let dead = free_addr();
+    let v = Setup::new(dead).start();
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 502);
+    assert_eq!(resp.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(resp.headers().contains_key("retry-after"));
+    let body = resp.text().unwrap();
+    assert!(body.contains("Temporarily unavailable"), "{body}");
+    let resp = client()
+        .get(v.url("/"))
+        .header("Accept", "application/json")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let json: serde_json::Value = resp.json().unwrap();
+    assert_eq!(json["status"], 502);
+    // The health check marks the only peer down.
+    assert!(eventually(Duration::from_secs(5), || v
+        .admin_get("/readyz")
+        .0
+        == 503));
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 502);
+    assert!(v.metric("vestibule_upstream_unavailable_total") >= 2.0);
+}
+
+#[test]
+fn admin_endpoints() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).start();
+    assert_eq!(v.admin_get("/healthz").0, 200);
+    assert!(eventually(Duration::from_secs(5), || v
+        .admin_get("/readyz")
+        .0
+        == 200));
+    for _ in 0..3 {
+        assert_eq!(client().get(v.url("/x")).send().unwrap().status(), 200);
+    }
+    client().get(v.url("/__status/503")).send().unwrap();
+    let metrics = v.metrics();
+    assert!(
+        metric_value(
+            &metrics,
+            "vestibule_upstream_responses_total{status_class=\"2xx\"}"
+        ) >= 3.0,
+        "{metrics}"
+    );
+    assert!(
+        metric_value(
+            &metrics,
+            "vestibule_upstream_responses_total{status_class=\"5xx\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric_value(&metrics, "vestibule_upstream_response_seconds_count") >= 4.0,
+        "{metrics}"
+    );
+    assert_eq!(metric_value(&metrics, "vestibule_config_generation"), 1.0);
+    let status = v.status();
+    assert_eq!(status["generation"], 1);
+    assert!(status["loaded_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(status["last_reload_error"], serde_json::Value::Null);
+    assert_eq!(v.admin_get("/nope").0, 404);
+}
+
+#[test]
+fn admin_off_loopback_requires_the_token() {
+    let origin = Origin::start();
+    let port = free_port();
+    let token = "s3cret-admin-token-for-tests";
+    let mut setup = Setup::new(origin.addr);
+    setup.admin = Some(format!("listen = \"0.0.0.0:{port}\"\ntoken = \"{token}\""));
+    let v = setup.start();
+    let url = format!("http://127.0.0.1:{port}/status");
+    let resp = client().get(&url).send().unwrap();
+    assert_eq!(resp.status(), 401);
+    assert!(resp.headers().contains_key("www-authenticate"));
+    let resp = client()
+        .get(&url)
+        .bearer_auth("wrong-token-wrong-token")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = client().get(&url).bearer_auth(token).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().unwrap();
+    assert!(!body.contains(token), "the token leaked into /status");
+    assert_eq!(v.admin_get("/metrics").0, 200);
+}
+
+#[test]
+fn check_accepts_good_configs() {
+    let origin = Origin::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.toml");
+    std::fs::write(
+        &path,
+        format!("[upstream]\npeers = [\"{}\"]\n", origin.addr),
+    )
+    .unwrap();
+    let (code, out, err) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+    // The shipped sample config is valid as it stands.
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/conf/vestibule.toml");
+    let (code, out, err) = run_cli(&["--check", "--config", sample]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+}
+
+#[test]
+fn check_reports_each_kind_of_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Option<&str>, &str); 6] = [
+        ("missing.toml", None, "missing.toml: cannot read the config file"),
+        ("syntax.toml", Some("[upstream\npeers = []\n"), "syntax.toml:1"),
+        (
+            "unknown.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\nhealthcheck = \"1s\"\n"),
+            "unknown.toml:3: healthcheck: unknown field `healthcheck`",
+        ),
+        (
+            "listen.toml",
+            Some("[server]\nlisten = [\"localhost\"]\n[upstream]\npeers = [\"127.0.0.1:1\"]\n"),
+            "listen.toml:2: server.listen[0]: \"localhost\" is not an address",
+        ),
+        (
+            "cidr.toml",
+            Some("[identity]\ntrusted_proxies = [\"10.0.0.0/40\"]\n[upstream]\npeers = [\"127.0.0.1:1\"]\n"),
+            "cidr.toml:2: identity.trusted_proxies[0]: \"10.0.0.0/40\" is not a CIDR",
+        ),
+        (
+            "resolve.toml",
+            Some("[upstream]\npeers = [\"no-such-origin.invalid:80\"]\n"),
+            "resolve.toml:2: upstream.peers[0]: cannot resolve \"no-such-origin.invalid:80\"",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let path = dir.path().join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let (code, out, err) = run_cli(&["--check", "--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{name}: {out}{err}");
+        assert!(
+            err.contains(expected),
+            "{name}: expected {expected:?} in {err:?}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+        // Running (not just checking) refuses the same file the same way.
+        let (code, _, err) = run_cli(&["--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{name}");
+        assert!(err.contains(expected), "{name}: {err}");
+    }
+}
+
+#[test]
+fn sigterm_ends_the_process_promptly() {
+    let origin = Origin::start();
+    let mut v = Setup::new(origin.addr).start();
+    assert_eq!(client().get(v.url("/")).send().unwrap().status(), 200);
+    let start = Instant::now();
+    v.proc.signal("TERM");
+    let status = v.proc.wait_exit(Duration::from_secs(10));
+    let took = start.elapsed();
+    assert!(status.is_some(), "still running 10 s after SIGTERM");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    eprintln!("SIGTERM to exit: {took:?}");
+}
+
+#[test]
+fn demo_starts_its_own_origin_and_prints_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, admin, origin) = (free_addr(), free_addr(), free_addr());
+    copy_pages(&dir.path().join("pages"));
+    std::fs::write(
+        dir.path().join("keys.toml"),
+        format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
+    )
+    .unwrap();
+    let config = dir.path().join("vestibule.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = [\"{proxy}\"]\npid_file = \"/tmp/vt-demo-{p}.pid\"\nupgrade_sock = \"/tmp/vt-demo-{p}.sock\"\n[admin]\nlisten = \"{admin}\"\n[upstream]\npeers = [\"{origin}\"]\n",
+            p = proxy.port()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("demo.log");
+    let demo = spawn(&["demo", "--config", config.to_str().unwrap()], &log, &[]);
+    assert!(
+        wait_for_port(proxy, Duration::from_secs(15)),
+        "{}",
+        demo.log_text()
+    );
+    assert!(
+        wait_for_port(origin, Duration::from_secs(5)),
+        "demo origin did not start"
+    );
+    let text = demo.log_text();
+    assert!(
+        text.contains(&format!("vestibule demo: open http://{proxy}/")),
+        "{text}"
+    );
+    let resp = client().get(format!("http://{proxy}/")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().unwrap().contains("demo origin"));
+}
