@@ -50,6 +50,11 @@ enum Command {
         listen: SocketAddr,
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Serve TLS with this PEM certificate chain (needs --tls-key).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
 }
 
@@ -60,7 +65,12 @@ fn main() -> ExitCode {
             println!("{}", vestibule::keys::generate());
             ExitCode::SUCCESS
         }
-        Some(Command::Origin { listen, threads }) => run_origin(listen, threads),
+        Some(Command::Origin {
+            listen,
+            threads,
+            tls_cert,
+            tls_key,
+        }) => run_origin(listen, threads, tls_cert.zip(tls_key)),
         Some(Command::Demo) => run_demo(&cli.config),
         None if cli.check => check(&cli.config),
         None => run(
@@ -177,7 +187,7 @@ fn reachable(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
 }
 
-fn run_origin(listen: SocketAddr, threads: usize) -> ExitCode {
+fn run_origin(listen: SocketAddr, threads: usize, tls: Option<(PathBuf, PathBuf)>) -> ExitCode {
     let _ = env_logger::Builder::new()
         .filter_level(log::LevelFilter::Warn)
         .try_init();
@@ -190,6 +200,20 @@ fn run_origin(listen: SocketAddr, threads: usize) -> ExitCode {
         },
     );
     server.bootstrap();
-    server.add_service(server::demo_origin_service(listen, threads.max(1)));
+    let mut origin = server::demo_origin_service(None, threads.max(1));
+    match tls {
+        None => origin.add_tcp(&listen.to_string()),
+        Some((cert, key)) => {
+            if let Err(e) = origin.add_tls(
+                &listen.to_string(),
+                &cert.to_string_lossy(),
+                &key.to_string_lossy(),
+            ) {
+                eprintln!("vestibule origin: cannot use the TLS certificate or key: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    server.add_service(origin);
     server.run_forever()
 }

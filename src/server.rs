@@ -63,15 +63,18 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     ));
 
     if let Some(addr) = options.demo_origin {
-        server.add_service(demo_origin_service(addr, 1));
+        server.add_service(demo_origin_service(Some(addr), 1));
     }
     server
 }
 
-/// The demo origin as a service of its own.
-pub fn demo_origin_service(addr: SocketAddr, threads: usize) -> Service<DemoOrigin> {
+/// The demo origin as a service of its own, listening on `addr` if given (callers may add
+/// listeners, such as a TLS one, themselves).
+pub fn demo_origin_service(addr: Option<SocketAddr>, threads: usize) -> Service<DemoOrigin> {
     let mut origin = Service::new("vestibule demo origin".into(), DemoOrigin::default());
-    origin.add_tcp(&addr.to_string());
+    if let Some(addr) = addr {
+        origin.add_tcp(&addr.to_string());
+    }
     origin.threads = Some(threads);
     origin
 }

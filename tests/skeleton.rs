@@ -266,3 +266,74 @@ fn demo_starts_its_own_origin_and_prints_the_url() {
     assert_eq!(resp.status(), 200);
     assert!(resp.text().unwrap().contains("demo origin"));
 }
+
+/// A private CA and a certificate for `origin.test` signed by it: (ca.pem, cert.pem, key.pem).
+fn tls_files(dir: &std::path::Path) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["origin.test".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    (
+        write("ca.pem", ca.pem()),
+        write("cert.pem", leaf.pem()),
+        write("key.pem", leaf_key.serialize_pem()),
+    )
+}
+
+#[test]
+fn upstream_tls_verifies_the_origin_by_sni() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(dir.path());
+    let addr = free_addr();
+    let _origin = spawn(
+        &[
+            "origin",
+            "--listen",
+            &addr.to_string(),
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ],
+        &dir.path().join("tls-origin.log"),
+        &[],
+    );
+    assert!(wait_for_port(addr, Duration::from_secs(10)));
+    let good = Setup::new(addr)
+        .upstream_extra(&format!(
+            "tls = true\nsni = \"origin.test\"\nca_file = \"{ca}\"\nhealth_check = \"0s\"\n"
+        ))
+        .start();
+    let resp = client().get(good.url("/__echo")).send().unwrap();
+    assert_eq!(resp.status(), 200, "{}", good.log_text());
+    assert!(echo_headers(&resp.text().unwrap())
+        .iter()
+        .any(|(n, _)| n == "x-forwarded-for"));
+    // The certificate names origin.test: any other name must fail verification.
+    let wrong = Setup::new(addr)
+        .upstream_extra(&format!(
+            "tls = true\nsni = \"wrong.test\"\nca_file = \"{ca}\"\nhealth_check = \"0s\"\n"
+        ))
+        .start();
+    assert_eq!(client().get(wrong.url("/")).send().unwrap().status(), 502);
+    // Without our CA, the system roots do not trust it either.
+    let untrusted = Setup::new(addr)
+        .upstream_extra("tls = true\nsni = \"origin.test\"\nhealth_check = \"0s\"\n")
+        .start();
+    assert_eq!(
+        client().get(untrusted.url("/")).send().unwrap().status(),
+        502
+    );
+}

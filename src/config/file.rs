@@ -99,6 +99,8 @@ pub struct UpstreamFile {
     pub tls: bool,
     #[serde(default)]
     pub sni: String,
+    #[serde(default)]
+    pub ca_file: String,
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
     #[serde(default = "default_read_timeout", with = "humantime_serde")]

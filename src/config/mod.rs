@@ -73,6 +73,8 @@ pub struct UpstreamConfig {
     pub tls: bool,
     /// SNI and certificate name for TLS; empty means the host name of each peer.
     pub sni: String,
+    /// PEM bundle of CAs to trust for origin certificates instead of the system roots.
+    pub ca_file: Option<PathBuf>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     /// Probe interval; zero turns probing off (every peer counts as healthy).
@@ -295,6 +297,11 @@ impl Config {
         let slack = u64::from(total >= 3);
         conf.grace_period_seconds = Some(total - timeout - slack);
         conf.graceful_shutdown_timeout_seconds = Some(timeout);
+        conf.ca_file = self
+            .upstream
+            .ca_file
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned());
         conf
     }
 }

@@ -261,10 +261,30 @@ impl Validator<'_> {
         if !u.tls && !u.sni.is_empty() {
             self.err("upstream.sni", "only applies when upstream.tls = true");
         }
+        let ca_file = Some(u.ca_file.trim())
+            .filter(|f| !f.is_empty())
+            .map(|f| self.resolve(f));
+        if let Some(path) = &ca_file {
+            if !u.tls {
+                self.err("upstream.ca_file", "only applies when upstream.tls = true");
+            }
+            match std::fs::read_to_string(path) {
+                Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {}
+                Ok(_) => self.err(
+                    "upstream.ca_file",
+                    format!("{} holds no PEM certificate", path.display()),
+                ),
+                Err(e) => self.err(
+                    "upstream.ca_file",
+                    format!("cannot read {}: {e}", path.display()),
+                ),
+            }
+        }
         Some(UpstreamConfig {
             peers,
             tls: u.tls,
             sni: u.sni.clone(),
+            ca_file,
             connect_timeout: u.connect_timeout,
             read_timeout: u.read_timeout,
             health_check: u.health_check,
