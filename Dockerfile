@@ -5,6 +5,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY pages ./pages
+COPY benches ./benches
 RUN cargo build --release --locked --bin vestibule
 
 FROM debian:bookworm-slim

@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::app::App;
+use crate::config::Admission;
+use crate::room::Room;
 use crate::snapshot::Snapshot;
 
 pub struct Admin {
@@ -51,8 +53,49 @@ impl Admin {
                 "listen": config.admin.listen.to_string(),
                 "token_required": config.admin.token.is_some(),
             },
+            "keys": snapshot.keys.as_ref().map(|ring| json!({
+                "active": ring.active().id(),
+                "ids": ring.ids().collect::<Vec<_>>(),
+            })),
+            "rooms": snapshot.rooms.iter().map(room_status).collect::<Vec<_>>(),
         })
     }
+}
+
+fn secs(d: std::time::Duration) -> u64 {
+    d.as_secs()
+}
+
+/// A room's settings and live figures.
+fn room_status(room: &Room) -> Value {
+    let c = &room.config;
+    let mut v = json!({
+        "name": c.name,
+        "enabled": c.enabled,
+        "admission": c.admission.method(),
+        "hosts": c.hosts.iter().map(|h| match h {
+            crate::config::HostPattern::Exact(h) => h.clone(),
+            crate::config::HostPattern::Suffix(s) => format!("*{s}"),
+        }).collect::<Vec<_>>(),
+        "paths": c.paths,
+        "bypass_paths": c.bypass_paths,
+        "bypass_cidrs": c.bypass_cidrs.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        "cookie_name": c.cookie.name,
+        "wait_status": c.wait_status,
+        "queue_all": c.queue_all,
+        "effective_allow_percentage": room.effective_allow_percentage(),
+    });
+    if let Admission::Lottery {
+        allow_percentage,
+        wait_period,
+        allow_period,
+    } = &c.admission
+    {
+        v["allow_percentage"] = json!(allow_percentage);
+        v["wait_period_seconds"] = json!(secs(*wait_period));
+        v["allow_period_seconds"] = json!(secs(*allow_period));
+    }
+    v
 }
 
 fn reply(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -118,11 +161,14 @@ impl ServeHttp for Admin {
                     )
                 }
             }
-            "/metrics" => reply(
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                self.app.metrics.render(),
-            ),
+            "/metrics" => {
+                self.app.metrics.refresh(&snapshot);
+                reply(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    self.app.metrics.render(),
+                )
+            }
             "/status" => {
                 let body = serde_json::to_vec_pretty(&self.status(&snapshot)).unwrap_or_default();
                 reply(StatusCode::OK, "application/json", body)

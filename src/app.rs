@@ -32,7 +32,7 @@ impl App {
         let now = Timestamp::now();
         let snapshot = Snapshot::load(config_path, None, now)?;
         let metrics = Metrics::new();
-        metrics.config_generation.set(snapshot.generation as i64);
+        metrics.refresh(&snapshot);
         Ok(Arc::new(App {
             config_path: config_path.to_path_buf(),
             current: ArcSwap::from_pointee(snapshot),

@@ -8,7 +8,7 @@
 //! - `/__status/N`: answers with status N;
 //! - `/__revoke`: answers with `Vestibule-Command: revoke`;
 //! - `/__set-cookie`: sets a cookie of the origin's own;
-//! - `/__stats`: how many requests the origin has served;
+//! - `/__stats`: how many requests the origin has served (not counting these);
 //! - anything else: a small HTML page saying you got in.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,11 +49,16 @@ fn finish(builder: http::response::Builder, body: Vec<u8>) -> Response<Vec<u8>> 
 #[async_trait]
 impl ServeHttp for DemoOrigin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
         // Drain any request body so the connection can be reused.
         while let Ok(Some(_)) = session.read_request_body().await {}
         let req = session.req_header();
         let path = req.uri.path().to_owned();
+        if path == "/__stats" {
+            let served = self.served.load(Ordering::Relaxed);
+            let body = format!("{{\"served\":{served}}}").into_bytes();
+            return finish(build(StatusCode::OK, "application/json"), body);
+        }
+        let served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
         let query = req.uri.query().unwrap_or("").to_owned();
         if path == "/__echo" {
             let headers: Vec<(String, String)> = req
@@ -73,10 +78,6 @@ impl ServeHttp for DemoOrigin {
                 "headers": headers,
             }))
             .unwrap_or_default();
-            return finish(build(StatusCode::OK, "application/json"), body);
-        }
-        if path == "/__stats" {
-            let body = format!("{{\"served\":{served}}}").into_bytes();
             return finish(build(StatusCode::OK, "application/json"), body);
         }
         if path == "/__slow" {

@@ -8,13 +8,17 @@
 pub mod admin;
 pub mod app;
 pub mod config;
+pub mod cookie;
 pub mod demo;
 pub mod identity;
+pub mod inspect;
 pub mod keys;
 pub mod logging;
 pub mod metrics;
 pub mod pages;
+pub mod path;
 pub mod proxy;
+pub mod room;
 pub mod server;
 pub mod snapshot;
 pub mod time;

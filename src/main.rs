@@ -43,6 +43,11 @@ enum Command {
     /// Run with the config, starting the built-in demo origin if the configured one is not
     /// reachable, and print the URL to open.
     Demo,
+    /// Work with room cookies.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Run only the built-in demo origin (tests and benchmarks use it).
     #[command(hide = true)]
     Origin {
@@ -55,6 +60,20 @@ enum Command {
         tls_cert: Option<PathBuf>,
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Decode a cookie value, check its signature with the config's key ring, print its fields
+    /// and verdict. Exits 0 when valid, 1 when not.
+    Inspect {
+        /// The cookie value (`dec=...&sig=0x...`), or `name=value` as copied from a browser.
+        value: String,
+        /// Also check that the token belongs to this identity (e.g. `203.0.113.7` or
+        /// `2001:db8::/64`).
+        #[arg(long)]
+        uid: Option<String>,
     },
 }
 
@@ -72,6 +91,9 @@ fn main() -> ExitCode {
             tls_key,
         }) => run_origin(listen, threads, tls_cert.zip(tls_key)),
         Some(Command::Demo) => run_demo(&cli.config),
+        Some(Command::Token {
+            command: TokenCommand::Inspect { value, uid },
+        }) => inspect_token(&cli.config, &value, uid.as_deref()),
         None if cli.check => check(&cli.config),
         None => run(
             &cli.config,
@@ -99,6 +121,32 @@ fn check(path: &Path) -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
+    let loaded = vestibule::config::Config::load(path).and_then(|config| {
+        vestibule::keys::KeyRing::load(&config.keys_file).map(|ring| (config, ring))
+    });
+    let (config, ring) = match loaded {
+        Ok(loaded) => loaded,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let uid = uid.map(|u| match u.parse::<std::net::IpAddr>() {
+        Ok(ip) => vestibule::identity::Identity::of_ip(ip, config.identity.ipv6_prefix),
+        Err(_) => vestibule::identity::Identity::from_encoded(u),
+    });
+    let (report, valid) = vestibule::inspect::inspect(value, &ring, uid.as_ref(), Timestamp::now());
+    print!("{report}");
+    if valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -5,9 +5,13 @@
 //! number of series is bounded.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
+
+use crate::room::Decision;
+use crate::snapshot::Snapshot;
+use crate::token::Reject;
 
 /// The registry and handles to every family.
 pub struct Metrics {
@@ -17,6 +21,18 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     pub config_generation: IntGauge,
     pub upstream_unavailable: IntCounter,
+    pub room_decisions: IntCounterVec,
+    pub room_admitted: IntCounterVec,
+    pub room_allow_percentage: GaugeVec,
+    pub token_rejected: IntCounterVec,
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    GaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable!("{e}"))
 }
 
 impl Metrics {
@@ -60,6 +76,26 @@ impl Metrics {
                 "Requests answered with the 502 page because no origin could be reached.",
             )
             .unwrap_or_else(|e| unreachable!("{e}")),
+            room_decisions: counter_vec(
+                "vestibule_room_decisions_total",
+                "Waiting-room decisions, by room and decision.",
+                &["room", "decision"],
+            ),
+            room_admitted: counter_vec(
+                "vestibule_room_admitted_total",
+                "Waiting users let in, by room.",
+                &["room"],
+            ),
+            room_allow_percentage: gauge_vec(
+                "vestibule_room_allow_percentage",
+                "The chance (0-100) that an eligible waiting user gets in right now.",
+                &["room"],
+            ),
+            token_rejected: counter_vec(
+                "vestibule_token_rejected_total",
+                "Presented room cookies that were not trusted, by room and reason.",
+                &["room", "reason"],
+            ),
             registry,
         };
         m.register_all();
@@ -80,6 +116,10 @@ impl Metrics {
             Box::new(self.config_reloads.clone()),
             Box::new(self.config_generation.clone()),
             Box::new(self.upstream_unavailable.clone()),
+            Box::new(self.room_decisions.clone()),
+            Box::new(self.room_admitted.clone()),
+            Box::new(self.room_allow_percentage.clone()),
+            Box::new(self.token_rejected.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -96,6 +136,26 @@ impl Metrics {
             log::error!("encoding metrics: {e}");
         }
         out
+    }
+
+    /// Creates every labelled series of a snapshot's rooms and rules, so dashboards show zeros
+    /// rather than gaps, and refreshes the gauges that are read rather than counted.
+    pub fn refresh(&self, snapshot: &Snapshot) {
+        self.room_allow_percentage.reset();
+        for room in snapshot.rooms.iter() {
+            let name = room.name();
+            for d in Decision::ALL {
+                self.room_decisions.with_label_values(&[name, d.as_str()]);
+            }
+            for r in Reject::ALL {
+                self.token_rejected.with_label_values(&[name, r.as_str()]);
+            }
+            self.room_admitted.with_label_values(&[name]);
+            self.room_allow_percentage
+                .with_label_values(&[name])
+                .set(room.effective_allow_percentage());
+        }
+        self.config_generation.set(snapshot.generation as i64);
     }
 
     /// Counts one origin response.

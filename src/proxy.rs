@@ -18,8 +18,12 @@ use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::ErrorSource;
 
 use crate::app::App;
-use crate::pages::{self, Estimates, PageContext, PageKind};
+use crate::cookie::{self, Stripped};
+use crate::pages::{self, Estimates, PageContext, PageKind, WaitingJson};
+use crate::path;
+use crate::room::{CookieAction, Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
+use crate::time::Timestamp;
 
 /// Request headers with this prefix are ours: a client's copies never reach the origin.
 const INTERNAL_PREFIX: &str = "vestibule-";
@@ -40,6 +44,13 @@ pub struct RequestCtx {
     snapshot: Arc<Snapshot>,
     started: Instant,
     peer_ip: Option<IpAddr>,
+    /// Whether the request arrived over TLS (directly or per a trusted proxy).
+    secure: bool,
+    /// The room the request was routed to (an index into the snapshot's rooms).
+    room: Option<usize>,
+    decision: Option<Decision>,
+    /// `Set-Cookie` to add to the forwarded response.
+    set_cookie: Option<String>,
     /// Origin addresses tried for this request (retries skip them).
     tried: Vec<SocketAddr>,
     upstream_sent: Option<Instant>,
@@ -56,6 +67,10 @@ impl ProxyHttp for Proxy {
             snapshot: self.app.snapshot(),
             started: Instant::now(),
             peer_ip: None,
+            secure: false,
+            room: None,
+            decision: None,
+            set_cookie: None,
             tried: Vec::new(),
             upstream_sent: None,
             upstream_status: None,
@@ -64,11 +79,53 @@ impl ProxyHttp for Proxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        ctx.peer_ip = session
+        let now = Timestamp::now();
+        let snapshot = ctx.snapshot.clone();
+        let peer = session
             .client_addr()
             .and_then(|a| a.as_inet())
-            .map(|a| a.ip().to_canonical());
-        Ok(false)
+            .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip().to_canonical());
+        ctx.peer_ip = Some(peer);
+        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        let req = session.req_header();
+        let policy = &snapshot.config.identity;
+        let xff = req.headers.get_all("x-forwarded-for");
+        let client_ip = policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()));
+        let header_identity = policy
+            .header_name()
+            .and_then(|h| req.headers.get(h))
+            .map(|v| v.as_bytes());
+        let identity = policy.identify(client_ip, peer, header_identity);
+        ctx.secure = tls || (policy.is_trusted(peer) && forwarded_https(req));
+        let path = path::normalize(req.uri.path());
+        let host = request_host(req);
+
+        let Some(route) = snapshot.rooms.route(&host, &path, client_ip) else {
+            return Ok(false);
+        };
+        ctx.room = Some(route.index);
+        let room = route.room;
+        let outcome = match (&snapshot.keys, route.bypass) {
+            (Some(ring), false) => {
+                let cookies = cookie::values(
+                    req.headers
+                        .get_all(header::COOKIE)
+                        .iter()
+                        .map(|v| v.as_bytes()),
+                    &room.config.cookie.name,
+                );
+                room.decide(ring, &identity, &cookies, now)
+            }
+            _ => Outcome::new(Decision::Bypass, CookieAction::Keep),
+        };
+        self.record(room, &outcome);
+        ctx.decision = Some(outcome.decision);
+        if outcome.decision.forwards() {
+            ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);
+            return Ok(false);
+        }
+        write_room_page(session, room, &outcome, ctx.secure).await?;
+        Ok(true)
     }
 
     async fn upstream_peer(
@@ -113,6 +170,7 @@ impl ProxyHttp for Proxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
+        strip_room_cookies(upstream, ctx.snapshot.rooms.cookie_names())?;
         if let Some(peer) = ctx.peer_ip {
             let trusted = ctx.snapshot.config.identity.is_trusted(peer);
             set_forwarded_for(upstream, peer, trusted)?;
@@ -132,6 +190,20 @@ impl ProxyHttp for Proxy {
         }
         ctx.upstream_status = Some(upstream_response.status.as_u16());
         ctx.upstream_seconds = ctx.upstream_sent.map(|t| t.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(value) = ctx.set_cookie.take() {
+            // Added, not set: cookies the origin sets survive.
+            response.append_header(header::SET_COOKIE, value)?;
+            response.insert_header(header::CACHE_CONTROL, NO_STORE)?;
+        }
         Ok(())
     }
 
@@ -184,15 +256,150 @@ impl ProxyHttp for Proxy {
                 .observe_upstream(status, ctx.upstream_seconds);
         }
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let room = ctx
+            .room
+            .and_then(|i| ctx.snapshot.rooms.get(i))
+            .map_or("-", Room::name);
         log::debug!(
             target: "vestibule::access",
-            "{} {} {} {}ms",
+            "{} {} {} room={} decision={} {}ms",
             session.req_header().method,
             session.req_header().uri.path(),
             status,
+            room,
+            ctx.decision.map_or("-", Decision::as_str),
             ctx.started.elapsed().as_millis()
         );
     }
+}
+
+impl Proxy {
+    /// Counts a room decision.
+    fn record(&self, room: &Room, outcome: &Outcome) {
+        let m = &self.app.metrics;
+        let name = room.name();
+        m.room_decisions
+            .with_label_values(&[name, outcome.decision.as_str()])
+            .inc();
+        if outcome.admitted {
+            m.room_admitted.with_label_values(&[name]).inc();
+        }
+        if let Some(reason) = outcome.rejected {
+            m.token_rejected
+                .with_label_values(&[name, reason.as_str()])
+                .inc();
+        }
+    }
+}
+
+/// The request's host, lowercase, without port or trailing dot.
+fn request_host(req: &RequestHeader) -> String {
+    let raw = req
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri.host())
+        .unwrap_or("");
+    let host = if let Some(rest) = raw.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        raw.rsplit_once(':').map_or(raw, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                raw
+            }
+        })
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// `X-Forwarded-Proto: https` (believed only from a trusted proxy, checked by the caller).
+fn forwarded_https(req: &RequestHeader) -> bool {
+    req.headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+}
+
+fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
+    match action {
+        CookieAction::Keep => None,
+        CookieAction::Set(value) => Some(cookie::set(&room.config.cookie, value, secure)),
+        CookieAction::Delete => Some(cookie::delete(&room.config.cookie, secure)),
+    }
+}
+
+/// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
+async fn write_room_page(
+    session: &mut Session,
+    room: &Room,
+    outcome: &Outcome,
+    secure: bool,
+) -> Result<()> {
+    let mut extra = Vec::with_capacity(3);
+    if let Some(value) = set_cookie_value(room, &outcome.cookie, secure) {
+        if let Ok(v) = HeaderValue::try_from(value) {
+            extra.push((header::SET_COOKIE, v));
+        }
+    }
+    if matches!(outcome.decision, Decision::Anon | Decision::Wait) {
+        let refresh = HeaderValue::from(outcome.refresh_secs);
+        extra.push((header::RETRY_AFTER, refresh.clone()));
+        extra.push((http::HeaderName::from_static("refresh"), refresh));
+    }
+    let page = room.page_context(outcome);
+    let accept = session
+        .req_header()
+        .headers
+        .get(header::ACCEPT)
+        .map(|v| v.as_bytes());
+    let (content_type, body) = if pages::wants_json(accept) {
+        ("application/json", pages::json(&WaitingJson::from(&page)))
+    } else {
+        (
+            "text/html; charset=utf-8",
+            room.pages.render(outcome.decision.page(), &page),
+        )
+    };
+    respond(session, room.config.wait_status, content_type, extra, body).await
+}
+
+/// Removes every room cookie from the `Cookie` headers bound for the origin; other cookies,
+/// and headers without a room cookie, pass byte for byte.
+fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
+    if names.is_empty() || !req.headers.contains_key(header::COOKIE) {
+        return Ok(());
+    }
+    let values: Vec<HeaderValue> = req
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .cloned()
+        .collect();
+    let stripped: Vec<Stripped> = values
+        .iter()
+        .map(|v| cookie::strip(v.as_bytes(), names))
+        .collect();
+    if stripped.iter().all(|s| *s == Stripped::Unchanged) {
+        return Ok(());
+    }
+    req.remove_header(&header::COOKIE);
+    for (value, s) in values.into_iter().zip(stripped) {
+        match s {
+            Stripped::Unchanged => req.append_header(header::COOKIE, value)?,
+            Stripped::Changed(bytes) => req.append_header(
+                header::COOKIE,
+                HeaderValue::from_bytes(&bytes).map_err(|_| {
+                    Error::explain(
+                        ErrorType::InternalError,
+                        "stripped cookie is not a header value",
+                    )
+                })?,
+            )?,
+            Stripped::Empty => false,
+        };
+    }
+    Ok(())
 }
 
 /// Writes a complete synthetic response with `Content-Length`, keeping the connection alive.

@@ -6,11 +6,14 @@
 //! Requests hold an `Arc<Snapshot>` for their whole life, so a reload never changes the rules
 //! under a request in flight.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::{Config, ConfigError, ConfigErrors};
+use crate::keys::KeyRing;
 use crate::pages::Pages;
+use crate::room::{Room, RoomSet};
 use crate::time::Timestamp;
 use crate::upstream::Upstream;
 
@@ -22,6 +25,9 @@ pub struct Snapshot {
     pub upstream: Arc<Upstream>,
     /// Pages for answers outside every room.
     pub pages: Arc<Pages>,
+    /// The key ring; loaded only when a room needs it.
+    pub keys: Option<KeyRing>,
+    pub rooms: RoomSet,
     /// Problems worth a look that do not stop loading.
     pub warnings: Vec<String>,
 }
@@ -61,6 +67,51 @@ impl Snapshot {
             warn_origin_references(p, &mut warnings);
         }
 
+        let keys = if config.rooms.is_empty() {
+            None
+        } else {
+            match KeyRing::load(&config.keys_file) {
+                Ok(ring) => {
+                    warn_about_keys(&config.keys_file, &ring, &mut warnings);
+                    Some(ring)
+                }
+                Err(e) => {
+                    errors.extend(e.0);
+                    None
+                }
+            }
+        };
+
+        // Rooms sharing a pages folder share one compiled set.
+        let mut page_sets: HashMap<PathBuf, Arc<Pages>> = HashMap::new();
+        let mut rooms = Vec::new();
+        for (i, room) in config.rooms.iter().enumerate() {
+            let key = format!("room[{i}].pages");
+            let pages = match page_sets.get(&room.pages) {
+                Some(p) => p.clone(),
+                None => match Pages::load(&room.pages, &key) {
+                    Ok(p) => {
+                        let p = Arc::new(p);
+                        warn_origin_references(&p, &mut warnings);
+                        page_sets.insert(room.pages.clone(), p.clone());
+                        p
+                    }
+                    Err(e) => {
+                        errors.extend(e.0);
+                        continue;
+                    }
+                },
+            };
+            match Room::new(room.clone(), pages) {
+                Ok(r) => rooms.push(r),
+                Err(message) => errors.push(ConfigError::new(
+                    &config.path,
+                    Some(format!("room[{i}].admission")),
+                    message,
+                )),
+            }
+        }
+
         let upstream = match previous {
             Some(prev) if prev.upstream.config() == &config.upstream => Some(prev.upstream.clone()),
             _ => match Upstream::new(&config.upstream) {
@@ -83,9 +134,34 @@ impl Snapshot {
                 config,
                 upstream,
                 pages,
+                keys,
+                rooms: RoomSet::new(rooms),
                 warnings,
             }),
             _ => Err(ConfigErrors(errors)),
+        }
+    }
+}
+
+fn warn_about_keys(path: &Path, ring: &KeyRing, warnings: &mut Vec<String>) {
+    if ring.uses_sample_key() {
+        warnings.push(format!(
+            "{}: the ring holds the published demo key; anyone can forge cookies with it. Replace it with `vestibule keygen` output",
+            path.display()
+        ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let mode = meta.permissions().mode();
+            if mode & 0o077 != 0 {
+                warnings.push(format!(
+                    "{}: readable by group or others (mode {:o}); keep the key ring 0600",
+                    path.display(),
+                    mode & 0o777
+                ));
+            }
         }
     }
 }

@@ -112,6 +112,11 @@ impl Claims {
         }
     }
 
+    /// Whether only the four fields of the VCL pattern are present.
+    pub fn is_lottery(&self) -> bool {
+        self.arr.is_none() && self.acc.is_none() && self.chk.is_none() && self.refresh.is_none()
+    }
+
     /// The exact bytes the signature covers.
     pub fn message(&self) -> String {
         let mut m = String::with_capacity(64 + self.uid.len() + self.kid.len());

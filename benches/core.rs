@@ -1,0 +1,77 @@
+//! Micro benchmarks of the decision core: what vestibule adds to every request.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+
+use vestibule::config::Config;
+use vestibule::identity::Identity;
+use vestibule::keys::KeyRing;
+use vestibule::pages::Pages;
+use vestibule::room::{Room, RoomSet};
+use vestibule::time::Timestamp;
+use vestibule::token::{Claims, Dec, Token};
+
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+
+fn ring() -> KeyRing {
+    KeyRing::from_entries("key1", &[("key1", KEY)]).expect("ring")
+}
+
+fn rooms(toml: &str) -> RoomSet {
+    let config = Config::parse(
+        &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
+        Path::new("/tmp/bench.toml"),
+    )
+    .expect("config");
+    RoomSet::new(
+        config
+            .rooms
+            .into_iter()
+            .map(|r| Room::new(r, Pages::builtin()).expect("room"))
+            .collect(),
+    )
+}
+
+fn tokens(c: &mut Criterion) {
+    let ring = ring();
+    let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
+    let now = Timestamp::from_secs(1_700_000_000);
+    let value = Claims::new(Dec::Allow, 1_700_003_600, &uid, "key1").sign(ring.active());
+    c.bench_function("token/parse+verify", |b| {
+        b.iter(|| {
+            let t = Token::parse(black_box(value.as_bytes())).expect("parse");
+            t.verify(&ring, &uid, now).expect("valid");
+        })
+    });
+    c.bench_function("token/sign", |b| {
+        let claims = Claims::new(Dec::Wait, 1_700_000_060, &uid, "key1");
+        b.iter(|| black_box(claims.sign(ring.active())))
+    });
+}
+
+fn decisions(c: &mut Criterion) {
+    let ring = ring();
+    let set = rooms("[[room]]\nallow_percentage = 50\n");
+    let room = set.iter().next().expect("room");
+    let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
+    let now = Timestamp::from_secs(1_700_000_000);
+    // An allow token of the current allow bucket: verified, not re-signed.
+    let exp = vestibule::room::lottery::bucket_exp(now.secs(), 3600);
+    let allow = Claims::new(Dec::Allow, exp, &uid, "key1").sign(ring.active());
+    c.bench_function("room/decide allow token", |b| {
+        b.iter(|| black_box(room.decide(&ring, &uid, &[allow.as_bytes()], now)))
+    });
+    // An eligible wait token: verified, drawn, and a new token signed either way.
+    let wait = Claims::new(Dec::Wait, now.secs() - 1, &uid, "key1").sign(ring.active());
+    c.bench_function("room/decide eligible wait token", |b| {
+        b.iter(|| black_box(room.decide(&ring, &uid, &[wait.as_bytes()], now)))
+    });
+    c.bench_function("room/decide no cookie", |b| {
+        b.iter(|| black_box(room.decide(&ring, &uid, &[], now)))
+    });
+}
+
+criterion_group!(benches, tokens, decisions);
+criterion_main!(benches);

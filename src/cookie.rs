@@ -1,0 +1,216 @@
+//! The room cookie on the wire: finding it in `Cookie` headers, removing it before the origin
+//! sees the request, and writing `Set-Cookie`.
+//!
+//! Pure byte handling, no HTTP types. Other cookies reach the origin byte for byte: a `Cookie`
+//! header without a room cookie is left untouched, and one with a room cookie loses exactly that
+//! pair and its separator.
+
+use crate::config::{CookieConfig, CookieSecure, SameSite};
+
+/// At most this many candidate values of one cookie are looked at (a client may send several
+/// `Cookie` headers, or one name several times).
+pub const MAX_CANDIDATES: usize = 4;
+
+/// Values of cookie `name` in `headers` (each a raw `Cookie` header value), in order.
+pub fn values<'a, I>(headers: I, name: &str) -> Vec<&'a [u8]>
+where
+    I: IntoIterator<Item = &'a [u8]>,
+{
+    let mut found = Vec::new();
+    for header in headers {
+        for pair in header.split(|b| *b == b';') {
+            let pair = trim(pair);
+            let Some(eq) = pair.iter().position(|b| *b == b'=') else {
+                continue;
+            };
+            if trim(&pair[..eq]) == name.as_bytes() {
+                found.push(trim(&pair[eq + 1..]));
+                if found.len() == MAX_CANDIDATES {
+                    return found;
+                }
+            }
+        }
+    }
+    found
+}
+
+/// What stripping did to one `Cookie` header value.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stripped {
+    /// No room cookie in it: forward it as it was.
+    Unchanged,
+    /// Forward this instead.
+    Changed(Vec<u8>),
+    /// Nothing left: drop the header.
+    Empty,
+}
+
+/// Removes every cookie named in `names` from one `Cookie` header value.
+pub fn strip<S: AsRef<str>>(header: &[u8], names: &[S]) -> Stripped {
+    let is_ours = |pair: &[u8]| {
+        let pair = trim(pair);
+        let name = pair
+            .iter()
+            .position(|b| *b == b'=')
+            .map_or(pair, |eq| trim(&pair[..eq]));
+        names.iter().any(|n| n.as_ref().as_bytes() == name)
+    };
+    if !header.split(|b| *b == b';').any(is_ours) {
+        return Stripped::Unchanged;
+    }
+    let kept: Vec<&[u8]> = header
+        .split(|b| *b == b';')
+        .filter(|pair| !is_ours(pair) && !trim(pair).is_empty())
+        .collect();
+    if kept.is_empty() {
+        return Stripped::Empty;
+    }
+    let mut out = Vec::with_capacity(header.len());
+    for (i, pair) in kept.iter().enumerate() {
+        if i == 0 {
+            out.extend_from_slice(trim_start(pair));
+        } else {
+            out.push(b';');
+            out.extend_from_slice(pair);
+        }
+    }
+    Stripped::Changed(out)
+}
+
+/// A `Set-Cookie` value giving the room cookie `value`.
+pub fn set(config: &CookieConfig, value: &str, secure: bool) -> String {
+    let mut s = format!(
+        "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite={}",
+        config.name,
+        value,
+        config.lifetime.as_secs(),
+        same_site(config.same_site)
+    );
+    if is_secure(config.secure, secure) {
+        s.push_str("; Secure");
+    }
+    s
+}
+
+/// A `Set-Cookie` value deleting the room cookie.
+pub fn delete(config: &CookieConfig, secure: bool) -> String {
+    let mut s = format!(
+        "{}=deleted; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite={}",
+        config.name,
+        same_site(config.same_site)
+    );
+    if is_secure(config.secure, secure) {
+        s.push_str("; Secure");
+    }
+    s
+}
+
+fn same_site(s: SameSite) -> &'static str {
+    match s {
+        SameSite::Lax => "Lax",
+        SameSite::Strict => "Strict",
+        SameSite::None => "None",
+    }
+}
+
+/// `request_secure`: whether the request arrived over TLS (directly or per a trusted proxy).
+fn is_secure(setting: CookieSecure, request_secure: bool) -> bool {
+    match setting {
+        CookieSecure::Always => true,
+        CookieSecure::Never => false,
+        CookieSecure::Auto => request_secure,
+    }
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let b = trim_start(b);
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    &b[..end]
+}
+
+fn trim_start(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    &b[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn cfg() -> CookieConfig {
+        CookieConfig {
+            name: "waiting_room".into(),
+            lifetime: Duration::from_secs(7200),
+            same_site: SameSite::Lax,
+            secure: CookieSecure::Auto,
+        }
+    }
+
+    #[test]
+    fn finds_values_across_headers() {
+        let h1: &[u8] = b"a=1; waiting_room=dec=wait&exp=1; b=2";
+        let h2: &[u8] = b"waiting_room=second";
+        assert_eq!(
+            values([h1, h2], "waiting_room"),
+            vec![&b"dec=wait&exp=1"[..], &b"second"[..]]
+        );
+        assert!(values([&b"waiting_roomx=1; xwaiting_room=2"[..]], "waiting_room").is_empty());
+        let many = "waiting_room=1;".repeat(100);
+        assert_eq!(
+            values([many.as_bytes()], "waiting_room").len(),
+            MAX_CANDIDATES
+        );
+    }
+
+    #[test]
+    fn strips_exactly_our_pair() {
+        let names = ["waiting_room"];
+        assert_eq!(strip(b"a=1; b=2", &names), Stripped::Unchanged);
+        assert_eq!(
+            strip(b"a=1; waiting_room=x&y=z; b=2", &names),
+            Stripped::Changed(b"a=1; b=2".to_vec())
+        );
+        assert_eq!(
+            strip(b"waiting_room=x; b=2;  c=3", &names),
+            Stripped::Changed(b"b=2;  c=3".to_vec())
+        );
+        assert_eq!(
+            strip(b"a=1;waiting_room=x", &names),
+            Stripped::Changed(b"a=1".to_vec())
+        );
+        assert_eq!(strip(b"waiting_room=x", &names), Stripped::Empty);
+        assert_eq!(strip(b" waiting_room = x ;", &names), Stripped::Empty);
+        assert_eq!(
+            strip(b"a=\"q;uoted\"; waiting_room=1", &names),
+            Stripped::Changed(b"a=\"q;uoted\"".to_vec())
+        );
+        assert_eq!(
+            strip(b"r1=a; r2=b; keep=c", &["r1", "r2"]),
+            Stripped::Changed(b"keep=c".to_vec())
+        );
+    }
+
+    #[test]
+    fn set_cookie_attributes() {
+        let mut c = cfg();
+        assert_eq!(
+            set(&c, "v", false),
+            "waiting_room=v; Path=/; Max-Age=7200; HttpOnly; SameSite=Lax"
+        );
+        assert!(set(&c, "v", true).ends_with("; Secure"));
+        c.secure = CookieSecure::Never;
+        assert!(!set(&c, "v", true).contains("Secure"));
+        c.secure = CookieSecure::Always;
+        c.same_site = SameSite::None;
+        assert!(set(&c, "v", false).ends_with("SameSite=None; Secure"));
+        let d = delete(&cfg(), false);
+        assert!(d.starts_with("waiting_room=deleted; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970"));
+    }
+}

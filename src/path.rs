@@ -1,0 +1,128 @@
+//! Request paths as room and rule prefixes see them.
+//!
+//! Prefix rules are only as good as the path they test. `/static/../checkout` and
+//! `/%73tatic/` must not slip past a `bypass_paths = ["/static/"]` or a guarded `/checkout`, so
+//! matching uses a normalised path: unreserved characters percent-decoded, `.` and `..` segments
+//! resolved, runs of `/` collapsed. Encoded slashes (`%2F`) stay encoded, as origins do not
+//! treat them as separators. The request forwarded to the origin is not rewritten.
+
+use std::borrow::Cow;
+
+/// The normalised form of `path` (the part of the request target before `?`).
+pub fn normalize(path: &str) -> Cow<'_, str> {
+    if is_normal(path) {
+        return Cow::Borrowed(path);
+    }
+    let decoded = decode_unreserved(path);
+    let mut out: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut normal = String::with_capacity(decoded.len() + 1);
+    for s in &out {
+        normal.push('/');
+        normal.push_str(s);
+    }
+    // A trailing slash is meaningful to prefixes like "/static/".
+    let trailing = decoded.ends_with('/') || decoded.ends_with("/.") || decoded.ends_with("/..");
+    if normal.is_empty() || trailing {
+        normal.push('/');
+    }
+    Cow::Owned(normal)
+}
+
+/// Fast path: most paths need no work.
+fn is_normal(path: &str) -> bool {
+    path.starts_with('/')
+        && !path.contains("//")
+        && !path.contains("/./")
+        && !path.contains("/../")
+        && !path.ends_with("/.")
+        && !path.ends_with("/..")
+        && !path.contains('%')
+}
+
+fn decode_unreserved(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = String::with_capacity(path.len() + 1);
+    if !path.starts_with('/') {
+        out.push('/');
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && bytes[i + 1].is_ascii_hexdigit()
+            && bytes[i + 2].is_ascii_hexdigit()
+        {
+            let b = hex_value(bytes[i + 1]) * 16 + hex_value(bytes[i + 2]);
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(b as char);
+            } else {
+                // Keep other escapes, in one case, so equal paths compare equal.
+                out.push('%');
+                out.push(bytes[i + 1].to_ascii_uppercase() as char);
+                out.push(bytes[i + 2].to_ascii_uppercase() as char);
+            }
+            i += 3;
+            continue;
+        }
+        // `path` is a &str, so slicing at char boundaries keeps it valid.
+        let ch_len = path[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&path[i..i + ch_len]);
+        i += ch_len;
+    }
+    out
+}
+
+fn hex_value(b: u8) -> u8 {
+    match b {
+        b'0'..=b'9' => b - b'0',
+        b'a'..=b'f' => b - b'a' + 10,
+        _ => b - b'A' + 10,
+    }
+}
+
+/// Whether `path` (normalised) falls under `prefix`.
+pub fn has_prefix(path: &str, prefix: &str) -> bool {
+    path.starts_with(prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_normal_paths_alone() {
+        for p in ["/", "/a", "/a/b/", "/static/app.css"] {
+            assert!(matches!(normalize(p), Cow::Borrowed(_)), "{p}");
+        }
+    }
+
+    #[test]
+    fn resolves_tricks() {
+        assert_eq!(normalize("/static/../checkout"), "/checkout");
+        assert_eq!(normalize("/static/./x"), "/static/x");
+        assert_eq!(normalize("//static//x"), "/static/x");
+        assert_eq!(normalize("/%73tatic/x"), "/static/x");
+        assert_eq!(normalize("/static/%2e%2e/checkout"), "/checkout");
+        assert_eq!(normalize("/a/%2Fb"), "/a/%2Fb");
+        assert_eq!(normalize("/a/%2fb"), "/a/%2Fb");
+        assert_eq!(normalize("/../../etc"), "/etc");
+        assert_eq!(normalize("/static/.."), "/");
+        assert_eq!(normalize("/static/x/.."), "/static/");
+        assert_eq!(normalize("/a%"), "/a%");
+        assert_eq!(normalize("/a%zz"), "/a%zz");
+        assert_eq!(normalize("/é/%"), "/é/%");
+        assert_eq!(normalize("relative"), "/relative");
+        assert_eq!(normalize("/%aé"), "/%aé");
+        assert_eq!(normalize("/%"), "/%");
+        assert_eq!(normalize(""), "/");
+    }
+}

@@ -1,0 +1,458 @@
+//! Admission: which room a request belongs to, and what that room decides.
+//!
+//! A request is routed by host and by the longest matching path prefix among all rooms; inside
+//! its room, `bypass_paths` and `bypass_cidrs` let it pass untouched. The room then checks the
+//! presented cookie (every candidate value, first valid wins) and its admission policy decides.
+//! Nothing here sees HTTP: the proxy hands in the host, the normalised path, the client address,
+//! the identity and the raw cookie values, and gets an [`Outcome`] back.
+
+pub mod lottery;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::config::{Admission, HostPattern, RoomConfig};
+use crate::identity::Identity;
+use crate::keys::KeyRing;
+use crate::pages::{Estimates, PageContext, PageKind, Pages};
+use crate::time::Timestamp;
+use crate::token::{Reject, Token};
+
+use lottery::Lottery;
+
+/// What a room decided for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Forward to the origin.
+    Allow,
+    /// Unknown user: issue a wait token, show `startwaiting`.
+    Anon,
+    /// Valid wait token, not yet eligible: show `keepwaiting`, no new cookie.
+    Wait,
+    /// Closed: show `deny`, delete the cookie.
+    Deny,
+    /// Never held (bypass rule, or the room is disabled).
+    Bypass,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 5] = [
+        Decision::Allow,
+        Decision::Anon,
+        Decision::Wait,
+        Decision::Deny,
+        Decision::Bypass,
+    ];
+
+    /// The `decision` label and JSON value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Anon => "anon",
+            Decision::Wait => "wait",
+            Decision::Deny => "deny",
+            Decision::Bypass => "bypass",
+        }
+    }
+
+    /// Whether the request goes on to the origin.
+    pub fn forwards(self) -> bool {
+        matches!(self, Decision::Allow | Decision::Bypass)
+    }
+
+    /// The page shown when the request does not go on.
+    pub fn page(self) -> PageKind {
+        match self {
+            Decision::Deny => PageKind::Deny,
+            Decision::Wait => PageKind::KeepWaiting,
+            _ => PageKind::StartWaiting,
+        }
+    }
+}
+
+/// What to do with the room cookie on the response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CookieAction {
+    Keep,
+    /// Send this new value.
+    Set(String),
+    Delete,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub decision: Decision,
+    pub cookie: CookieAction,
+    /// Why the presented cookie was not trusted, if one was presented and was not.
+    pub rejected: Option<Reject>,
+    /// A waiting user was let in by this request.
+    pub admitted: bool,
+    /// Waiting decisions: seconds until the client should check in again.
+    pub refresh_secs: u64,
+    /// FIFO rooms: users ahead in the queue.
+    pub users_ahead: Option<u64>,
+    pub estimates: Estimates,
+}
+
+impl Outcome {
+    pub fn new(decision: Decision, cookie: CookieAction) -> Outcome {
+        Outcome {
+            decision,
+            cookie,
+            rejected: None,
+            admitted: false,
+            refresh_secs: 0,
+            users_ahead: None,
+            estimates: Estimates::default(),
+        }
+    }
+}
+
+/// The verdict on the cookie values a request presented.
+#[derive(Debug)]
+pub struct Presented {
+    /// Whether any value was presented at all.
+    pub any: bool,
+    /// The first value that verified.
+    pub valid: Option<Token>,
+    /// Why the first value failed, when none verified.
+    pub rejected: Option<Reject>,
+}
+
+impl Presented {
+    pub fn check(ring: &KeyRing, uid: &Identity, values: &[&[u8]], now: Timestamp) -> Presented {
+        let mut rejected = None;
+        for value in values {
+            match Token::parse(value).and_then(|t| t.verify(ring, uid, now).map(|()| t)) {
+                Ok(token) => {
+                    return Presented {
+                        any: true,
+                        valid: Some(token),
+                        rejected: None,
+                    }
+                }
+                Err(reason) => {
+                    rejected.get_or_insert(reason);
+                }
+            }
+        }
+        Presented {
+            any: !values.is_empty(),
+            valid: None,
+            rejected,
+        }
+    }
+}
+
+/// How a room admits people.
+#[derive(Debug)]
+enum Policy {
+    Lottery(Lottery),
+}
+
+/// One `[[room]]`, ready to decide.
+#[derive(Debug)]
+pub struct Room {
+    pub config: RoomConfig,
+    pub pages: Arc<Pages>,
+    policy: Policy,
+}
+
+impl Room {
+    /// Builds a room; the error says why its admission cannot be served.
+    pub fn new(config: RoomConfig, pages: Arc<Pages>) -> Result<Room, String> {
+        let policy = match &config.admission {
+            Admission::Lottery {
+                allow_percentage,
+                wait_period,
+                allow_period,
+            } => Policy::Lottery(Lottery::new(
+                *allow_percentage,
+                *wait_period,
+                *allow_period,
+                config.queue_all,
+            )),
+            Admission::Capacity(c) => {
+                return Err(format!(
+                    "admission \"{}\" is not available in this build",
+                    c.order.as_str()
+                ))
+            }
+        };
+        Ok(Room {
+            config,
+            pages,
+            policy,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Decides one request. `cookies` are the values of this room's cookie the request sent.
+    pub fn decide(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        cookies: &[&[u8]],
+        now: Timestamp,
+    ) -> Outcome {
+        if !self.config.enabled {
+            return Outcome::new(Decision::Bypass, CookieAction::Keep);
+        }
+        let presented = Presented::check(ring, uid, cookies, now);
+        let mut outcome = match &self.policy {
+            Policy::Lottery(l) => l.decide(ring, uid, &presented, now),
+        };
+        outcome.rejected = presented.rejected;
+        outcome
+    }
+
+    /// The chance, in percent, that an eligible waiting user gets in right now.
+    pub fn effective_allow_percentage(&self) -> f64 {
+        if !self.config.enabled {
+            return 100.0;
+        }
+        match &self.policy {
+            Policy::Lottery(_) if self.config.queue_all => 0.0,
+            Policy::Lottery(l) => f64::from(l.allow_percentage),
+        }
+    }
+
+    /// The template variables for a waiting, deny or rate-limit page of this room.
+    pub fn page_context<'a>(&'a self, outcome: &Outcome) -> PageContext<'a> {
+        PageContext {
+            room: &self.config.name,
+            decision: outcome.decision.as_str(),
+            refresh_seconds: outcome.refresh_secs,
+            queueing: self.config.admission.method(),
+            queue_all: self.config.queue_all,
+            users_ahead: outcome.users_ahead,
+            wait_estimate_minutes: outcome.estimates,
+            retry_after: outcome.refresh_secs,
+            rule: "",
+            status: self.config.wait_status,
+        }
+    }
+}
+
+/// The room a request belongs to.
+#[derive(Clone, Copy, Debug)]
+pub struct Route<'a> {
+    /// Position in the set (stable for one snapshot).
+    pub index: usize,
+    pub room: &'a Room,
+    /// A bypass rule matched: forward untouched.
+    pub bypass: bool,
+}
+
+#[derive(Debug)]
+struct RouteEntry {
+    host: Option<HostPattern>,
+    prefix: String,
+    room: usize,
+}
+
+/// Every room of a snapshot, with a routing table built at load.
+#[derive(Debug, Default)]
+pub struct RoomSet {
+    rooms: Vec<Room>,
+    routes: Vec<RouteEntry>,
+    cookie_names: Vec<String>,
+}
+
+impl RoomSet {
+    pub fn new(rooms: Vec<Room>) -> RoomSet {
+        let mut routes = Vec::new();
+        for (i, room) in rooms.iter().enumerate() {
+            for prefix in &room.config.paths {
+                if room.config.hosts.is_empty() {
+                    routes.push(RouteEntry {
+                        host: None,
+                        prefix: prefix.clone(),
+                        room: i,
+                    });
+                }
+                for host in &room.config.hosts {
+                    routes.push(RouteEntry {
+                        host: Some(host.clone()),
+                        prefix: prefix.clone(),
+                        room: i,
+                    });
+                }
+            }
+        }
+        // Longest prefix first; at equal length a room naming the host beats a catch-all;
+        // then file order (the sort is stable).
+        routes.sort_by_key(|r| (std::cmp::Reverse(r.prefix.len()), r.host.is_none()));
+        let cookie_names = rooms.iter().map(|r| r.config.cookie.name.clone()).collect();
+        RoomSet {
+            rooms,
+            routes,
+            cookie_names,
+        }
+    }
+
+    /// The route for a request. `host` is lowercase without port; `path` is normalised.
+    pub fn route(&self, host: &str, path: &str, client_ip: IpAddr) -> Option<Route<'_>> {
+        let entry = self.routes.iter().find(|r| {
+            path.starts_with(r.prefix.as_str()) && r.host.as_ref().is_none_or(|h| h.matches(host))
+        })?;
+        let room = &self.rooms[entry.room];
+        let bypass = room
+            .config
+            .bypass_paths
+            .iter()
+            .any(|p| path.starts_with(p.as_str()))
+            || room
+                .config
+                .bypass_cidrs
+                .iter()
+                .any(|n| n.contains(&client_ip));
+        Some(Route {
+            index: entry.room,
+            room,
+            bypass,
+        })
+    }
+
+    pub fn get(&self, index: usize) -> Option<&Room> {
+        self.rooms.get(index)
+    }
+
+    /// Every room cookie name: all of them are removed before the origin sees a request.
+    pub fn cookie_names(&self) -> &[String] {
+        &self.cookie_names
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Room> {
+        self.rooms.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rooms.is_empty()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    pub const KEY1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+
+    pub fn ring() -> KeyRing {
+        KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap()
+    }
+
+    pub fn alice() -> Identity {
+        Identity::of_ip("192.0.2.10".parse().unwrap(), 64)
+    }
+
+    pub fn bob() -> Identity {
+        Identity::of_ip("192.0.2.11".parse().unwrap(), 64)
+    }
+
+    pub fn presented(
+        ring: &KeyRing,
+        uid: &Identity,
+        value: Option<&str>,
+        now: Timestamp,
+    ) -> Presented {
+        let values: Vec<&[u8]> = value.map(str::as_bytes).into_iter().collect();
+        Presented::check(ring, uid, &values, now)
+    }
+
+    fn rooms(toml: &str) -> RoomSet {
+        let config = Config::parse(
+            &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
+            Path::new("/tmp/x.toml"),
+        )
+        .unwrap();
+        RoomSet::new(
+            config
+                .rooms
+                .into_iter()
+                .map(|r| Room::new(r, Pages::builtin()).unwrap())
+                .collect(),
+        )
+    }
+
+    fn routed(set: &RoomSet, host: &str, path: &str, ip: &str) -> Option<(String, bool)> {
+        set.route(host, path, ip.parse().unwrap())
+            .map(|r| (r.room.name().to_owned(), r.bypass))
+    }
+
+    #[test]
+    fn longest_prefix_and_host_win() {
+        let set = rooms(
+            "[[room]]\nname = \"site\"\n\
+             [[room]]\nname = \"checkout\"\npaths = [\"/checkout\"]\ncookie_name = \"wr_checkout\"\n\
+             [[room]]\nname = \"shop\"\nhosts = [\"shop.example\", \"*.shop.example\"]\npaths = [\"/\"]\ncookie_name = \"wr_shop\"\nbypass_paths = [\"/static/\"]\nbypass_cidrs = [\"10.0.0.0/8\"]\n",
+        );
+        let r = |h, p| routed(&set, h, p, "192.0.2.1");
+        assert_eq!(r("a.example", "/"), Some(("site".into(), false)));
+        assert_eq!(
+            r("a.example", "/checkout/pay"),
+            Some(("checkout".into(), false))
+        );
+        assert_eq!(r("shop.example", "/"), Some(("shop".into(), false)));
+        assert_eq!(r("eu.shop.example", "/x"), Some(("shop".into(), false)));
+        // The longer prefix wins even over a host match.
+        assert_eq!(
+            r("shop.example", "/checkout"),
+            Some(("checkout".into(), false))
+        );
+        assert_eq!(
+            r("shop.example", "/static/app.css"),
+            Some(("shop".into(), true))
+        );
+        assert_eq!(
+            routed(&set, "shop.example", "/", "10.1.2.3"),
+            Some(("shop".into(), true))
+        );
+        assert_eq!(
+            set.cookie_names(),
+            ["waiting_room", "wr_checkout", "wr_shop"]
+        );
+    }
+
+    #[test]
+    fn unguarded_paths_have_no_room() {
+        let set = rooms("[[room]]\npaths = [\"/tickets\"]\n");
+        assert!(routed(&set, "x", "/", "192.0.2.1").is_none());
+        assert!(routed(&set, "x", "/tickets/1", "192.0.2.1").is_some());
+    }
+
+    #[test]
+    fn disabled_rooms_bypass() {
+        let set = rooms("[[room]]\nenabled = false\nallow_percentage = 0\n");
+        let room = set.iter().next().unwrap();
+        let now = Timestamp::from_secs(1);
+        let o = room.decide(&ring(), &alice(), &[], now);
+        assert_eq!(
+            (o.decision, o.cookie),
+            (Decision::Bypass, CookieAction::Keep)
+        );
+        assert_eq!(room.effective_allow_percentage(), 100.0);
+    }
+
+    #[test]
+    fn first_valid_candidate_wins_and_rejections_are_reported() {
+        let set = rooms("[[room]]\nallow_percentage = 100\n");
+        let room = set.iter().next().unwrap();
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let good = crate::token::Claims::new(crate::token::Dec::Allow, 5_000, &alice(), "key1")
+            .sign(ring.active());
+        let o = room.decide(&ring, &alice(), &[b"junk", good.as_bytes()], now);
+        assert_eq!(o.decision, Decision::Allow);
+        assert_eq!(o.rejected, None);
+        let o = room.decide(&ring, &bob(), &[good.as_bytes()], now);
+        assert_eq!(o.rejected, Some(Reject::WrongUser));
+        let o = room.decide(&ring, &alice(), &[b"junk"], now);
+        assert_eq!(o.rejected, Some(Reject::Malformed));
+    }
+}
