@@ -73,5 +73,48 @@ fn decisions(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, decisions);
+fn rate_limits(c: &mut Criterion) {
+    use vestibule::config::Scope;
+    use vestibule::ratelimit::{RequestView, Rule, RuleSet, RuleStates};
+    use vestibule::store::local::LocalStore;
+
+    let config = Config::parse(
+        "[upstream]\npeers = [\"127.0.0.1:1\"]\n\
+         [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n\
+         [[rate_limit]]\nname = \"api-key\"\nkey = [\"client_ip\", \"header:x-api-key\"]\nalgorithm = \"token_bucket\"\nlimit = 1000000\nperiod = \"1s\"\n\
+         [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 1000000\n",
+        Path::new("/tmp/bench.toml"),
+    )
+    .expect("config");
+    let states = RuleStates::default();
+    let store = LocalStore::new();
+    let rules = RuleSet::new(
+        config
+            .rate_limits
+            .into_iter()
+            .map(|r| Rule::new(r, &states, &store))
+            .collect(),
+    );
+    let identity = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
+    let mut headers = http::HeaderMap::new();
+    headers.insert("x-api-key", http::HeaderValue::from_static("k-123"));
+    let view = RequestView {
+        identity: &identity,
+        client_ip: "203.0.113.7".parse().expect("ip"),
+        host: "shop.example",
+        path: "/products/42",
+        method: &http::Method::GET,
+        headers: &headers,
+    };
+    let now = Timestamp::from_secs(1_700_000_000);
+    let mut out = Vec::with_capacity(3);
+    c.bench_function("ratelimit/check 3 rules", |b| {
+        b.iter(|| {
+            out.clear();
+            black_box(rules.check(Scope::All, &view, now, &mut out));
+        })
+    });
+}
+
+criterion_group!(benches, tokens, decisions, rate_limits);
 criterion_main!(benches);

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use crate::config::ConfigErrors;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
+use crate::state::State;
 use crate::time::Timestamp;
 
 /// A reload that failed, as `/status` shows it.
@@ -22,6 +23,7 @@ pub struct App {
     config_path: PathBuf,
     current: ArcSwap<Snapshot>,
     pub metrics: Metrics,
+    pub state: State,
     last_reload_error: Mutex<Option<ReloadError>>,
     pub started_at: Timestamp,
 }
@@ -30,13 +32,15 @@ impl App {
     /// Loads the first snapshot. Fails, listing every problem, when the config is not valid.
     pub fn start(config_path: &Path) -> Result<Arc<App>, ConfigErrors> {
         let now = Timestamp::now();
-        let snapshot = Snapshot::load(config_path, None, now)?;
+        let state = State::local();
+        let snapshot = Snapshot::load(config_path, None, &state, now)?;
         let metrics = Metrics::new();
         metrics.refresh(&snapshot);
         Ok(Arc::new(App {
             config_path: config_path.to_path_buf(),
             current: ArcSwap::from_pointee(snapshot),
             metrics,
+            state,
             last_reload_error: Mutex::new(None),
             started_at: now,
         }))

@@ -107,7 +107,12 @@ fn main() -> ExitCode {
 }
 
 fn check(path: &Path) -> ExitCode {
-    match Snapshot::load(path, None, Timestamp::now()) {
+    match Snapshot::load(
+        path,
+        None,
+        &vestibule::state::State::local(),
+        Timestamp::now(),
+    ) {
         Ok(snapshot) => {
             for w in &snapshot.warnings {
                 eprintln!("warning: {w}");

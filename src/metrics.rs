@@ -5,10 +5,11 @@
 //! number of series is bounded.
 
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
+use crate::ratelimit::Outcome;
 use crate::room::Decision;
 use crate::snapshot::Snapshot;
 use crate::token::Reject;
@@ -25,6 +26,8 @@ pub struct Metrics {
     pub room_admitted: IntCounterVec,
     pub room_allow_percentage: GaugeVec,
     pub token_rejected: IntCounterVec,
+    pub ratelimit_decisions: IntCounterVec,
+    pub ratelimit_penalty_box: IntGaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -96,6 +99,19 @@ impl Metrics {
                 "Presented room cookies that were not trusted, by room and reason.",
                 &["room", "reason"],
             ),
+            ratelimit_decisions: counter_vec(
+                "vestibule_ratelimit_decisions_total",
+                "Rate-limit rule verdicts, by rule and outcome.",
+                &["rule", "outcome"],
+            ),
+            ratelimit_penalty_box: IntGaugeVec::new(
+                Opts::new(
+                    "vestibule_ratelimit_penalty_box_entries",
+                    "Keys in each rule's penalty box.",
+                ),
+                &["rule"],
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
             registry,
         };
         m.register_all();
@@ -120,6 +136,8 @@ impl Metrics {
             Box::new(self.room_admitted.clone()),
             Box::new(self.room_allow_percentage.clone()),
             Box::new(self.token_rejected.clone()),
+            Box::new(self.ratelimit_decisions.clone()),
+            Box::new(self.ratelimit_penalty_box.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -154,6 +172,17 @@ impl Metrics {
             self.room_allow_percentage
                 .with_label_values(&[name])
                 .set(room.effective_allow_percentage());
+        }
+        self.ratelimit_penalty_box.reset();
+        let now = crate::time::Timestamp::now();
+        for rule in snapshot.rules.iter() {
+            for o in Outcome::ALL {
+                self.ratelimit_decisions
+                    .with_label_values(&[rule.name(), o.as_str()]);
+            }
+            self.ratelimit_penalty_box
+                .with_label_values(&[rule.name()])
+                .set(rule.penalty_box_len(now) as i64);
         }
         self.config_generation.set(snapshot.generation as i64);
     }

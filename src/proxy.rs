@@ -18,9 +18,11 @@ use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::ErrorSource;
 
 use crate::app::App;
+use crate::config::Scope;
 use crate::cookie::{self, Stripped};
 use crate::pages::{self, Estimates, PageContext, PageKind, WaitingJson};
 use crate::path;
+use crate::ratelimit::{Outcome as RuleOutcome, RequestView};
 use crate::room::{CookieAction, Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
@@ -51,6 +53,14 @@ pub struct RequestCtx {
     decision: Option<Decision>,
     /// `Set-Cookie` to add to the forwarded response.
     set_cookie: Option<String>,
+    /// Each rule checked, with its verdict (for the access log).
+    rule_outcomes: Vec<(usize, RuleOutcome)>,
+    /// Concurrency slots, returned when the context is dropped after the request ends, on
+    /// every path (success, origin error, client gone).
+    slots: Vec<pingora_limits::inflight::Guard>,
+    /// `RateLimit-Policy` and `RateLimit` items of the token buckets that let this through.
+    quota_policies: Vec<String>,
+    quota_items: Vec<String>,
     /// Origin addresses tried for this request (retries skip them).
     tried: Vec<SocketAddr>,
     upstream_sent: Option<Instant>,
@@ -71,6 +81,10 @@ impl ProxyHttp for Proxy {
             room: None,
             decision: None,
             set_cookie: None,
+            rule_outcomes: Vec::new(),
+            slots: Vec::new(),
+            quota_policies: Vec::new(),
+            quota_items: Vec::new(),
             tried: Vec::new(),
             upstream_sent: None,
             upstream_status: None,
@@ -87,45 +101,22 @@ impl ProxyHttp for Proxy {
             .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip().to_canonical());
         ctx.peer_ip = Some(peer);
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
-        let req = session.req_header();
-        let policy = &snapshot.config.identity;
-        let xff = req.headers.get_all("x-forwarded-for");
-        let client_ip = policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()));
-        let header_identity = policy
-            .header_name()
-            .and_then(|h| req.headers.get(h))
-            .map(|v| v.as_bytes());
-        let identity = policy.identify(client_ip, peer, header_identity);
-        ctx.secure = tls || (policy.is_trusted(peer) && forwarded_https(req));
-        let path = path::normalize(req.uri.path());
-        let host = request_host(req);
-
-        let Some(route) = snapshot.rooms.route(&host, &path, client_ip) else {
-            return Ok(false);
-        };
-        ctx.room = Some(route.index);
-        let room = route.room;
-        let outcome = match (&snapshot.keys, route.bypass) {
-            (Some(ring), false) => {
-                let cookies = cookie::values(
-                    req.headers
-                        .get_all(header::COOKIE)
-                        .iter()
-                        .map(|v| v.as_bytes()),
-                    &room.config.cookie.name,
-                );
-                room.decide(ring, &identity, &cookies, now)
+        let answer = self.decide(session.req_header(), &snapshot, peer, tls, now, ctx);
+        match answer {
+            Answer::Forward => Ok(false),
+            Answer::RoomPage(room, outcome) => {
+                let room = snapshot.rooms.get(room).ok_or_else(|| {
+                    Error::explain(ErrorType::InternalError, "routed to a room that is gone")
+                })?;
+                write_room_page(session, room, &outcome, ctx.secure).await?;
+                Ok(true)
             }
-            _ => Outcome::new(Decision::Bypass, CookieAction::Keep),
-        };
-        self.record(room, &outcome);
-        ctx.decision = Some(outcome.decision);
-        if outcome.decision.forwards() {
-            ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);
-            return Ok(false);
+            Answer::RateLimited(check) => {
+                let set_cookie = ctx.set_cookie.take();
+                write_rate_limited(session, &snapshot, ctx.room, &check, set_cookie).await?;
+                Ok(true)
+            }
         }
-        write_room_page(session, room, &outcome, ctx.secure).await?;
-        Ok(true)
     }
 
     async fn upstream_peer(
@@ -204,6 +195,10 @@ impl ProxyHttp for Proxy {
             response.append_header(header::SET_COOKIE, value)?;
             response.insert_header(header::CACHE_CONTROL, NO_STORE)?;
         }
+        if !ctx.quota_items.is_empty() {
+            response.insert_header("ratelimit-policy", ctx.quota_policies.join(", "))?;
+            response.insert_header("ratelimit", ctx.quota_items.join(", "))?;
+        }
         Ok(())
     }
 
@@ -273,7 +268,133 @@ impl ProxyHttp for Proxy {
     }
 }
 
+/// What `request_filter` does with a request.
+enum Answer {
+    Forward,
+    /// Show this room's page for this outcome.
+    RoomPage(usize, Outcome),
+    /// A rule blocks it.
+    RateLimited(Limited),
+}
+
+/// A blocking verdict, with what the 429 needs.
+struct Limited {
+    rule: String,
+    policy: String,
+    retry_after: u64,
+}
+
 impl Proxy {
+    /// The whole decision for one request: rate limits of scope `all`, then the room, then rate
+    /// limits of scope `origin` for what would be forwarded. Fills `ctx` with what the response
+    /// phase needs (cookie to set, concurrency slots, rate-limit headers).
+    fn decide(
+        &self,
+        req: &RequestHeader,
+        snapshot: &Snapshot,
+        peer: IpAddr,
+        tls: bool,
+        now: Timestamp,
+        ctx: &mut RequestCtx,
+    ) -> Answer {
+        let policy = &snapshot.config.identity;
+        let xff = req.headers.get_all("x-forwarded-for");
+        let client_ip = policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()));
+        let header_identity = policy
+            .header_name()
+            .and_then(|h| req.headers.get(h))
+            .map(|v| v.as_bytes());
+        let identity = policy.identify(client_ip, peer, header_identity);
+        ctx.secure = tls || (policy.is_trusted(peer) && forwarded_https(req));
+        let path = path::normalize(req.uri.path());
+        let host = request_host(req);
+        let view = RequestView {
+            identity: &identity,
+            client_ip,
+            host: &host,
+            path: &path,
+            method: &req.method,
+            headers: &req.headers,
+        };
+
+        let route = snapshot.rooms.route(&host, &path, client_ip);
+        ctx.room = route.map(|r| r.index);
+        if let Some(limited) = self.check_rules(snapshot, Scope::All, &view, now, ctx) {
+            return Answer::RateLimited(limited);
+        }
+        if let Some(route) = route {
+            let room = route.room;
+            let outcome = match (&snapshot.keys, route.bypass) {
+                (Some(ring), false) => {
+                    let cookies = cookie::values(
+                        req.headers
+                            .get_all(header::COOKIE)
+                            .iter()
+                            .map(|v| v.as_bytes()),
+                        &room.config.cookie.name,
+                    );
+                    room.decide(ring, &identity, &cookies, now)
+                }
+                _ => Outcome::new(Decision::Bypass, CookieAction::Keep),
+            };
+            self.record(room, &outcome);
+            ctx.decision = Some(outcome.decision);
+            if !outcome.decision.forwards() {
+                return Answer::RoomPage(route.index, outcome);
+            }
+            ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);
+        }
+        match self.check_rules(snapshot, Scope::Origin, &view, now, ctx) {
+            Some(limited) => Answer::RateLimited(limited),
+            None => Answer::Forward,
+        }
+    }
+
+    /// Runs the rules of one scope, records their verdicts, keeps concurrency slots and
+    /// token-bucket headers in `ctx`, and returns the blocking verdict if there is one.
+    fn check_rules(
+        &self,
+        snapshot: &Snapshot,
+        scope: Scope,
+        view: &RequestView,
+        now: Timestamp,
+        ctx: &mut RequestCtx,
+    ) -> Option<Limited> {
+        if snapshot.rules.is_empty() {
+            return None;
+        }
+        let mut checks = Vec::new();
+        let blocked = snapshot.rules.check(scope, view, now, &mut checks);
+        let mut limited = None;
+        for (i, checked) in checks.into_iter().enumerate() {
+            let Some(rule) = snapshot.rules.get(checked.rule) else {
+                continue;
+            };
+            let check = checked.check;
+            self.app
+                .metrics
+                .ratelimit_decisions
+                .with_label_values(&[rule.name(), check.outcome.as_str()])
+                .inc();
+            ctx.rule_outcomes.push((checked.rule, check.outcome));
+            if Some(i) == blocked {
+                limited = Some(Limited {
+                    rule: rule.name().to_owned(),
+                    policy: rule.policy().to_owned(),
+                    retry_after: check.retry_after,
+                });
+            } else if rule.is_token_bucket() && check.outcome == RuleOutcome::Pass {
+                ctx.quota_policies.push(rule.policy().to_owned());
+                ctx.quota_items
+                    .push(rule.ratelimit_item(check.remaining, check.reset));
+            }
+            if let Some(guard) = check.guard {
+                ctx.slots.push(guard);
+            }
+        }
+        limited
+    }
+
     /// Counts a room decision.
     fn record(&self, room: &Room, outcome: &Outcome) {
         let m = &self.app.metrics;
@@ -362,6 +483,64 @@ async fn write_room_page(
         )
     };
     respond(session, room.config.wait_status, content_type, extra, body).await
+}
+
+/// The 429 answer: `Retry-After`, IETF `RateLimit-Policy` / `RateLimit`, and the
+/// `ratelimited` page of the request's room (or the server's) or JSON.
+async fn write_rate_limited(
+    session: &mut Session,
+    snapshot: &Snapshot,
+    room: Option<usize>,
+    limited: &Limited,
+    set_cookie: Option<String>,
+) -> Result<()> {
+    let mut extra = Vec::with_capacity(4);
+    extra.push((header::RETRY_AFTER, HeaderValue::from(limited.retry_after)));
+    let policy = HeaderValue::try_from(limited.policy.as_str());
+    let item = HeaderValue::try_from(format!(
+        "\"{}\";r=0;t={}",
+        limited.rule, limited.retry_after
+    ));
+    if let (Ok(policy), Ok(item)) = (policy, item) {
+        extra.push((http::HeaderName::from_static("ratelimit-policy"), policy));
+        extra.push((http::HeaderName::from_static("ratelimit"), item));
+    }
+    if let Some(v) = set_cookie.and_then(|v| HeaderValue::try_from(v).ok()) {
+        extra.push((header::SET_COOKIE, v));
+    }
+    let accept = session
+        .req_header()
+        .headers
+        .get(header::ACCEPT)
+        .map(|v| v.as_bytes());
+    let (content_type, body) = if pages::wants_json(accept) {
+        let body = pages::json(&serde_json::json!({
+            "error": "rate_limited",
+            "rule": limited.rule,
+            "retry_after": limited.retry_after,
+        }));
+        ("application/json", body)
+    } else {
+        let room = room.and_then(|i| snapshot.rooms.get(i));
+        let pages = room.map_or(&snapshot.pages, |r| &r.pages);
+        let ctx = PageContext {
+            room: room.map_or("this site", Room::name),
+            decision: "ratelimited",
+            refresh_seconds: limited.retry_after,
+            queueing: room.map_or("", |r| r.config.admission.method()),
+            queue_all: false,
+            users_ahead: None,
+            wait_estimate_minutes: Estimates::default(),
+            retry_after: limited.retry_after,
+            rule: &limited.rule,
+            status: 429,
+        };
+        (
+            "text/html; charset=utf-8",
+            pages.render(PageKind::RateLimited, &ctx),
+        )
+    };
+    respond(session, 429, content_type, extra, body).await
 }
 
 /// Removes every room cookie from the `Cookie` headers bound for the origin; other cookies,

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use crate::config::{Config, ConfigError, ConfigErrors};
 use crate::keys::KeyRing;
 use crate::pages::Pages;
+use crate::ratelimit::{Rule, RuleSet};
 use crate::room::{Room, RoomSet};
+use crate::state::State;
 use crate::time::Timestamp;
 use crate::upstream::Upstream;
 
@@ -28,6 +30,7 @@ pub struct Snapshot {
     /// The key ring; loaded only when a room needs it.
     pub keys: Option<KeyRing>,
     pub rooms: RoomSet,
+    pub rules: RuleSet,
     /// Problems worth a look that do not stop loading.
     pub warnings: Vec<String>,
 }
@@ -43,10 +46,12 @@ impl std::fmt::Debug for Snapshot {
 
 impl Snapshot {
     /// Loads `path` and everything it names. `previous` is the snapshot in service, whose
-    /// long-lived parts (the upstream pool and its health) are kept when unchanged.
+    /// upstream pool (and its health) is kept when unchanged; `state` holds the counters that
+    /// unchanged rules and rooms keep.
     pub fn load(
         path: &Path,
         previous: Option<&Snapshot>,
+        state: &State,
         now: Timestamp,
     ) -> Result<Snapshot, ConfigErrors> {
         let config = Config::load(path)?;
@@ -112,6 +117,14 @@ impl Snapshot {
             }
         }
 
+        let rules = RuleSet::new(
+            config
+                .rate_limits
+                .iter()
+                .map(|r| Rule::new(r.clone(), &state.rules, state.store.as_ref()))
+                .collect(),
+        );
+
         let upstream = match previous {
             Some(prev) if prev.upstream.config() == &config.upstream => Some(prev.upstream.clone()),
             _ => match Upstream::new(&config.upstream) {
@@ -136,6 +149,7 @@ impl Snapshot {
                 pages,
                 keys,
                 rooms: RoomSet::new(rooms),
+                rules,
                 warnings,
             }),
             _ => Err(ConfigErrors(errors)),

@@ -1,0 +1,156 @@
+//! The penalty box: keys denied until a deadline, exact, with a cap.
+//!
+//! When the box is full, a new entry evicts the one with the least time left (Fastly's rule):
+//! that entry was about to be released anyway. Expired entries are dropped as they are met and
+//! by [`PenaltyBox::len`]. The box is sharded so concurrent requests rarely share a lock.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use crate::time::Timestamp;
+
+const SHARDS: usize = 16;
+
+#[derive(Default)]
+struct Shard {
+    until: HashMap<u64, u64>,
+    /// (deadline ms, key): the first entry has the least time left.
+    by_deadline: BTreeSet<(u64, u64)>,
+}
+
+impl Shard {
+    fn remove(&mut self, key: u64) {
+        if let Some(deadline) = self.until.remove(&key) {
+            self.by_deadline.remove(&(deadline, key));
+        }
+    }
+
+    fn purge(&mut self, now_ms: u64) {
+        while let Some(&(deadline, key)) = self.by_deadline.first() {
+            if deadline > now_ms {
+                break;
+            }
+            self.by_deadline.pop_first();
+            self.until.remove(&key);
+        }
+    }
+}
+
+pub struct PenaltyBox {
+    shards: [Mutex<Shard>; SHARDS],
+    cap_per_shard: usize,
+}
+
+impl PenaltyBox {
+    /// A box holding at most about `cap` keys.
+    pub fn new(cap: usize) -> PenaltyBox {
+        PenaltyBox {
+            shards: std::array::from_fn(|_| Mutex::new(Shard::default())),
+            cap_per_shard: cap.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, Shard> {
+        // The low bits feed hash maps; use the high ones to pick a shard.
+        self.shards[(key >> 60) as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The deadline of `key`, if it is in the box at `now`.
+    pub fn until(&self, key: u64, now: Timestamp) -> Option<Timestamp> {
+        let mut shard = self.shard(key);
+        match shard.until.get(&key) {
+            Some(&deadline) if deadline > now.millis() => Some(Timestamp::from_millis(deadline)),
+            Some(_) => {
+                shard.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Puts `key` in the box until `deadline` (replacing an earlier deadline).
+    pub fn put(&self, key: u64, deadline: Timestamp, now: Timestamp) {
+        let mut shard = self.shard(key);
+        shard.remove(key);
+        shard.purge(now.millis());
+        if shard.until.len() >= self.cap_per_shard {
+            if let Some((_, evicted)) = shard.by_deadline.pop_first() {
+                shard.until.remove(&evicted);
+            }
+        }
+        shard.until.insert(key, deadline.millis());
+        shard.by_deadline.insert((deadline.millis(), key));
+    }
+
+    /// Keys in the box at `now` (expired ones are dropped on the way).
+    pub fn len(&self, now: Timestamp) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut shard = s.lock().unwrap_or_else(|p| p.into_inner());
+                shard.purge(now.millis());
+                shard.until.len()
+            })
+            .sum()
+    }
+
+    pub fn is_empty(&self, now: Timestamp) -> bool {
+        self.len(now) == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap_per_shard * SHARDS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    #[test]
+    fn holds_until_the_deadline() {
+        let b = PenaltyBox::new(100);
+        b.put(1, at(5_000), at(0));
+        assert_eq!(b.until(1, at(4_999)), Some(at(5_000)));
+        assert_eq!(b.until(1, at(5_000)), None);
+        assert_eq!(b.len(at(5_000)), 0);
+        assert_eq!(b.until(2, at(0)), None);
+    }
+
+    #[test]
+    fn a_full_box_evicts_the_least_time_left() {
+        let b = PenaltyBox::new(SHARDS); // one per shard
+        let key = |i: u64| i; // all in shard 0
+        b.put(key(1), at(9_000), at(0));
+        b.put(key(2), at(3_000), at(0));
+        assert_eq!(b.len(at(0)), 1, "cap of one per shard");
+        // Key 1 had more time left than key 2, but the newest entry always goes in: key 1 was
+        // the only entry, so it was evicted.
+        assert_eq!(b.until(key(2), at(0)), Some(at(3_000)));
+        let b = PenaltyBox::new(2 * SHARDS); // two per shard
+        b.put(key(1), at(9_000), at(0));
+        b.put(key(2), at(3_000), at(0));
+        b.put(key(3), at(6_000), at(0));
+        assert_eq!(b.until(key(2), at(0)), None, "least time left goes first");
+        assert!(b.until(key(1), at(0)).is_some() && b.until(key(3), at(0)).is_some());
+    }
+
+    #[test]
+    fn memory_stays_bounded_under_a_flood() {
+        let b = PenaltyBox::new(1_000);
+        for i in 0..100_000u64 {
+            b.put(
+                i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                at(1_000_000 + i),
+                at(i),
+            );
+        }
+        assert!(b.len(at(0)) <= b.capacity());
+    }
+}

@@ -1,0 +1,321 @@
+//! The in-process [`CounterStore`]: what one vestibule node uses unless told otherwise.
+//!
+//! ## Windows
+//!
+//! Each window counter is two pingora-limits count-min sketches ([`Estimator`]), one for the
+//! current interval and one for the previous, like pingora's `Rate`, but driven by the clock the
+//! caller passes in (so unit tests and the simulator control time) and with intervals aligned
+//! on multiples of the interval since the epoch (like Fastly's buckets). Memory is fixed when
+//! the counter is made: `2 × 4 rows × slots × 8 bytes`, with `slots` the power of two at or
+//! above `2 × max_keys` (at least 1024). For the default `max_keys = 65536` that is 8 MiB per
+//! rule, whatever the traffic.
+//!
+//! A count-min sketch never undercounts; it overcounts a key when, in every one of the 4 rows,
+//! the key shares its cell with another active key. With `K` keys active in one interval and
+//! `slots` cells per row, that happens to a given key with probability about
+//! `(1 − e^(−K/slots))^4`, and the overcount is the colliding keys' own counts:
+//!
+//! | active keys `K` | share of keys overcounted |
+//! | --- | --- |
+//! | `max_keys / 4` | 0.01 % |
+//! | `max_keys / 2` | 0.2 % |
+//! | `max_keys` | 2.4 % |
+//! | `2 × max_keys` | 16 % |
+//! | `4 × max_keys` | 56 % |
+//!
+//! So it fails gracefully but in one direction: beyond `max_keys`, well-behaved keys start to be
+//! charged for their neighbours' traffic, and a flood of distinct keys (a botnet, spoofed
+//! headers in a `header:` key) makes that worse for everyone in the interval. Size `max_keys`
+//! for the number of distinct keys you expect in one window interval. The test
+//! `overcount_matches_the_documented_table` measures the table above.
+//!
+//! ## Exact counters
+//!
+//! Room accounting uses few counters (a handful per room per minute), kept exactly in one map
+//! with their expiry; [`LocalStore::sweep`] drops expired ones.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use pingora_limits::estimator::Estimator;
+
+use super::{CounterKey, CounterKind, CounterStore, WindowCounter, WindowSample, WindowSpec};
+use crate::time::Timestamp;
+
+const HASHES: usize = 4;
+const MIN_SLOTS: usize = 1024;
+
+/// Cells per sketch row for `max_keys`.
+pub fn slots_for(max_keys: usize) -> usize {
+    max_keys
+        .saturating_mul(2)
+        .next_power_of_two()
+        .max(MIN_SLOTS)
+}
+
+/// Bytes a window counter for `max_keys` occupies.
+pub fn window_bytes(max_keys: usize) -> usize {
+    2 * HASHES * slots_for(max_keys) * std::mem::size_of::<isize>()
+}
+
+/// Two sketches taking turns as the current and the previous interval.
+pub struct LocalWindow {
+    interval_ms: u64,
+    sketches: [Estimator; 2],
+    /// Interval index + 1 that each sketch holds (0: none yet).
+    holds: [AtomicU64; 2],
+    rotating: Mutex<()>,
+}
+
+impl LocalWindow {
+    pub fn new(interval_ms: u64, max_keys: usize) -> LocalWindow {
+        let slots = slots_for(max_keys);
+        LocalWindow {
+            interval_ms: interval_ms.max(1),
+            sketches: [Estimator::new(HASHES, slots), Estimator::new(HASHES, slots)],
+            holds: [AtomicU64::new(0), AtomicU64::new(0)],
+            rotating: Mutex::new(()),
+        }
+    }
+
+    /// The sketch for interval `index`, cleared first if it still holds an older interval.
+    fn current(&self, index: u64) -> &Estimator {
+        let s = (index % 2) as usize;
+        let tag = index + 1;
+        if self.holds[s].load(Ordering::SeqCst) < tag {
+            let _guard = self.rotating.lock().unwrap_or_else(|p| p.into_inner());
+            if self.holds[s].load(Ordering::SeqCst) < tag {
+                self.sketches[s].reset();
+                self.holds[s].store(tag, Ordering::SeqCst);
+            }
+        }
+        &self.sketches[s]
+    }
+
+    /// The sketch holding interval `index`, if one does.
+    fn holding(&self, index: u64) -> Option<&Estimator> {
+        let s = (index % 2) as usize;
+        (self.holds[s].load(Ordering::SeqCst) == index + 1).then(|| &self.sketches[s])
+    }
+
+    fn sample(&self, key: u64, now: Timestamp, add: u64) -> WindowSample {
+        let index = now.millis() / self.interval_ms;
+        let curr = if add > 0 {
+            self.current(index).incr(key, add as isize)
+        } else {
+            self.holding(index).map_or(0, |e| e.get(key))
+        };
+        let prev = index
+            .checked_sub(1)
+            .and_then(|i| self.holding(i))
+            .map_or(0, |e| e.get(key));
+        WindowSample {
+            prev: prev.max(0) as u64,
+            curr: curr.max(0) as u64,
+            fraction: (now.millis() % self.interval_ms) as f64 / self.interval_ms as f64,
+        }
+    }
+}
+
+impl WindowCounter for LocalWindow {
+    fn observe(&self, key: u64, n: u64, now: Timestamp) -> WindowSample {
+        self.sample(key, now, n.max(1))
+    }
+
+    fn peek(&self, key: u64, now: Timestamp) -> WindowSample {
+        self.sample(key, now, 0)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Exact {
+    value: i64,
+    expire_ms: u64,
+}
+
+/// The in-process store.
+#[derive(Default)]
+pub struct LocalStore {
+    /// Weak: a counter lives as long as some snapshot's rule uses it.
+    windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
+    exact: Mutex<HashMap<CounterKey, Exact>>,
+}
+
+impl LocalStore {
+    pub fn new() -> LocalStore {
+        LocalStore::default()
+    }
+}
+
+impl CounterStore for LocalStore {
+    fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter> {
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows.retain(|_, w| w.strong_count() > 0);
+        if let Some(w) = windows.get(spec).and_then(Weak::upgrade) {
+            return w;
+        }
+        let w = Arc::new(LocalWindow::new(spec.interval_ms, spec.max_keys));
+        windows.insert(spec.clone(), Arc::downgrade(&w));
+        w
+    }
+
+    fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
+        let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
+        let e = exact.entry(key.clone()).or_insert(Exact {
+            value: 0,
+            expire_ms: 0,
+        });
+        // Expired but not swept yet: it starts again from zero.
+        if e.expire_ms <= now.millis() {
+            e.value = 0;
+        }
+        e.value = e.value.saturating_add(delta);
+        e.expire_ms = e.expire_ms.max(expire_at.millis());
+        e.value
+    }
+
+    fn get(&self, key: &CounterKey, now: Timestamp) -> i64 {
+        let exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
+        exact
+            .get(key)
+            .filter(|e| e.expire_ms > now.millis())
+            .map_or(0, |e| e.value)
+    }
+
+    fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)> {
+        let exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<(u64, u64, i64)> = exact
+            .iter()
+            .filter(|(k, e)| &*k.scope == scope && k.kind == kind && e.expire_ms > now.millis())
+            .map(|(k, e)| (k.slot, k.id, e.value))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn sweep(&self, now: Timestamp) {
+        let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
+        exact.retain(|_, e| e.expire_ms > now.millis());
+        drop(exact);
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows.retain(|_, w| w.strong_count() > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    #[test]
+    fn intervals_are_aligned_and_slide() {
+        let w = LocalWindow::new(10_000, 1000);
+        // Interval [10 s, 20 s): 5 events.
+        for _ in 0..5 {
+            w.observe(7, 1, at(12_000));
+        }
+        let s = w.peek(7, at(19_999));
+        assert_eq!((s.prev, s.curr), (0, 5));
+        // Next interval: they become `prev`, weighted by what is left of it.
+        let s = w.observe(7, 1, at(22_500));
+        assert_eq!((s.prev, s.curr), (5, 1));
+        assert!((s.fraction - 0.25).abs() < 1e-9);
+        assert!((s.weighted() - (5.0 * 0.75 + 1.0)).abs() < 1e-9);
+        // Two intervals later nothing is left.
+        let s = w.peek(7, at(40_000));
+        assert_eq!((s.prev, s.curr), (0, 0));
+        // Other keys are independent.
+        assert_eq!(w.peek(8, at(22_600)).curr, 0);
+    }
+
+    #[test]
+    fn a_skipped_interval_clears_prev() {
+        let w = LocalWindow::new(1_000, 1000);
+        w.observe(1, 3, at(1_500));
+        // Jump straight to interval 3: interval 2 was never written, so prev is 0.
+        let s = w.observe(1, 1, at(3_100));
+        assert_eq!((s.prev, s.curr), (0, 1));
+    }
+
+    #[test]
+    fn clock_going_back_never_clears_newer_counts() {
+        let w = LocalWindow::new(1_000, 1000);
+        w.observe(1, 1, at(5_500));
+        w.observe(1, 1, at(4_900));
+        assert_eq!(w.peek(1, at(5_600)).curr, 1);
+        assert_eq!(w.peek(1, at(5_600)).prev, 1);
+    }
+
+    #[test]
+    fn sizing() {
+        assert_eq!(slots_for(1), 1024);
+        assert_eq!(slots_for(65_536), 131_072);
+        assert_eq!(window_bytes(65_536), 8 * 1024 * 1024);
+    }
+
+    #[test]
+    fn overcount_matches_the_documented_table() {
+        let max_keys = 4096;
+        for (keys, expected) in [
+            (max_keys / 2, 0.002),
+            (max_keys, 0.024),
+            (2 * max_keys, 0.16),
+        ] {
+            let w = LocalWindow::new(1_000, max_keys);
+            for k in 0..keys as u64 {
+                w.observe(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), 1, at(0));
+            }
+            let over = (0..keys as u64)
+                .filter(|k| w.peek(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), at(0)).curr > 1)
+                .count() as f64
+                / keys as f64;
+            assert!(
+                over < expected * 2.0 + 0.002,
+                "{keys} keys: {over:.4} overcounted, documented {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn windows_are_shared_by_spec_and_freed_with_their_rules() {
+        let store = LocalStore::new();
+        let spec = WindowSpec {
+            name: "r".into(),
+            interval_ms: 1000,
+            max_keys: 10,
+        };
+        let a = store.window(&spec);
+        a.observe(1, 2, at(0));
+        assert_eq!(store.window(&spec).peek(1, at(1)).curr, 2);
+        drop(a);
+        assert_eq!(store.window(&spec).peek(1, at(1)).curr, 0);
+    }
+
+    #[test]
+    fn exact_counters_expire() {
+        let store = LocalStore::new();
+        let key = CounterKey {
+            scope: "room".into(),
+            kind: CounterKind::Active,
+            slot: 5,
+            id: 0,
+        };
+        assert_eq!(store.add(&key, 3, at(0), at(10_000)), 3);
+        assert_eq!(store.add(&key, -1, at(1), at(10_000)), 2);
+        assert_eq!(store.get(&key, at(9_999)), 2);
+        assert_eq!(store.get(&key, at(10_000)), 0);
+        assert_eq!(
+            store.scan("room", CounterKind::Active, at(0)),
+            vec![(5, 0, 2)]
+        );
+        assert!(store.scan("room", CounterKind::Waiting, at(0)).is_empty());
+        // Written after expiry but before a sweep: starts from zero.
+        assert_eq!(store.add(&key, 1, at(10_500), at(20_000)), 1);
+        store.sweep(at(20_000));
+        assert_eq!(store.get(&key, at(10_000)), 0);
+    }
+}

@@ -1,0 +1,101 @@
+//! Counters behind one interface, so a shared store can back a cluster.
+//!
+//! Everything the decision core counts over time goes through [`CounterStore`]: the sliding
+//! windows of rate-limit rules and the accounting of capacity rooms (active users per minute,
+//! admissions per minute, waiting users per arrival bucket). The in-process
+//! [`local::LocalStore`] is the default; a store shared by several vestibule nodes (Redis, for
+//! example) implements the same trait, and the counts become cluster-wide.
+//!
+//! What is deliberately *not* here: penalty boxes, token buckets and concurrency slots. They
+//! are verdict caches and per-node resources (vsthrottle and Fastly's penalty box are per node
+//! too). With shared windows, a key that trips a limit on one node is caught by the shared
+//! count on every node; each node then keeps its own penalty box.
+//!
+//! Time is always passed in; a store never reads a clock.
+
+pub mod local;
+
+use std::sync::Arc;
+
+use crate::time::Timestamp;
+
+/// Counts of one key in a sliding window: the previous complete interval, the current one, and
+/// how far into the current one `now` is.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WindowSample {
+    pub prev: u64,
+    pub curr: u64,
+    /// Elapsed fraction of the current interval, in [0, 1).
+    pub fraction: f64,
+}
+
+impl WindowSample {
+    /// Events in the last full interval, estimated: `prev·(1−f) + curr`.
+    pub fn weighted(&self) -> f64 {
+        self.prev as f64 * (1.0 - self.fraction) + self.curr as f64
+    }
+}
+
+/// What a window counter is for. Two equal specs name the same counter, so its counts survive
+/// a reload that leaves the rule's window alone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WindowSpec {
+    /// The rule's name.
+    pub name: String,
+    /// Interval length; intervals are aligned on multiples of it since the epoch.
+    pub interval_ms: u64,
+    /// Distinct keys the counter is sized for (accuracy degrades beyond it; see `local.rs`).
+    pub max_keys: usize,
+}
+
+/// A sliding-window counter family: many keys, one interval length.
+pub trait WindowCounter: Send + Sync {
+    /// Adds `n` events for `key` at `now` and returns the window as it stands after them.
+    fn observe(&self, key: u64, n: u64, now: Timestamp) -> WindowSample;
+
+    /// The window of `key` at `now`, without counting anything.
+    fn peek(&self, key: u64, now: Timestamp) -> WindowSample;
+}
+
+/// Identifies one exact counter. `scope` is a room name; `kind` says what is counted; `slot`
+/// is the time bucket (a minute number); `id` distinguishes counters within a slot (an arrival
+/// bucket, say).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CounterKey {
+    pub scope: Arc<str>,
+    pub kind: CounterKind,
+    pub slot: u64,
+    pub id: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CounterKind {
+    /// Users whose last counted minute of activity is `slot`.
+    Active,
+    /// Users admitted during minute `slot`.
+    Admitted,
+    /// Users admitted during minute `slot` from arrival bucket `id` (FIFO reservations).
+    AdmittedFromBucket,
+    /// Waiting users of arrival bucket `id` whose last counted check-in minute is `slot`.
+    Waiting,
+}
+
+pub trait CounterStore: Send + Sync {
+    /// The window counter for `spec`. Calling again with an equal spec returns the same counter.
+    fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter>;
+
+    /// Adds `delta` (possibly negative) to `key` at `now` and returns the new value. The counter
+    /// is forgotten at `expire_at` (each write may extend it); a forgotten counter reads 0.
+    fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64;
+
+    /// The value of `key` at `now` (0 if never written or expired).
+    fn get(&self, key: &CounterKey, now: Timestamp) -> i64;
+
+    /// Every live counter of `scope` and `kind`, as (slot, id, value). Used to read a room's
+    /// queue; a shared store may answer from an index of keys.
+    fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)>;
+
+    /// Drops what has expired. The in-process store calls this from a background task; a
+    /// shared store with native expiry may do nothing.
+    fn sweep(&self, now: Timestamp);
+}
