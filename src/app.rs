@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::config::ConfigErrors;
+use crate::config::{diff, ConfigErrors};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::state::State;
@@ -25,6 +25,8 @@ pub struct App {
     pub metrics: Metrics,
     pub state: State,
     last_reload_error: Mutex<Option<ReloadError>>,
+    /// Reloads run one at a time.
+    reloading: Mutex<()>,
     pub started_at: Timestamp,
 }
 
@@ -42,6 +44,7 @@ impl App {
             metrics,
             state,
             last_reload_error: Mutex::new(None),
+            reloading: Mutex::new(()),
             started_at: now,
         }))
     }
@@ -55,10 +58,103 @@ impl App {
         &self.config_path
     }
 
+    /// Re-reads the config file and everything it names; if the whole is valid, swaps it in.
+    /// Requests in flight keep the snapshot they started with. On failure nothing changes:
+    /// the errors are logged, counted and kept for `/status`. `trigger` says why, for the log.
+    pub fn reload(&self, trigger: &str, now: Timestamp) -> Result<u64, ConfigErrors> {
+        let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.snapshot();
+        let mut new = match Snapshot::load(&self.config_path, Some(&old), &self.state, now) {
+            Ok(new) => new,
+            Err(errors) => {
+                for e in &errors.0 {
+                    log::error!(
+                        "reload ({trigger}) failed, generation {} keeps serving: {e}",
+                        old.generation
+                    );
+                }
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["failure"])
+                    .inc();
+                let message = errors
+                    .0
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                *self
+                    .last_reload_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(ReloadError { message, at: now });
+                return Err(errors);
+            }
+        };
+        for (key, from, to) in diff::needs_restart(&old.config, &new.config) {
+            log::warn!(
+                "reload ({trigger}): {key} {from} -> {to} needs a restart to take effect; the rest of the edit is applied"
+            );
+        }
+        diff::keep_restart_settings(&mut new.config, &old.config);
+        let changes = describe_changes(&old, &new);
+        for w in new.warnings.iter().filter(|w| !old.warnings.contains(w)) {
+            log::warn!("{w}");
+        }
+        log::info!(
+            "reload ({trigger}): generation {} -> {}: {}",
+            old.generation,
+            new.generation,
+            if changes.is_empty() {
+                "no changes".to_owned()
+            } else {
+                changes.join("; ")
+            }
+        );
+        let generation = new.generation;
+        let new = Arc::new(new);
+        self.current.store(new.clone());
+        self.metrics
+            .config_reloads
+            .with_label_values(&["success"])
+            .inc();
+        self.metrics.refresh(&new);
+        *self
+            .last_reload_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(generation)
+    }
+
     pub fn last_reload_error(&self) -> Option<ReloadError> {
         self.last_reload_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// Everything a reload changed, config and files alike, in words. Never mentions a secret.
+fn describe_changes(old: &Snapshot, new: &Snapshot) -> Vec<String> {
+    let mut changes = diff::describe(&old.config, &new.config);
+    match (&old.keys, &new.keys) {
+        (Some(a), Some(b)) => {
+            let keys = b.describe_changes(a);
+            if !keys.is_empty() {
+                changes.push(format!("keys: {}", keys.join(", ")));
+            }
+        }
+        (None, Some(b)) => changes.push(format!("keys: loaded, active {}", b.active().id())),
+        (Some(_), None) => changes.push("keys: no longer needed (no rooms)".into()),
+        (None, None) => {}
+    }
+    for room in new.rooms.iter() {
+        let before = old.rooms.iter().find(|r| r.name() == room.name());
+        if before.is_some_and(|b| b.pages.fingerprint() != room.pages.fingerprint()) {
+            changes.push(format!("room {}: pages changed", room.name()));
+        }
+    }
+    if old.pages.fingerprint() != new.pages.fingerprint() {
+        changes.push("server pages changed".into());
+    }
+    changes
 }

@@ -19,6 +19,7 @@ pub mod pages;
 pub mod path;
 pub mod proxy;
 pub mod ratelimit;
+pub mod reload;
 pub mod room;
 pub mod server;
 pub mod snapshot;

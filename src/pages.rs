@@ -114,6 +114,8 @@ pub struct Pages {
     dir: Option<PathBuf>,
     /// Page file name, line and URL of every reference a browser would fetch from the origin.
     origin_refs: Vec<(PathBuf, usize, String)>,
+    /// SHA-256 over every source, to tell a reload whether the pages changed.
+    fingerprint: [u8; 32],
 }
 
 impl std::fmt::Debug for Pages {
@@ -176,6 +178,12 @@ impl Pages {
         let mut env = environment();
         let mut errors = Vec::new();
         let mut origin_refs = Vec::new();
+        let mut digest = <sha2::Sha256 as sha2::Digest>::new();
+        for (_, text) in &sources {
+            sha2::Digest::update(&mut digest, text.as_bytes());
+            sha2::Digest::update(&mut digest, [0u8]);
+        }
+        let fingerprint = sha2::Digest::finalize(digest).into();
         let path_of = |kind: PageKind| match &dir {
             Some(d) => d.join(kind.file_name()),
             None => PathBuf::from(kind.file_name()),
@@ -206,6 +214,7 @@ impl Pages {
             env,
             dir,
             origin_refs,
+            fingerprint,
         })
     }
 
@@ -232,6 +241,11 @@ impl Pages {
     /// pulls assets from the origin defeats the waiting room.
     pub fn origin_references(&self) -> &[(PathBuf, usize, String)] {
         &self.origin_refs
+    }
+
+    /// Equal for page sets with identical sources.
+    pub fn fingerprint(&self) -> &[u8; 32] {
+        &self.fingerprint
     }
 
     pub fn dir(&self) -> Option<&Path> {

@@ -17,6 +17,7 @@ use crate::admin::Admin;
 use crate::app::App;
 use crate::demo::DemoOrigin;
 use crate::proxy::Proxy;
+use crate::reload::Reloader;
 
 /// How often the upstream task wakes to see whether a health probe is due.
 const PROBE_TICK: Duration = Duration::from_millis(250);
@@ -60,6 +61,10 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     server.add_service(background_service(
         "vestibule upstream health",
         UpstreamHealth { app: app.clone() },
+    ));
+    server.add_service(background_service(
+        "vestibule reload",
+        Reloader::new(app.clone()),
     ));
 
     if let Some(addr) = options.demo_origin {

@@ -5,6 +5,7 @@
 //! `ServerConf` from it. Parsing is kept apart from file IO so tests validate strings.
 //! Paths inside a config file are relative to that file's folder.
 
+pub mod diff;
 pub mod error;
 mod file;
 pub mod locate;

@@ -1,0 +1,338 @@
+//! What changed between two configs, in words for the reload log, and which changes need new
+//! sockets (a restart). Never prints a secret: the admin token shows as "changed".
+
+use std::fmt::Debug;
+
+use super::{Admission, Algorithm, Config, HostPattern, RoomConfig, RuleConfig};
+
+/// Settings that only take effect on restart (they shape sockets and runtimes), as
+/// `(key, old, new)`.
+pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let mut check = |key: &'static str, a: String, b: String| {
+        if a != b {
+            out.push((key, a, b));
+        }
+    };
+    check(
+        "server.listen",
+        list(&old.server.listen),
+        list(&new.server.listen),
+    );
+    check(
+        "server.threads",
+        old.server.threads.to_string(),
+        new.server.threads.to_string(),
+    );
+    check(
+        "server.pid_file",
+        old.server.pid_file.display().to_string(),
+        new.server.pid_file.display().to_string(),
+    );
+    check(
+        "server.upgrade_sock",
+        old.server.upgrade_sock.display().to_string(),
+        new.server.upgrade_sock.display().to_string(),
+    );
+    check(
+        "server.graceful_shutdown",
+        duration(old.server.graceful_shutdown),
+        duration(new.server.graceful_shutdown),
+    );
+    check(
+        "admin.listen",
+        old.admin.listen.to_string(),
+        new.admin.listen.to_string(),
+    );
+    check(
+        "upstream.ca_file",
+        format!("{:?}", old.upstream.ca_file),
+        format!("{:?}", new.upstream.ca_file),
+    );
+    out
+}
+
+/// Keeps the restart-only settings of `serving` in `new`, so the config in service describes
+/// the sockets actually open.
+pub fn keep_restart_settings(new: &mut Config, serving: &Config) {
+    new.server.listen = serving.server.listen.clone();
+    new.server.threads = serving.server.threads;
+    new.server.pid_file = serving.server.pid_file.clone();
+    new.server.upgrade_sock = serving.server.upgrade_sock.clone();
+    new.server.graceful_shutdown = serving.server.graceful_shutdown;
+    new.admin.listen = serving.admin.listen;
+    new.upstream.ca_file = serving.upstream.ca_file.clone();
+}
+
+/// One line per changed setting, e.g. `room default: allow_percentage 50 -> 80`.
+pub fn describe(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    diff_fields(
+        "identity",
+        &identity_fields(old),
+        &identity_fields(new),
+        &mut out,
+    );
+    diff_fields(
+        "upstream",
+        &upstream_fields(old),
+        &upstream_fields(new),
+        &mut out,
+    );
+    diff_fields("log", &log_fields(old), &log_fields(new), &mut out);
+    if old.admin.token != new.admin.token {
+        out.push("admin: token changed".into());
+    }
+    if old.keys_file != new.keys_file {
+        out.push(format!(
+            "keys: file {} -> {}",
+            old.keys_file.display(),
+            new.keys_file.display()
+        ));
+    }
+    diff_named(
+        "room",
+        &old.rooms,
+        &new.rooms,
+        |r| r.name.as_str(),
+        room_fields,
+        &mut out,
+    );
+    diff_named(
+        "rate_limit",
+        &old.rate_limits,
+        &new.rate_limits,
+        |r| r.name.as_str(),
+        rule_fields,
+        &mut out,
+    );
+    out
+}
+
+type Fields = Vec<(&'static str, String)>;
+
+fn diff_fields(prefix: &str, old: &Fields, new: &Fields, out: &mut Vec<String>) {
+    for ((name, a), (_, b)) in old.iter().zip(new) {
+        if a != b {
+            out.push(format!("{prefix}: {name} {a} -> {b}"));
+        }
+    }
+}
+
+fn diff_named<T>(
+    section: &str,
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &str,
+    fields: impl Fn(&T) -> Fields,
+    out: &mut Vec<String>,
+) {
+    for n in new {
+        match old.iter().find(|o| name(o) == name(n)) {
+            None => out.push(format!("{section} {}: added", name(n))),
+            Some(o) => diff_fields(
+                &format!("{section} {}", name(n)),
+                &fields(o),
+                &fields(n),
+                out,
+            ),
+        }
+    }
+    for o in old {
+        if !new.iter().any(|n| name(n) == name(o)) {
+            out.push(format!("{section} {}: removed", name(o)));
+        }
+    }
+}
+
+fn list<T: ToString>(items: &[T]) -> String {
+    let parts: Vec<String> = items.iter().map(ToString::to_string).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+fn debug<T: Debug>(v: &T) -> String {
+    format!("{v:?}")
+}
+
+fn duration(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn identity_fields(c: &Config) -> Fields {
+    let i = &c.identity;
+    vec![
+        ("source", debug(&i.source)),
+        ("ipv6_prefix", i.ipv6_prefix.to_string()),
+        ("trusted_proxies", list(&i.trusted_proxies)),
+    ]
+}
+
+fn upstream_fields(c: &Config) -> Fields {
+    let u = &c.upstream;
+    vec![
+        (
+            "peers",
+            list(&u.peers.iter().map(|p| p.name.clone()).collect::<Vec<_>>()),
+        ),
+        ("tls", u.tls.to_string()),
+        ("sni", u.sni.clone()),
+        ("connect_timeout", duration(u.connect_timeout)),
+        ("read_timeout", duration(u.read_timeout)),
+        ("health_check", duration(u.health_check)),
+    ]
+}
+
+fn log_fields(c: &Config) -> Fields {
+    vec![
+        ("level", c.log.level.to_string().to_lowercase()),
+        ("format", debug(&c.log.format).to_lowercase()),
+        ("access", c.log.access.to_string()),
+    ]
+}
+
+fn room_fields(r: &RoomConfig) -> Fields {
+    let hosts: Vec<String> = r
+        .hosts
+        .iter()
+        .map(|h| match h {
+            HostPattern::Exact(h) => h.clone(),
+            HostPattern::Suffix(s) => format!("*{s}"),
+        })
+        .collect();
+    let mut f = vec![
+        ("enabled", r.enabled.to_string()),
+        ("hosts", list(&hosts)),
+        ("paths", list(&r.paths)),
+        ("bypass_paths", list(&r.bypass_paths)),
+        ("bypass_cidrs", list(&r.bypass_cidrs)),
+        ("admission", r.admission.method().to_owned()),
+        ("cookie_name", r.cookie.name.clone()),
+        ("cookie_lifetime", duration(r.cookie.lifetime)),
+        (
+            "cookie_same_site",
+            debug(&r.cookie.same_site).to_lowercase(),
+        ),
+        ("cookie_secure", debug(&r.cookie.secure).to_lowercase()),
+        ("wait_status", r.wait_status.to_string()),
+        ("pages", r.pages.display().to_string()),
+        ("queue_all", r.queue_all.to_string()),
+    ];
+    // Method-specific settings line up only when the method is the same; a method change is
+    // reported by `admission` above.
+    match &r.admission {
+        Admission::Lottery {
+            allow_percentage,
+            wait_period,
+            allow_period,
+        } => {
+            f.push(("allow_percentage", allow_percentage.to_string()));
+            f.push(("wait_period", duration(*wait_period)));
+            f.push(("allow_period", duration(*allow_period)));
+        }
+        Admission::Capacity(c) => {
+            f.push(("new_users_per_minute", c.new_users_per_minute.to_string()));
+            f.push(("total_active_users", c.total_active_users.to_string()));
+            f.push(("session_duration", duration(c.session_duration)));
+            f.push(("refresh", duration(c.refresh)));
+        }
+    }
+    f
+}
+
+fn rule_fields(r: &RuleConfig) -> Fields {
+    let mut f = vec![
+        ("key", debug(&r.key)),
+        ("paths", list(&r.paths)),
+        ("methods", list(&r.methods)),
+        ("scope", debug(&r.scope).to_lowercase()),
+        ("action", debug(&r.action).to_lowercase()),
+        ("bypass_cidrs", list(&r.bypass_cidrs)),
+        ("max_keys", r.max_keys.to_string()),
+    ];
+    match r.algorithm {
+        Algorithm::Window {
+            window,
+            limit,
+            penalty,
+        } => {
+            f.push(("algorithm", "window".into()));
+            f.push(("window", duration(window)));
+            f.push(("limit", limit.to_string()));
+            f.push(("penalty", duration(penalty)));
+        }
+        Algorithm::TokenBucket {
+            limit,
+            period,
+            penalty,
+        } => {
+            f.push(("algorithm", "token_bucket".into()));
+            f.push(("limit", limit.to_string()));
+            f.push(("period", duration(period)));
+            f.push(("penalty", duration(penalty)));
+        }
+        Algorithm::Concurrency { limit } => {
+            f.push(("algorithm", "concurrency".into()));
+            f.push(("limit", limit.to_string()));
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn parse(extra: &str) -> Config {
+        Config::parse(
+            &format!("[upstream]\npeers = [\"127.0.0.1:8000\"]\n{extra}"),
+            Path::new("/tmp/v.toml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn describes_field_changes() {
+        let old = parse("[[room]]\nallow_percentage = 50\n[[rate_limit]]\nlimit = 100\n");
+        let new = parse("[[room]]\nallow_percentage = 80\n[[room]]\nname = \"b\"\ncookie_name = \"b\"\n[[rate_limit]]\nlimit = 200\n[log]\nlevel = \"debug\"\n");
+        let lines = describe(&old, &new);
+        assert_eq!(
+            lines,
+            [
+                "log: level info -> debug",
+                "room default: allow_percentage 50 -> 80",
+                "room b: added",
+                "rate_limit per-ip: limit 100 -> 200",
+            ]
+        );
+        assert!(describe(&new, &new).is_empty());
+        assert_eq!(
+            describe(&new, &old)
+                .iter()
+                .filter(|l| l.ends_with("removed"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn secrets_are_not_printed() {
+        let old = parse("[admin]\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\n");
+        let new = parse("[admin]\ntoken = \"bbbbbbbbbbbbbbbbbbbb\"\n");
+        let lines = describe(&old, &new).join("\n");
+        assert_eq!(lines, "admin: token changed");
+    }
+
+    #[test]
+    fn restart_settings() {
+        let old = parse("");
+        let mut new = parse("[server]\nlisten = [\"0.0.0.0:9090\"]\nthreads = 4\n[admin]\nlisten = \"127.0.0.1:9999\"\n");
+        let keys: Vec<&str> = needs_restart(&old, &new)
+            .iter()
+            .map(|(k, _, _)| *k)
+            .collect();
+        assert_eq!(keys, ["server.listen", "server.threads", "admin.listen"]);
+        keep_restart_settings(&mut new, &old);
+        assert!(needs_restart(&old, &new).is_empty());
+    }
+}

@@ -1,0 +1,403 @@
+//! Hot reload against the real process: edits take effect within seconds, bad edits change
+//! nothing, keys rotate, renames are seen, and nothing breaks under load.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn generation(v: &Vestibule) -> u64 {
+    v.status()["generation"].as_u64().unwrap()
+}
+
+fn edit(v: &Vestibule, f: impl FnOnce(&str) -> String) {
+    let path = v.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, f(&text)).unwrap();
+}
+
+fn wait_generation_above(v: &Vestibule, previous: u64) -> u64 {
+    let mut g = previous;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            g = generation(v);
+            g > previous
+        }),
+        "no reload after 5 s:\n{}",
+        v.log_text()
+    );
+    g
+}
+
+fn decision(v: &Vestibule, cookie: Option<&str>) -> String {
+    let mut req = client()
+        .get(v.url("/__echo"))
+        .header("Accept", "application/json");
+    if let Some(c) = cookie {
+        req = req.header("Cookie", format!("waiting_room={c}"));
+    }
+    let body: serde_json::Value = req.send().unwrap().json().unwrap();
+    body.get("decision")
+        .and_then(|d| d.as_str())
+        .unwrap_or("allow")
+        .to_owned()
+}
+
+fn room_cookie(resp: &reqwest::blocking::Response) -> Option<String> {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("waiting_room="))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+}
+
+#[test]
+fn allow_percentage_change_shows_within_two_seconds() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
+        .start();
+    assert_eq!(decision(&v, None), "deny");
+    let written = Instant::now();
+    edit(&v, |t| {
+        t.replace("allow_percentage = 0", "allow_percentage = 100")
+    });
+    assert!(
+        eventually(Duration::from_secs(2), || decision(&v, None) == "allow"),
+        "still denying 2 s after the edit"
+    );
+    eprintln!("0 -> 100 visible after {:?}", written.elapsed());
+    assert_eq!(
+        v.metric("vestibule_config_reloads_total{result=\"success\"}"),
+        1.0
+    );
+    assert_eq!(v.metric("vestibule_config_generation"), 2.0);
+    assert!(
+        v.log_text()
+            .contains("room default: allow_percentage 0 -> 100"),
+        "{}",
+        v.log_text()
+    );
+}
+
+#[test]
+fn bad_edits_change_nothing_and_fixing_them_works() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
+        .start();
+    let config = std::fs::read_to_string(v.config_path()).unwrap();
+    let keys = std::fs::read_to_string(v.path("keys.toml")).unwrap();
+    let page = v.path("pages/deny.html");
+    let page_text = std::fs::read_to_string(&page).unwrap();
+    type Break = Box<dyn Fn(&Vestibule)>;
+    let cases: Vec<(&str, Break, &str)> = vec![
+        (
+            "invalid TOML",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| {
+                    t.replace("allow_percentage = 0", "allow_percentage = = 100")
+                })
+            }),
+            "vestibule.toml:",
+        ),
+        (
+            "active key missing",
+            Box::new(|v: &Vestibule| {
+                std::fs::write(
+                    v.path("keys.toml"),
+                    format!("active = \"nope\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
+                )
+                .unwrap()
+            }),
+            "keys.toml:1: active: names key \"nope\"",
+        ),
+        (
+            "key too short",
+            Box::new(|v: &Vestibule| {
+                std::fs::write(
+                    v.path("keys.toml"),
+                    "active = \"key1\"\n[ring]\nkey1 = \"c2hvcnQ=\"\n",
+                )
+                .unwrap()
+            }),
+            "keys.toml:3: ring.key1: decodes to 5 bytes",
+        ),
+        (
+            "missing page",
+            Box::new(|v: &Vestibule| std::fs::remove_file(v.path("pages/deny.html")).unwrap()),
+            "deny.html: room[0].pages: cannot read page",
+        ),
+    ];
+    let mut failures = 0.0;
+    let mut successes = 0.0;
+    for (name, break_it, expected) in cases {
+        let g = generation(&v);
+        break_it(&v);
+        failures += 1.0;
+        assert!(
+            eventually(Duration::from_secs(5), || v
+                .metric("vestibule_config_reloads_total{result=\"failure\"}")
+                >= failures),
+            "{name}: no failed reload counted"
+        );
+        // The old config keeps serving.
+        assert_eq!(generation(&v), g, "{name}");
+        assert_eq!(decision(&v, None), "deny", "{name}");
+        let status = v.status();
+        let message = status["last_reload_error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains(expected), "{name}: {message}");
+        assert!(status["last_reload_error"]["at"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z'));
+        assert!(!message.contains(KEY1), "{name}: a secret reached /status");
+        // Fix it.
+        std::fs::write(v.config_path(), &config).unwrap();
+        std::fs::write(v.path("keys.toml"), &keys).unwrap();
+        std::fs::write(&page, &page_text).unwrap();
+        successes += 1.0;
+        assert!(
+            eventually(Duration::from_secs(5), || v
+                .metric("vestibule_config_reloads_total{result=\"success\"}")
+                >= successes),
+            "{name}: fixing it did not reload"
+        );
+        assert_eq!(
+            v.status()["last_reload_error"],
+            serde_json::Value::Null,
+            "{name}"
+        );
+    }
+    assert!(!v.log_text().contains(KEY1), "a secret reached the log");
+    assert!(
+        v.log_text().contains("failed, generation"),
+        "{}",
+        v.log_text()
+    );
+}
+
+#[test]
+fn key_rotation_end_to_end() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 100")
+        .start();
+    // 1. An allow cookie signed by key1.
+    let resp = client().get(v.url("/__echo")).send().unwrap();
+    let old_cookie = room_cookie(&resp).unwrap();
+    assert!(old_cookie.contains("&kid=key1&"), "{old_cookie}");
+    // Lower the percentage so that only valid allow cookies get in.
+    let g = generation(&v);
+    edit(&v, |t| {
+        t.replace("allow_percentage = 100", "allow_percentage = 1")
+    });
+    let g = wait_generation_above(&v, g);
+    assert_eq!(decision(&v, Some(&old_cookie)), "allow");
+    // 2. Add key2 and make it active.
+    std::fs::write(
+        v.path("keys.toml"),
+        format!("active = \"key2\"\n[ring]\nkey1 = \"{KEY1}\"\nkey2 = \"{KEY2}\"\n"),
+    )
+    .unwrap();
+    let g = wait_generation_above(&v, g);
+    assert!(
+        v.log_text()
+            .contains("keys: active key1 -> key2, added key2"),
+        "{}",
+        v.log_text()
+    );
+    let resp = client()
+        .get(v.url("/__echo"))
+        .header("Cookie", format!("waiting_room={old_cookie}"))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.text().unwrap().contains("\"headers\""),
+        "the old cookie still lets its holder in"
+    );
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert!(
+        room_cookie(&resp).unwrap().contains("&kid=key2&"),
+        "new cookies are signed by key2"
+    );
+    assert_eq!(v.status()["keys"]["active"], "key2");
+    // 3. Remove key1: the old cookie is anonymous now.
+    std::fs::write(
+        v.path("keys.toml"),
+        format!("active = \"key2\"\n[ring]\nkey2 = \"{KEY2}\"\n"),
+    )
+    .unwrap();
+    wait_generation_above(&v, g);
+    assert_eq!(decision(&v, Some(&old_cookie)), "anon");
+    assert!(
+        v.metric("vestibule_token_rejected_total{reason=\"unknown_key\",room=\"default\"}") >= 1.0
+    );
+}
+
+#[test]
+fn saving_by_rename_is_picked_up_and_sighup_reloads() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
+        .start();
+    let path = v.config_path();
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("allow_percentage = 0", "allow_percentage = 100");
+    // The way vim or an atomic writer saves: write elsewhere, rename over the original.
+    let tmp = v.path(".vestibule.toml.swp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert!(eventually(Duration::from_secs(2), || decision(&v, None) == "allow"));
+    // SIGHUP always re-reads; nothing changed, yet it is a success.
+    let g = generation(&v);
+    let ok = v.metric("vestibule_config_reloads_total{result=\"success\"}");
+    v.proc.signal("HUP");
+    assert_eq!(wait_generation_above(&v, g), g + 1);
+    assert_eq!(
+        v.metric("vestibule_config_reloads_total{result=\"success\"}"),
+        ok + 1.0
+    );
+    assert!(v.log_text().contains("reload (SIGHUP)"));
+}
+
+#[test]
+fn restart_only_settings_are_reported_and_the_rest_applies() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
+        .start();
+    let g = generation(&v);
+    let other = free_port();
+    edit(&v, |t| {
+        t.replace(
+            &format!("listen = [\"{}\"]", v.proxy),
+            &format!("listen = [\"127.0.0.1:{other}\"]"),
+        )
+        .replace("threads = 2", "threads = 3")
+        .replace("allow_percentage = 0", "allow_percentage = 100")
+    });
+    wait_generation_above(&v, g);
+    assert_eq!(decision(&v, None), "allow", "the room change applied");
+    let log = v.log_text();
+    assert!(
+        log.contains("server.listen") && log.contains("needs a restart"),
+        "{log}"
+    );
+    assert!(
+        log.contains("server.threads 2 -> 3 needs a restart"),
+        "{log}"
+    );
+    // Still serving on the old socket.
+    assert_eq!(client().get(v.url("/")).send().unwrap().status(), 200);
+}
+
+#[test]
+fn rate_limit_state_survives_a_reload() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[rate_limit]]\nname = \"tb\"\nalgorithm = \"token_bucket\"\nlimit = 2\nperiod = \"1h\"\npenalty = \"10m\"")
+        .extra("[[rate_limit]]\nname = \"other\"\nwindow = \"10s\"\nlimit = 1000")
+        .start();
+    for _ in 0..2 {
+        assert_eq!(client().get(v.url("/")).send().unwrap().status(), 200);
+    }
+    assert_eq!(client().get(v.url("/")).send().unwrap().status(), 429);
+    let g = generation(&v);
+    // An edit to another rule leaves "tb" as it was.
+    edit(&v, |t| t.replace("limit = 1000", "limit = 2000"));
+    wait_generation_above(&v, g);
+    assert!(v
+        .log_text()
+        .contains("rate_limit other: limit 1000 -> 2000"));
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 429, "the penalty box was lost in the reload");
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry > 500, "{retry}");
+    assert_eq!(
+        v.metric("vestibule_ratelimit_penalty_box_entries{rule=\"tb\"}"),
+        1.0
+    );
+}
+
+/// A client keeps sending requests through 50 reloads: no connection errors, no 5xx. Also
+/// measures the reload latency (file written -> new generation on /status).
+#[test]
+fn fifty_reloads_under_load() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 100\npaths = [\"/queue\"]")
+        .extra("[[rate_limit]]\nname = \"loose\"\nwindow = \"1s\"\nlimit = 100000")
+        .start();
+    let stop = AtomicBool::new(false);
+    let sent = AtomicU64::new(0);
+    let bad = std::sync::Mutex::new(Vec::new());
+    let mut latencies = Vec::new();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let c = client();
+                while !stop.load(Ordering::SeqCst) {
+                    match c.get(v.url("/__echo")).send() {
+                        Ok(r) if r.status().is_server_error() => {
+                            bad.lock().unwrap().push(format!("status {}", r.status()))
+                        }
+                        Ok(r) => {
+                            let _ = r.bytes();
+                        }
+                        Err(e) => bad.lock().unwrap().push(format!("error {e}")),
+                    }
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        let mut g = generation(&v);
+        for i in 0..50 {
+            let written = Instant::now();
+            edit(&v, |t| {
+                let limit = if i % 2 == 0 {
+                    "limit = 100001"
+                } else {
+                    "limit = 100000"
+                };
+                t.replace("limit = 100000", "LIMIT")
+                    .replace("limit = 100001", "LIMIT")
+                    .replace("LIMIT", limit)
+            });
+            g = wait_generation_above(&v, g);
+            latencies.push(written.elapsed());
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let bad = bad.into_inner().unwrap();
+    assert!(
+        bad.is_empty(),
+        "{} bad answers: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+    latencies.sort();
+    eprintln!(
+        "50 reloads under load ({} requests): latency median {:?}, max {:?}",
+        sent.load(Ordering::SeqCst),
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    assert!(sent.load(Ordering::SeqCst) > 200);
+    assert_eq!(
+        v.metric("vestibule_config_reloads_total{result=\"failure\"}"),
+        0.0
+    );
+}
