@@ -29,7 +29,11 @@ fn rooms(toml: &str) -> RoomSet {
         config
             .rooms
             .into_iter()
-            .map(|r| Room::new(r, Pages::builtin()).expect("room"))
+            .map(|r| {
+                let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+                    std::sync::Arc::new(vestibule::store::local::LocalStore::new());
+                Room::new(r, Pages::builtin(), &store)
+            })
             .collect(),
     )
 }

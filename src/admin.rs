@@ -57,7 +57,7 @@ impl Admin {
                 "active": ring.active().id(),
                 "ids": ring.ids().collect::<Vec<_>>(),
             })),
-            "rooms": snapshot.rooms.iter().map(room_status).collect::<Vec<_>>(),
+            "rooms": snapshot.rooms.iter().map(|r| room_status(r, crate::time::Timestamp::now())).collect::<Vec<_>>(),
         })
     }
 }
@@ -67,7 +67,7 @@ fn secs(d: std::time::Duration) -> u64 {
 }
 
 /// A room's settings and live figures.
-fn room_status(room: &Room) -> Value {
+fn room_status(room: &Room, now: crate::time::Timestamp) -> Value {
     let c = &room.config;
     let mut v = json!({
         "name": c.name,
@@ -83,17 +83,31 @@ fn room_status(room: &Room) -> Value {
         "cookie_name": c.cookie.name,
         "wait_status": c.wait_status,
         "queue_all": c.queue_all,
-        "effective_allow_percentage": room.effective_allow_percentage(),
+        "effective_allow_percentage": room.effective_allow_percentage(now),
     });
-    if let Admission::Lottery {
-        allow_percentage,
-        wait_period,
-        allow_period,
-    } = &c.admission
-    {
-        v["allow_percentage"] = json!(allow_percentage);
-        v["wait_period_seconds"] = json!(secs(*wait_period));
-        v["allow_period_seconds"] = json!(secs(*allow_period));
+    match &c.admission {
+        Admission::Lottery {
+            allow_percentage,
+            wait_period,
+            allow_period,
+        } => {
+            v["allow_percentage"] = json!(allow_percentage);
+            v["wait_period_seconds"] = json!(secs(*wait_period));
+            v["allow_period_seconds"] = json!(secs(*allow_period));
+        }
+        Admission::Capacity(cap) => {
+            v["new_users_per_minute"] = json!(cap.new_users_per_minute);
+            v["total_active_users"] = json!(cap.total_active_users);
+            v["session_duration_seconds"] = json!(secs(cap.session_duration));
+            v["refresh_seconds"] = json!(secs(cap.refresh));
+        }
+    }
+    if let Some(f) = room.figures(now) {
+        v["active_users"] = json!(f.active);
+        v["waiting_users"] = json!(f.waiting);
+        v["free_slots"] = json!(f.free_slots);
+        v["admitted_last_minute"] = json!(f.admitted_last_minute);
+        v["wait_estimate_minutes"] = json!(f.estimates);
     }
     v
 }

@@ -22,6 +22,7 @@ pub mod ratelimit;
 pub mod reload;
 pub mod room;
 pub mod server;
+pub mod simulate;
 pub mod snapshot;
 pub mod state;
 pub mod store;

@@ -48,6 +48,9 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Replay simulated users through the real admission core on a simulated clock; writes a
+    /// CSV and a PNG heatmap per queueing method and prints a summary.
+    Simulate(SimulateArgs),
     /// Run only the built-in demo origin (tests and benchmarks use it).
     #[command(hide = true)]
     Origin {
@@ -61,6 +64,40 @@ enum Command {
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct SimulateArgs {
+    /// Users arriving.
+    #[arg(long, default_value_t = 10_000)]
+    users: u32,
+    /// Minutes over which they arrive (uniformly).
+    #[arg(long, default_value_t = 30)]
+    minutes: u32,
+    /// How long an admitted user browses before leaving.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    browse: Duration,
+    /// The room's new_users_per_minute (0 = no limit).
+    #[arg(long, default_value_t = 250)]
+    new_users_per_minute: u32,
+    /// The room's total_active_users (0 = no limit).
+    #[arg(long, default_value_t = 1_500)]
+    total_active_users: u32,
+    /// The room's session_duration.
+    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
+    session_duration: Duration,
+    /// The room's refresh.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    refresh: Duration,
+    /// Queueing methods to run: fifo, random or both.
+    #[arg(long, default_value = "both", value_parser = ["fifo", "random", "both"])]
+    order: String,
+    /// Folder for the CSV files and heatmaps.
+    #[arg(long, default_value = "simulation")]
+    out: PathBuf,
+    /// Seed of the arrival times.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -84,6 +121,7 @@ fn main() -> ExitCode {
             println!("{}", vestibule::keys::generate());
             ExitCode::SUCCESS
         }
+        Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Origin {
             listen,
             threads,
@@ -152,6 +190,52 @@ fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+fn simulate(args: SimulateArgs) -> ExitCode {
+    use vestibule::config::QueueOrder;
+    let orders = match args.order.as_str() {
+        "fifo" => vec![QueueOrder::Fifo],
+        "random" => vec![QueueOrder::Random],
+        _ => vec![QueueOrder::Fifo, QueueOrder::Random],
+    };
+    let opts = vestibule::simulate::Options {
+        users: args.users,
+        minutes: args.minutes,
+        browse: args.browse,
+        new_users_per_minute: args.new_users_per_minute,
+        total_active_users: args.total_active_users,
+        session_duration: args.session_duration,
+        refresh: args.refresh,
+        orders,
+        out: args.out,
+        seed: args.seed,
+    };
+    println!(
+        "simulating {} users arriving over {} min; room: new_users_per_minute {}, total_active_users {}, session {}, refresh {}; browsing {}",
+        opts.users,
+        opts.minutes,
+        opts.new_users_per_minute,
+        opts.total_active_users,
+        humantime::format_duration(opts.session_duration),
+        humantime::format_duration(opts.refresh),
+        humantime::format_duration(opts.browse)
+    );
+    match vestibule::simulate::simulate(&opts) {
+        Ok((reports, files)) => {
+            for r in &reports {
+                print!("{}", r.summary());
+            }
+            for f in &files {
+                println!("wrote {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vestibule simulate: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -26,12 +26,19 @@ pub struct Metrics {
     pub room_admitted: IntCounterVec,
     pub room_allow_percentage: GaugeVec,
     pub token_rejected: IntCounterVec,
+    pub room_active_users: IntGaugeVec,
+    pub room_waiting_users: IntGaugeVec,
+    pub room_wait_estimate: GaugeVec,
     pub ratelimit_decisions: IntCounterVec,
     pub ratelimit_penalty_box: IntGaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+fn int_gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable!("{e}"))
 }
 
 fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
@@ -99,6 +106,21 @@ impl Metrics {
                 "Presented room cookies that were not trusted, by room and reason.",
                 &["room", "reason"],
             ),
+            room_active_users: int_gauge_vec(
+                "vestibule_room_active_users",
+                "Admitted users active within the session duration (capacity rooms).",
+                &["room"],
+            ),
+            room_waiting_users: int_gauge_vec(
+                "vestibule_room_waiting_users",
+                "Users waiting and still checking in (capacity rooms).",
+                &["room"],
+            ),
+            room_wait_estimate: gauge_vec(
+                "vestibule_room_wait_estimate_minutes",
+                "Estimated wait for a user joining now, by quantile (fifo: median only).",
+                &["room", "quantile"],
+            ),
             ratelimit_decisions: counter_vec(
                 "vestibule_ratelimit_decisions_total",
                 "Rate-limit rule verdicts, by rule and outcome.",
@@ -136,6 +158,9 @@ impl Metrics {
             Box::new(self.room_admitted.clone()),
             Box::new(self.room_allow_percentage.clone()),
             Box::new(self.token_rejected.clone()),
+            Box::new(self.room_active_users.clone()),
+            Box::new(self.room_waiting_users.clone()),
+            Box::new(self.room_wait_estimate.clone()),
             Box::new(self.ratelimit_decisions.clone()),
             Box::new(self.ratelimit_penalty_box.clone()),
         ];
@@ -159,7 +184,11 @@ impl Metrics {
     /// Creates every labelled series of a snapshot's rooms and rules, so dashboards show zeros
     /// rather than gaps, and refreshes the gauges that are read rather than counted.
     pub fn refresh(&self, snapshot: &Snapshot) {
+        let now = crate::time::Timestamp::now();
         self.room_allow_percentage.reset();
+        self.room_active_users.reset();
+        self.room_waiting_users.reset();
+        self.room_wait_estimate.reset();
         for room in snapshot.rooms.iter() {
             let name = room.name();
             for d in Decision::ALL {
@@ -171,10 +200,23 @@ impl Metrics {
             self.room_admitted.with_label_values(&[name]);
             self.room_allow_percentage
                 .with_label_values(&[name])
-                .set(room.effective_allow_percentage());
+                .set(room.effective_allow_percentage(now));
+            if let Some(f) = room.figures(now) {
+                self.room_active_users
+                    .with_label_values(&[name])
+                    .set(f.active as i64);
+                self.room_waiting_users
+                    .with_label_values(&[name])
+                    .set(f.waiting as i64);
+                let e = f.estimates;
+                for (q, v) in [("0.25", e.p25), ("0.5", e.p50), ("0.75", e.p75)] {
+                    if let Some(v) = v {
+                        self.room_wait_estimate.with_label_values(&[name, q]).set(v);
+                    }
+                }
+            }
         }
         self.ratelimit_penalty_box.reset();
-        let now = crate::time::Timestamp::now();
         for rule in snapshot.rules.iter() {
             for o in Outcome::ALL {
                 self.ratelimit_decisions

@@ -30,6 +30,8 @@ use crate::time::Timestamp;
 /// Request headers with this prefix are ours: a client's copies never reach the origin.
 const INTERNAL_PREFIX: &str = "vestibule-";
 const NO_STORE: &str = "no-store, private";
+/// The origin's response header to command vestibule (`revoke`).
+const COMMAND_HEADER: &str = "vestibule-command";
 
 pub struct Proxy {
     app: Arc<App>,
@@ -53,6 +55,8 @@ pub struct RequestCtx {
     decision: Option<Decision>,
     /// `Set-Cookie` to add to the forwarded response.
     set_cookie: Option<String>,
+    /// Capacity rooms: the minute the admitted user is counted in (what a revoke undoes).
+    counted_minute: Option<u64>,
     /// Each rule checked, with its verdict (for the access log).
     rule_outcomes: Vec<(usize, RuleOutcome)>,
     /// Concurrency slots, returned when the context is dropped after the request ends, on
@@ -81,6 +85,7 @@ impl ProxyHttp for Proxy {
             room: None,
             decision: None,
             set_cookie: None,
+            counted_minute: None,
             rule_outcomes: Vec::new(),
             slots: Vec::new(),
             quota_policies: Vec::new(),
@@ -178,6 +183,17 @@ impl ProxyHttp for Proxy {
     ) -> Result<()> {
         if upstream_response.status.is_informational() {
             return Ok(());
+        }
+        // The origin ends this user's session: the command never reaches the client, and the
+        // room cookie is deleted (their next request is a new arrival).
+        if let Some(command) = upstream_response.remove_header(COMMAND_HEADER) {
+            let revoke = command
+                .to_str()
+                .is_ok_and(|c| c.trim().eq_ignore_ascii_case("revoke"));
+            if let (true, Some(room)) = (revoke, ctx.room.and_then(|i| ctx.snapshot.rooms.get(i))) {
+                room.revoke(ctx.counted_minute.take(), Timestamp::now());
+                ctx.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.secure));
+            }
         }
         ctx.upstream_status = Some(upstream_response.status.as_u16());
         ctx.upstream_seconds = ctx.upstream_sent.map(|t| t.elapsed().as_secs_f64());
@@ -343,6 +359,7 @@ impl Proxy {
                 return Answer::RoomPage(route.index, outcome);
             }
             ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);
+            ctx.counted_minute = outcome.counted_minute;
         }
         match self.check_rules(snapshot, Scope::Origin, &view, now, ctx) {
             Some(limited) => Answer::RateLimited(limited),

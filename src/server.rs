@@ -66,6 +66,10 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
         "vestibule reload",
         Reloader::new(app.clone()),
     ));
+    server.add_service(background_service(
+        "vestibule housekeeping",
+        Housekeeping { app: app.clone() },
+    ));
 
     if let Some(addr) = options.demo_origin {
         server.add_service(demo_origin_service(Some(addr), 1));
@@ -101,6 +105,27 @@ impl BackgroundService for UpstreamHealth {
                     let upstream = self.app.snapshot().upstream.clone();
                     upstream.probe_if_due(Instant::now()).await;
                 }
+            }
+        }
+    }
+}
+
+/// How often expired counters are dropped from the in-process store.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// Drops expired counters.
+struct Housekeeping {
+    app: Arc<App>,
+}
+
+#[async_trait]
+impl BackgroundService for Housekeeping {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tick.tick() => self.app.state.store.sweep(crate::time::Timestamp::now()),
             }
         }
     }

@@ -107,14 +107,7 @@ impl Snapshot {
                     }
                 },
             };
-            match Room::new(room.clone(), pages) {
-                Ok(r) => rooms.push(r),
-                Err(message) => errors.push(ConfigError::new(
-                    &config.path,
-                    Some(format!("room[{i}].admission")),
-                    message,
-                )),
-            }
+            rooms.push(Room::new(room.clone(), pages, &state.store));
         }
 
         let rules = RuleSet::new(

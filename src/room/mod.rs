@@ -6,6 +6,7 @@
 //! Nothing here sees HTTP: the proxy hands in the host, the normalised path, the client address,
 //! the identity and the raw cookie values, and gets an [`Outcome`] back.
 
+pub mod capacity;
 pub mod lottery;
 
 use std::net::IpAddr;
@@ -15,9 +16,11 @@ use crate::config::{Admission, HostPattern, RoomConfig};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::{Estimates, PageContext, PageKind, Pages};
+use crate::store::CounterStore;
 use crate::time::Timestamp;
 use crate::token::{Reject, Token};
 
+use capacity::{Capacity, Figures};
 use lottery::Lottery;
 
 /// What a room decided for one request.
@@ -92,6 +95,8 @@ pub struct Outcome {
     /// FIFO rooms: users ahead in the queue.
     pub users_ahead: Option<u64>,
     pub estimates: Estimates,
+    /// Capacity rooms: the minute this admitted user is now counted in (what a revoke undoes).
+    pub counted_minute: Option<u64>,
 }
 
 impl Outcome {
@@ -104,6 +109,7 @@ impl Outcome {
             refresh_secs: 0,
             users_ahead: None,
             estimates: Estimates::default(),
+            counted_minute: None,
         }
     }
 }
@@ -148,6 +154,7 @@ impl Presented {
 #[derive(Debug)]
 enum Policy {
     Lottery(Lottery),
+    Capacity(Capacity),
 }
 
 /// One `[[room]]`, ready to decide.
@@ -159,8 +166,9 @@ pub struct Room {
 }
 
 impl Room {
-    /// Builds a room; the error says why its admission cannot be served.
-    pub fn new(config: RoomConfig, pages: Arc<Pages>) -> Result<Room, String> {
+    /// Builds a room. Capacity rooms keep their counters in `store` (under the room's name), so
+    /// a rebuilt room with the same name carries on counting.
+    pub fn new(config: RoomConfig, pages: Arc<Pages>, store: &Arc<dyn CounterStore>) -> Room {
         let policy = match &config.admission {
             Admission::Lottery {
                 allow_percentage,
@@ -172,18 +180,18 @@ impl Room {
                 *allow_period,
                 config.queue_all,
             )),
-            Admission::Capacity(c) => {
-                return Err(format!(
-                    "admission \"{}\" is not available in this build",
-                    c.order.as_str()
-                ))
-            }
+            Admission::Capacity(c) => Policy::Capacity(Capacity::new(
+                &config.name,
+                c,
+                config.queue_all,
+                store.clone(),
+            )),
         };
-        Ok(Room {
+        Room {
             config,
             pages,
             policy,
-        })
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -204,19 +212,36 @@ impl Room {
         let presented = Presented::check(ring, uid, cookies, now);
         let mut outcome = match &self.policy {
             Policy::Lottery(l) => l.decide(ring, uid, &presented, now),
+            Policy::Capacity(c) => c.decide(ring, uid, &presented, now),
         };
         outcome.rejected = presented.rejected;
         outcome
     }
 
     /// The chance, in percent, that an eligible waiting user gets in right now.
-    pub fn effective_allow_percentage(&self) -> f64 {
+    pub fn effective_allow_percentage(&self, now: Timestamp) -> f64 {
         if !self.config.enabled {
             return 100.0;
         }
         match &self.policy {
             Policy::Lottery(_) if self.config.queue_all => 0.0,
             Policy::Lottery(l) => f64::from(l.allow_percentage),
+            Policy::Capacity(c) => 100.0 * c.figures(now).admit_chance,
+        }
+    }
+
+    /// Live figures of a capacity room (`None` for lottery rooms, which keep no counts).
+    pub fn figures(&self, now: Timestamp) -> Option<Figures> {
+        match &self.policy {
+            Policy::Capacity(c) => Some(c.figures(now)),
+            Policy::Lottery(_) => None,
+        }
+    }
+
+    /// Ends an admitted user's session: capacity rooms stop counting them.
+    pub fn revoke(&self, counted_minute: Option<u64>, now: Timestamp) {
+        if let Policy::Capacity(c) = &self.policy {
+            c.revoke(counted_minute, now);
         }
     }
 
@@ -347,6 +372,10 @@ pub(crate) mod tests {
         KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap()
     }
 
+    pub fn store() -> Arc<dyn CounterStore> {
+        Arc::new(crate::store::local::LocalStore::new())
+    }
+
     pub fn alice() -> Identity {
         Identity::of_ip("192.0.2.10".parse().unwrap(), 64)
     }
@@ -375,7 +404,7 @@ pub(crate) mod tests {
             config
                 .rooms
                 .into_iter()
-                .map(|r| Room::new(r, Pages::builtin()).unwrap())
+                .map(|r| Room::new(r, Pages::builtin(), &store()))
                 .collect(),
         )
     }
@@ -436,7 +465,7 @@ pub(crate) mod tests {
             (o.decision, o.cookie),
             (Decision::Bypass, CookieAction::Keep)
         );
-        assert_eq!(room.effective_allow_percentage(), 100.0);
+        assert_eq!(room.effective_allow_percentage(now), 100.0);
     }
 
     #[test]

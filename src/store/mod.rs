@@ -74,8 +74,6 @@ pub enum CounterKind {
     Active,
     /// Users admitted during minute `slot`.
     Admitted,
-    /// Users admitted during minute `slot` from arrival bucket `id` (FIFO reservations).
-    AdmittedFromBucket,
     /// Waiting users of arrival bucket `id` whose last counted check-in minute is `slot`.
     Waiting,
 }

@@ -1,0 +1,661 @@
+//! `vestibule simulate`: simulated users through the real admission core on a simulated clock.
+//!
+//! Users arrive uniformly over `minutes`; each follows its cookie like a browser would: a
+//! waiting user comes back when the page says (the token's jittered check-in), an admitted user
+//! browses for `browse`, touching the site every 20 s, then leaves. Every request goes through
+//! the same [`Room::decide`] the proxy calls, with real signed tokens and the in-process store,
+//! and the clock is whatever the event queue says. The run writes a CSV per queueing method and
+//! a PNG heatmap of wait time against arrival minute, and reports:
+//!
+//! - admissions per minute against `new_users_per_minute` in the minutes it was the binding
+//!   limit and the queue was long (goal: within ±10 %);
+//! - the peak of active users against `total_active_users` (goal: never above);
+//! - fifo: Kendall's tau between arrival minute and admission time (goal: ≥ 0.95);
+//! - random: the correlation between arrival minute and remaining wait among users waiting at
+//!   the same moment (goal: near 0).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::{Admission, Config, QueueOrder};
+use crate::identity::Identity;
+use crate::keys::KeyRing;
+use crate::pages::Pages;
+use crate::room::{CookieAction, Decision, Room};
+use crate::store::local::LocalStore;
+use crate::store::CounterStore;
+use crate::time::Timestamp;
+
+/// Simulated time starts on a minute boundary.
+const EPOCH_SECS: u64 = 1_800_000_000;
+/// Admitted users touch the site this often while browsing.
+const BROWSE_EVERY_MS: u64 = 20_000;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub users: u32,
+    pub minutes: u32,
+    pub browse: Duration,
+    pub new_users_per_minute: u32,
+    pub total_active_users: u32,
+    pub session_duration: Duration,
+    pub refresh: Duration,
+    pub orders: Vec<QueueOrder>,
+    pub out: PathBuf,
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            users: 10_000,
+            minutes: 30,
+            browse: Duration::from_secs(60),
+            new_users_per_minute: 250,
+            total_active_users: 1_500,
+            session_duration: Duration::from_secs(180),
+            refresh: Duration::from_secs(20),
+            orders: vec![QueueOrder::Fifo, QueueOrder::Random],
+            out: PathBuf::from("simulation"),
+            seed: 7,
+        }
+    }
+}
+
+/// One simulated user's story.
+#[derive(Clone, Debug)]
+pub struct Journey {
+    pub arrival_ms: u64,
+    pub admitted_ms: Option<u64>,
+    pub check_ins: u32,
+}
+
+impl Journey {
+    pub fn arrival_minute(&self) -> u64 {
+        self.arrival_ms / 60_000
+    }
+
+    pub fn wait_secs(&self) -> Option<f64> {
+        self.admitted_ms
+            .map(|a| (a - self.arrival_ms) as f64 / 1000.0)
+    }
+}
+
+/// What one run found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub order: QueueOrder,
+    pub journeys: Vec<Journey>,
+    /// Admissions per simulated minute.
+    pub admitted_per_minute: BTreeMap<u64, u32>,
+    /// Minutes where `new_users_per_minute` was the binding limit and the queue was long.
+    pub saturated_minutes: Vec<u64>,
+    pub peak_active: u64,
+    pub target: u32,
+    pub cap: u32,
+    pub kendall_tau: f64,
+    /// Mean correlation (arrival minute vs remaining wait) among users waiting at once.
+    pub same_time_correlation: f64,
+    pub decisions: u64,
+}
+
+impl Report {
+    /// Admissions in saturated minutes: (mean, min, max, share within ±10 % of the target).
+    pub fn admissions_vs_target(&self) -> Option<(f64, u32, u32, f64)> {
+        let counts: Vec<u32> = self
+            .saturated_minutes
+            .iter()
+            .map(|m| self.admitted_per_minute.get(m).copied().unwrap_or(0))
+            .collect();
+        if counts.is_empty() || self.target == 0 {
+            return None;
+        }
+        let mean = counts.iter().map(|c| f64::from(*c)).sum::<f64>() / counts.len() as f64;
+        let target = f64::from(self.target);
+        let within = counts
+            .iter()
+            .filter(|c| (f64::from(**c) - target).abs() <= 0.1 * target)
+            .count() as f64
+            / counts.len() as f64;
+        let min = counts.iter().copied().min().unwrap_or(0);
+        let max = counts.iter().copied().max().unwrap_or(0);
+        Some((mean, min, max, within))
+    }
+
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let admitted = self
+            .journeys
+            .iter()
+            .filter(|j| j.admitted_ms.is_some())
+            .count();
+        let waits: Vec<f64> = self
+            .journeys
+            .iter()
+            .filter_map(Journey::wait_secs)
+            .collect();
+        let mean_wait = waits.iter().sum::<f64>() / waits.len().max(1) as f64 / 60.0;
+        let max_wait = waits.iter().copied().fold(0.0, f64::max) / 60.0;
+        let _ = writeln!(s, "== {} ==", self.order.as_str());
+        let _ = writeln!(
+            s,
+            "users admitted: {admitted}/{} (decisions: {}); wait mean {mean_wait:.1} min, max {max_wait:.1} min",
+            self.journeys.len(),
+            self.decisions
+        );
+        match self.admissions_vs_target() {
+            Some((mean, min, max, within)) => {
+                let _ = writeln!(
+                    s,
+                    "admissions per minute (saturated minutes: {}): mean {mean:.1}, min {min}, max {max}; target {} -> {:.0}% of minutes within ±10% [{}]",
+                    self.saturated_minutes.len(),
+                    self.target,
+                    within * 100.0,
+                    pass((mean - f64::from(self.target)).abs() <= 0.1 * f64::from(self.target) && max <= self.target)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "admissions per minute: no minute was limited by new_users_per_minute"
+                );
+            }
+        }
+        if self.cap > 0 {
+            let _ = writeln!(
+                s,
+                "peak active users: {} (cap {}) [{}]",
+                self.peak_active,
+                self.cap,
+                pass(self.peak_active <= u64::from(self.cap))
+            );
+        } else {
+            let _ = writeln!(s, "peak active users: {} (no cap)", self.peak_active);
+        }
+        match self.order {
+            QueueOrder::Fifo => {
+                let _ = writeln!(
+                    s,
+                    "arrival order kept: Kendall tau {:.3} (goal >= 0.95) [{}]",
+                    self.kendall_tau,
+                    pass(self.kendall_tau >= 0.95)
+                );
+            }
+            QueueOrder::Random => {
+                let _ = writeln!(
+                    s,
+                    "arrival order: Kendall tau {:.3}; correlation of arrival minute with remaining wait among users waiting at once: {:.3} (goal near 0) [{}]",
+                    self.kendall_tau,
+                    self.same_time_correlation,
+                    pass(self.same_time_correlation.abs() < 0.1)
+                );
+            }
+        }
+        s
+    }
+}
+
+fn pass(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "MISSED"
+    }
+}
+
+/// Builds the room through the real config path, so the simulation validates like a file.
+fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Result<Room, String> {
+    let toml = format!(
+        "[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\nname = \"simulated\"\nadmission = \"{}\"\nnew_users_per_minute = {}\ntotal_active_users = {}\nsession_duration = \"{}s\"\nrefresh = \"{}s\"\n",
+        order.as_str(),
+        opts.new_users_per_minute,
+        opts.total_active_users,
+        opts.session_duration.as_secs(),
+        opts.refresh.as_secs()
+    );
+    let config = Config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
+    let room = config.rooms.into_iter().next().ok_or("no room")?;
+    debug_assert!(matches!(room.admission, Admission::Capacity(_)));
+    Ok(Room::new(room, Pages::builtin(), store))
+}
+
+/// Runs one queueing method.
+pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
+    let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
+    let room = room(opts, order, &store)?;
+    let key = crate::keys::generate();
+    let ring = KeyRing::from_entries("sim", &[("sim", &key)]).map_err(|e| e.to_string())?;
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    let span_ms = u64::from(opts.minutes.max(1)) * 60_000;
+    let mut journeys: Vec<Journey> = (0..opts.users)
+        .map(|_| Journey {
+            arrival_ms: rng.gen_range(0..span_ms),
+            admitted_ms: None,
+            check_ins: 0,
+        })
+        .collect();
+    let ids: Vec<Identity> = (0..opts.users)
+        .map(|i| {
+            Identity::of_ip(
+                std::net::IpAddr::from((0x0A00_0000u32 + i).to_be_bytes()),
+                64,
+            )
+        })
+        .collect();
+    let mut cookies: Vec<Option<String>> = vec![None; opts.users as usize];
+    let mut events: BinaryHeap<Reverse<(u64, u32)>> = journeys
+        .iter()
+        .enumerate()
+        .map(|(i, j)| Reverse((j.arrival_ms, i as u32)))
+        .collect();
+    let browse_ms = opts.browse.as_millis() as u64;
+    let deadline_ms = span_ms + 24 * 3_600_000;
+    let mut admitted_per_minute: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut peak_active = 0;
+    let mut sampled_sec = u64::MAX;
+    // Per minute: (waiting, active) at its start.
+    let mut minute_start: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut decisions = 0u64;
+
+    while let Some(Reverse((t, i))) = events.pop() {
+        if t > deadline_ms {
+            break;
+        }
+        let now = Timestamp::from_millis(EPOCH_SECS * 1000 + t);
+        if now.secs() != sampled_sec {
+            sampled_sec = now.secs();
+            if let Some(f) = room.figures(now) {
+                peak_active = peak_active.max(f.active);
+                minute_start
+                    .entry(t / 60_000)
+                    .or_insert((f.waiting, f.active));
+            }
+        }
+        let uid = &ids[i as usize];
+        let values: Vec<&[u8]> = cookies[i as usize]
+            .as_deref()
+            .map(str::as_bytes)
+            .into_iter()
+            .collect();
+        let outcome = room.decide(&ring, uid, &values, now);
+        decisions += 1;
+        match outcome.cookie {
+            CookieAction::Set(v) => cookies[i as usize] = Some(v),
+            CookieAction::Delete => cookies[i as usize] = None,
+            CookieAction::Keep => {}
+        }
+        let journey = &mut journeys[i as usize];
+        match outcome.decision {
+            Decision::Allow => {
+                let admitted = *journey.admitted_ms.get_or_insert(t);
+                if admitted == t {
+                    *admitted_per_minute.entry(t / 60_000).or_insert(0) += 1;
+                }
+                let next = t + BROWSE_EVERY_MS;
+                if next < admitted + browse_ms {
+                    events.push(Reverse((next, i)));
+                }
+            }
+            Decision::Anon | Decision::Wait => {
+                journey.check_ins += 1;
+                // The page reloads when its countdown ends; browsers add a little latency.
+                let latency = rng.gen_range(0..800);
+                events.push(Reverse((
+                    t + outcome.refresh_secs.max(1) * 1000 + latency,
+                    i,
+                )));
+            }
+            Decision::Deny | Decision::Bypass => {}
+        }
+    }
+
+    let target = opts.new_users_per_minute;
+    let saturated_minutes = minute_start
+        .iter()
+        .filter(|(m, (waiting, active))| {
+            let queue_long = *waiting >= u64::from(target.max(1))
+                && minute_start.get(&(**m + 1)).is_some_and(|(w, _)| *w > 0);
+            let new_binding = opts.total_active_users == 0
+                || active + u64::from(target) <= u64::from(opts.total_active_users);
+            target > 0 && queue_long && new_binding
+        })
+        .map(|(m, _)| *m)
+        .collect();
+    let admitted: Vec<&Journey> = journeys
+        .iter()
+        .filter(|j| j.admitted_ms.is_some())
+        .collect();
+    let tau = kendall_tau_b(
+        &admitted
+            .iter()
+            .map(|j| j.arrival_minute() as f64)
+            .collect::<Vec<_>>(),
+        &admitted
+            .iter()
+            .map(|j| j.admitted_ms.unwrap_or(0) as f64)
+            .collect::<Vec<_>>(),
+    );
+    let same_time_correlation = waiting_together_correlation(&journeys, span_ms);
+    Ok(Report {
+        order,
+        journeys,
+        admitted_per_minute,
+        saturated_minutes,
+        peak_active,
+        target,
+        cap: opts.total_active_users,
+        kendall_tau: tau,
+        same_time_correlation,
+        decisions,
+    })
+}
+
+/// Kendall's tau-b (ties in either series allowed), on at most 4,000 evenly spaced points.
+pub fn kendall_tau_b(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len().min(y.len());
+    if n < 2 {
+        return 1.0;
+    }
+    let step = n.div_ceil(4_000).max(1);
+    let idx: Vec<usize> = (0..n).step_by(step).collect();
+    let (mut concordant, mut discordant, mut ties_x, mut ties_y) = (0f64, 0f64, 0f64, 0f64);
+    for (a, &i) in idx.iter().enumerate() {
+        for &j in &idx[a + 1..] {
+            let dx = x[i] - x[j];
+            let dy = y[i] - y[j];
+            if dx == 0.0 && dy == 0.0 {
+                continue;
+            } else if dx == 0.0 {
+                ties_x += 1.0;
+            } else if dy == 0.0 {
+                ties_y += 1.0;
+            } else if (dx > 0.0) == (dy > 0.0) {
+                concordant += 1.0;
+            } else {
+                discordant += 1.0;
+            }
+        }
+    }
+    let denom = ((concordant + discordant + ties_x) * (concordant + discordant + ties_y)).sqrt();
+    if denom == 0.0 {
+        0.0
+    } else {
+        (concordant - discordant) / denom
+    }
+}
+
+pub fn pearson(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len().min(y.len()) as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let mx = x.iter().sum::<f64>() / n;
+    let my = y.iter().sum::<f64>() / n;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx) * (a - mx);
+        syy += (b - my) * (b - my);
+    }
+    if sxx == 0.0 || syy == 0.0 {
+        0.0
+    } else {
+        sxy / (sxx * syy).sqrt()
+    }
+}
+
+/// At moments through the arrival span, takes the users waiting at that moment and correlates
+/// their arrival minute with the wait they still had ahead; returns the mean.
+fn waiting_together_correlation(journeys: &[Journey], span_ms: u64) -> f64 {
+    let mut values = Vec::new();
+    for k in 1..10u64 {
+        let at = span_ms * k / 10;
+        let (x, y): (Vec<f64>, Vec<f64>) = journeys
+            .iter()
+            .filter(|j| j.arrival_ms <= at && j.admitted_ms.is_some_and(|a| a > at))
+            .map(|j| {
+                (
+                    j.arrival_minute() as f64,
+                    (j.admitted_ms.unwrap_or(0) - at) as f64,
+                )
+            })
+            .unzip();
+        if x.len() >= 30 {
+            values.push(pearson(&x, &y));
+        }
+    }
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+/// Writes `simulate-<order>.csv`: one line per user.
+pub fn write_csv(report: &Report, dir: &Path) -> std::io::Result<PathBuf> {
+    let path = dir.join(format!("simulate-{}.csv", report.order.as_str()));
+    let mut s =
+        String::from("user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins\n");
+    for (i, j) in report.journeys.iter().enumerate() {
+        let admitted = j
+            .admitted_ms
+            .map_or(String::new(), |a| format!("{:.3}", a as f64 / 1000.0));
+        let wait = j.wait_secs().map_or(String::new(), |w| format!("{w:.3}"));
+        let _ = writeln!(
+            s,
+            "{i},{:.3},{},{admitted},{wait},{}",
+            j.arrival_ms as f64 / 1000.0,
+            j.arrival_minute(),
+            j.check_ins
+        );
+    }
+    std::fs::write(&path, s)?;
+    Ok(path)
+}
+
+/// Loads a system font for labels, once. Without one the heatmap is drawn without text.
+fn font_available() -> bool {
+    static LOADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOADED.get_or_init(|| {
+        let candidates = [
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+            "/System/Library/Fonts/Supplemental/Arial.ttf",
+        ];
+        for path in candidates {
+            if let Ok(bytes) = std::fs::read(path) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font(
+                    "sans-serif",
+                    plotters::style::FontStyle::Normal,
+                    bytes,
+                )
+                .is_ok()
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// A viridis-like ramp from dark blue (few) to yellow (many).
+fn heat(v: f64) -> plotters::style::RGBColor {
+    const STOPS: [(f64, (u8, u8, u8)); 5] = [
+        (0.0, (68, 1, 84)),
+        (0.25, (59, 82, 139)),
+        (0.5, (33, 145, 140)),
+        (0.75, (94, 201, 98)),
+        (1.0, (253, 231, 37)),
+    ];
+    let v = v.clamp(0.0, 1.0);
+    let k = STOPS.iter().position(|(s, _)| *s >= v).unwrap_or(4).max(1);
+    let (s0, c0) = STOPS[k - 1];
+    let (s1, c1) = STOPS[k];
+    let f = (v - s0) / (s1 - s0);
+    let mix = |a: u8, b: u8| (f64::from(a) + f * (f64::from(b) - f64::from(a))).round() as u8;
+    plotters::style::RGBColor(mix(c0.0, c1.0), mix(c0.1, c1.1), mix(c0.2, c1.2))
+}
+
+/// Writes `heatmap-<order>.png`: users by arrival minute (x) and wait in minutes (y), colour
+/// on a square-root scale of the count.
+pub fn write_heatmap(report: &Report, dir: &Path) -> Result<PathBuf, String> {
+    use plotters::prelude::*;
+    let path = dir.join(format!("heatmap-{}.png", report.order.as_str()));
+    let mut cells: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+    for j in &report.journeys {
+        if let Some(w) = j.wait_secs() {
+            *cells
+                .entry((j.arrival_minute(), (w / 60.0) as u64))
+                .or_insert(0) += 1;
+        }
+    }
+    let max_x = report
+        .journeys
+        .iter()
+        .map(Journey::arrival_minute)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let max_y = cells.keys().map(|(_, y)| *y).max().unwrap_or(0) + 1;
+    let max_count = f64::from(cells.values().copied().max().unwrap_or(1));
+    let root = BitMapBackend::new(&path, (900, 560)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let labels = font_available();
+    let mut chart = ChartBuilder::on(&root)
+        .margin(16)
+        .x_label_area_size(if labels { 40 } else { 8 })
+        .y_label_area_size(if labels { 50 } else { 8 })
+        .caption(
+            if labels {
+                format!(
+                    "{}: wait by arrival minute ({} users)",
+                    report.order.as_str(),
+                    report.journeys.len()
+                )
+            } else {
+                String::new()
+            },
+            ("sans-serif", 22),
+        )
+        .build_cartesian_2d(0u64..max_x, 0u64..max_y)
+        .map_err(|e| err(&e))?;
+    if labels {
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("arrival minute")
+            .y_desc("wait (minutes)")
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .draw_series(cells.iter().map(|((x, y), n)| {
+            let color = heat((f64::from(*n) / max_count).sqrt());
+            Rectangle::new([(*x, *y), (x + 1, y + 1)], color.filled())
+        }))
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    Ok(path)
+}
+
+/// Runs every requested method, writes the files, returns the summaries.
+pub fn simulate(opts: &Options) -> Result<(Vec<Report>, Vec<PathBuf>), String> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let mut reports = Vec::new();
+    let mut files = Vec::new();
+    for order in &opts.orders {
+        let report = run(opts, *order)?;
+        files.push(write_csv(&report, &opts.out).map_err(|e| e.to_string())?);
+        files.push(write_heatmap(&report, &opts.out)?);
+        reports.push(report);
+    }
+    Ok((reports, files))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small enough for a unit test, with arrival minutes enough that tau-b's tie correction
+    /// (users of one arrival minute tie) does not dominate: with `m` equal buckets a perfect
+    /// FIFO scores about sqrt(1 - 1/m).
+    fn small(order_cap: u32) -> Options {
+        Options {
+            users: 2_000,
+            minutes: 20,
+            browse: Duration::from_secs(60),
+            new_users_per_minute: 80,
+            total_active_users: order_cap,
+            session_duration: Duration::from_secs(120),
+            refresh: Duration::from_secs(20),
+            orders: vec![],
+            out: PathBuf::new(),
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn fifo_meets_its_goals() {
+        let r = run(&small(0), QueueOrder::Fifo).unwrap();
+        assert!(r.journeys.iter().all(|j| j.admitted_ms.is_some()));
+        let (mean, _, max, _) = r.admissions_vs_target().expect("saturated minutes");
+        assert!(max <= 80, "never more than the limit in a minute: {max}");
+        assert!((mean - 80.0).abs() <= 8.0, "mean {mean}");
+        assert!(r.kendall_tau >= 0.95, "tau {}", r.kendall_tau);
+    }
+
+    #[test]
+    fn random_meets_its_goals() {
+        let r = run(&small(0), QueueOrder::Random).unwrap();
+        let (mean, _, max, _) = r.admissions_vs_target().expect("saturated minutes");
+        assert!(
+            max <= 80 && (mean - 80.0).abs() <= 8.0,
+            "mean {mean} max {max}"
+        );
+        assert!(
+            r.same_time_correlation.abs() < 0.15,
+            "{}",
+            r.same_time_correlation
+        );
+        assert!(
+            r.kendall_tau < 0.9,
+            "random should not look like fifo: {}",
+            r.kendall_tau
+        );
+    }
+
+    #[test]
+    fn the_active_cap_holds_when_it_binds() {
+        for order in [QueueOrder::Fifo, QueueOrder::Random] {
+            let r = run(&small(150), order).unwrap();
+            assert!(r.peak_active <= 150, "{order:?}: {}", r.peak_active);
+            assert!(
+                r.peak_active >= 140,
+                "{order:?}: the cap should bind: {}",
+                r.peak_active
+            );
+        }
+    }
+
+    #[test]
+    fn statistics() {
+        assert_eq!(kendall_tau_b(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]), 1.0);
+        assert_eq!(kendall_tau_b(&[1.0, 2.0, 3.0], &[30.0, 20.0, 10.0]), -1.0);
+        assert!((pearson(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0]) - 1.0).abs() < 1e-12);
+        assert_eq!(pearson(&[1.0, 1.0], &[2.0, 3.0]), 0.0);
+    }
+}
