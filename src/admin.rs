@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::app::App;
-use crate::config::Admission;
+use crate::config::{Action, Admission, Algorithm, KeyPart, Scope};
+use crate::ratelimit::Rule;
 use crate::room::Room;
 use crate::snapshot::Snapshot;
 
@@ -29,6 +30,7 @@ impl Admin {
     }
 
     fn status(&self, snapshot: &Snapshot) -> Value {
+        let now = crate::time::Timestamp::now();
         let config = &snapshot.config;
         let upstream = &snapshot.upstream;
         json!({
@@ -57,9 +59,60 @@ impl Admin {
                 "active": ring.active().id(),
                 "ids": ring.ids().collect::<Vec<_>>(),
             })),
-            "rooms": snapshot.rooms.iter().map(|r| room_status(r, crate::time::Timestamp::now())).collect::<Vec<_>>(),
+            "rooms": snapshot.rooms.iter().map(|r| room_status(r, now)).collect::<Vec<_>>(),
+            "rate_limits": snapshot.rules.iter().map(|r| rule_status(r, now)).collect::<Vec<_>>(),
         })
     }
+}
+
+/// A rule's settings and its penalty box.
+fn rule_status(rule: &Rule, now: crate::time::Timestamp) -> Value {
+    let c = &rule.config;
+    let mut v = json!({
+        "name": c.name,
+        "key": c.key.iter().map(|k| match k {
+            KeyPart::ClientIp => "client_ip".to_owned(),
+            KeyPart::Host => "host".to_owned(),
+            KeyPart::Path => "path".to_owned(),
+            KeyPart::Method => "method".to_owned(),
+            KeyPart::Header(h) => format!("header:{h}"),
+            KeyPart::Cookie(c) => format!("cookie:{c}"),
+        }).collect::<Vec<_>>(),
+        "paths": c.paths,
+        "methods": c.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+        "scope": if c.scope == Scope::All { "all" } else { "origin" },
+        "action": if c.action == Action::Block { "block" } else { "log" },
+        "max_keys": c.max_keys,
+        "policy": rule.policy(),
+        "penalty_box_entries": rule.penalty_box_len(now),
+    });
+    match c.algorithm {
+        Algorithm::Window {
+            window,
+            limit,
+            penalty,
+        } => {
+            v["algorithm"] = json!("window");
+            v["window_seconds"] = json!(secs(window));
+            v["limit"] = json!(limit);
+            v["penalty_seconds"] = json!(secs(penalty));
+        }
+        Algorithm::TokenBucket {
+            limit,
+            period,
+            penalty,
+        } => {
+            v["algorithm"] = json!("token_bucket");
+            v["limit"] = json!(limit);
+            v["period_seconds"] = json!(secs(period));
+            v["penalty_seconds"] = json!(secs(penalty));
+        }
+        Algorithm::Concurrency { limit } => {
+            v["algorithm"] = json!("concurrency");
+            v["limit"] = json!(limit);
+        }
+    }
+    v
 }
 
 fn secs(d: std::time::Duration) -> u64 {
@@ -187,10 +240,103 @@ impl ServeHttp for Admin {
                 let body = serde_json::to_vec_pretty(&self.status(&snapshot)).unwrap_or_default();
                 reply(StatusCode::OK, "application/json", body)
             }
+            "/status.html" | "/" => {
+                let body = status_html(&self.status(&snapshot));
+                reply(
+                    StatusCode::OK,
+                    "text/html; charset=utf-8",
+                    body.into_bytes(),
+                )
+            }
             _ => text(
                 StatusCode::NOT_FOUND,
-                "not found; try /metrics /healthz /readyz /status\n",
+                "not found; try /metrics /healthz /readyz /status /status.html\n",
             ),
         }
     }
+}
+
+fn esc(v: &Value) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "–".to_owned(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() != 0.0 => format!("{f:.2}"),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    };
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// One table with a row per object and a column per key (in the order of the first object).
+fn table(items: &[Value], columns: &[&str]) -> String {
+    let mut t = String::from("<table><tr>");
+    for c in columns {
+        t.push_str(&format!("<th>{}</th>", c.replace('_', " ")));
+    }
+    t.push_str("</tr>");
+    for item in items {
+        t.push_str("<tr>");
+        for c in columns {
+            let cell = match (c, &item[c]) {
+                (&"wait_estimate_minutes", e) if e.is_object() => format!(
+                    "{} / {} / {}",
+                    esc(&e["p25"]),
+                    esc(&e["p50"]),
+                    esc(&e["p75"])
+                ),
+                (_, v) => esc(v),
+            };
+            t.push_str(&format!("<td>{cell}</td>"));
+        }
+        t.push_str("</tr>");
+    }
+    t.push_str("</table>");
+    t
+}
+
+/// `/status` for people: the same figures, refreshed every 5 s.
+fn status_html(s: &Value) -> String {
+    let empty = Vec::new();
+    let rooms = s["rooms"].as_array().unwrap_or(&empty);
+    let rules = s["rate_limits"].as_array().unwrap_or(&empty);
+    let peers = s["upstream"]["peers"].as_array().unwrap_or(&empty);
+    let error = match &s["last_reload_error"] {
+        Value::Null => "<p class=ok>last reload: fine</p>".to_owned(),
+        e => format!(
+            "<p class=bad>last reload failed at {}: {}</p>",
+            esc(&e["at"]),
+            esc(&e["message"])
+        ),
+    };
+    format!(
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta http-equiv=refresh content=5>\
+         <title>vestibule status</title><style>\
+         body{{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1d2330}}h1{{font-size:1.3rem}}h2{{font-size:1.05rem;margin-top:1.5rem}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #d5d9e0;padding:.3rem .6rem;text-align:left}}th{{background:#f1f3f6}}\
+         .ok{{color:#16803c}}.bad{{color:#b42318;font-weight:600}}</style></head><body>\
+         <h1>vestibule</h1><p>config generation {} loaded {} (started {}) · keys: active {} of {}</p>{error}\
+         <h2>Rooms</h2>{}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}\
+         <p><a href=/status>JSON</a> · <a href=/metrics>metrics</a></p></body></html>",
+        esc(&s["generation"]),
+        esc(&s["loaded_at"]),
+        esc(&s["started_at"]),
+        esc(&s["keys"]["active"]),
+        esc(&s["keys"]["ids"]),
+        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes"]),
+        table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
+        table(peers, &["addr", "healthy"]),
+    )
 }

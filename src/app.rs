@@ -118,6 +118,7 @@ impl App {
             .with_label_values(&["success"])
             .inc();
         self.metrics.refresh(&new);
+        crate::logging::apply(&new.config.log);
         *self
             .last_reload_error
             .lock()

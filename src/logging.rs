@@ -1,11 +1,17 @@
-//! Process logging: plain or JSON lines on stderr.
+//! Process logging: plain or JSON lines on stderr, reloadable.
 //!
-//! The level comes from `[log] level`, and `VESTIBULE_LOG` (env_logger filter syntax, e.g.
-//! `debug` or `info,pingora=warn`) overrides it. Access lines use the target
-//! `vestibule::access` and are always let through the filter; whether they are written at all is
-//! `[log] access`, read per request so a reload can turn them on or off.
+//! `[log] level` and `[log] format` apply at start and on every reload. `VESTIBULE_LOG`
+//! (env_logger-style filter syntax, e.g. `debug` or `info,pingora=warn`) overrides the level while it
+//! is set. Access lines (target `vestibule::access`) are written when `[log] access` is true,
+//! whatever the level, one per request: client, method, path (never the query string), status,
+//! room, decision, each rule's outcome, origin and total time. Cookie values, keys and tokens
+//! never appear in any line.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use serde::Serialize;
 
 use crate::config::{LogConfig, LogFormat};
 use crate::time::Timestamp;
@@ -15,36 +21,206 @@ pub const ENV_FILTER: &str = "VESTIBULE_LOG";
 /// The target of access lines.
 pub const ACCESS_TARGET: &str = "vestibule::access";
 
-/// Installs the logger. Safe to call once; later calls do nothing.
-pub fn init(config: &LogConfig) {
-    let mut builder = env_logger::Builder::new();
-    builder.filter_level(config.level);
-    // Pingora is chatty at info about every connection it pools.
-    builder.filter_module("pingora_core::connectors", log::LevelFilter::Warn);
-    if let Ok(spec) = std::env::var(ENV_FILTER) {
-        builder.parse_filters(&spec);
+struct Logger {
+    level: AtomicUsize,
+    json: AtomicBool,
+    access: AtomicBool,
+    env: Option<env_filter::Filter>,
+}
+
+static LOGGER: OnceLock<Logger> = OnceLock::new();
+/// 0 plain, 1 JSON: read by `access` without touching the logger.
+static FORMAT: AtomicU8 = AtomicU8::new(0);
+
+fn level_index(l: log::LevelFilter) -> usize {
+    l as usize
+}
+
+impl Logger {
+    fn level(&self) -> log::LevelFilter {
+        match self.level.load(Ordering::Relaxed) {
+            0 => log::LevelFilter::Off,
+            1 => log::LevelFilter::Error,
+            2 => log::LevelFilter::Warn,
+            3 => log::LevelFilter::Info,
+            4 => log::LevelFilter::Debug,
+            _ => log::LevelFilter::Trace,
+        }
     }
-    builder.filter_module(ACCESS_TARGET, log::LevelFilter::Info);
-    match config.format {
-        LogFormat::Plain => builder.format(|buf, record| {
-            writeln!(
-                buf,
-                "{} {:<5} {}: {}",
-                Timestamp::now().rfc3339(),
-                record.level(),
-                record.target(),
-                record.args()
-            )
-        }),
-        LogFormat::Json => builder.format(|buf, record| {
+}
+
+impl log::Log for Logger {
+    fn enabled(&self, meta: &log::Metadata) -> bool {
+        if meta.target() == ACCESS_TARGET {
+            return self.access.load(Ordering::Relaxed);
+        }
+        if let Some(env) = &self.env {
+            return env.enabled(meta);
+        }
+        // Pingora reports every pooled upstream connection at info.
+        if meta.target().starts_with("pingora_core::connectors") && meta.level() > log::Level::Warn
+        {
+            return false;
+        }
+        meta.level() <= self.level()
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = if record.target() == ACCESS_TARGET {
+            // Access lines arrive formatted (see `access`).
+            writeln!(err, "{}", record.args())
+        } else if self.json.load(Ordering::Relaxed) {
             let line = serde_json::json!({
                 "ts": Timestamp::now().rfc3339(),
                 "level": record.level().as_str(),
                 "target": record.target(),
                 "msg": record.args().to_string(),
             });
-            writeln!(buf, "{line}")
-        }),
-    };
-    let _ = builder.try_init();
+            writeln!(err, "{line}")
+        } else {
+            writeln!(
+                err,
+                "{} {:<5} {}: {}",
+                Timestamp::now().rfc3339(),
+                record.level(),
+                record.target(),
+                record.args()
+            )
+        };
+    }
+
+    fn flush(&self) {
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// Installs the logger (once) and applies `config`.
+pub fn init(config: &LogConfig) {
+    let logger = LOGGER.get_or_init(|| Logger {
+        level: AtomicUsize::new(level_index(config.level)),
+        json: AtomicBool::new(false),
+        access: AtomicBool::new(false),
+        env: std::env::var(ENV_FILTER)
+            .ok()
+            .map(|spec| env_filter::Builder::new().parse(&spec).build()),
+    });
+    if log::set_logger(logger).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
+    apply(config);
+}
+
+/// Applies a (reloaded) `[log]` section.
+pub fn apply(config: &LogConfig) {
+    if let Some(l) = LOGGER.get() {
+        l.level.store(level_index(config.level), Ordering::Relaxed);
+        l.json
+            .store(config.format == LogFormat::Json, Ordering::Relaxed);
+        l.access.store(config.access, Ordering::Relaxed);
+    }
+    FORMAT.store(
+        u8::from(config.format == LogFormat::Json),
+        Ordering::Relaxed,
+    );
+}
+
+/// One request, as the access log sees it.
+#[derive(Debug, Serialize)]
+pub struct AccessLine<'a> {
+    pub client: String,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub status: u16,
+    pub room: Option<&'a str>,
+    pub decision: Option<&'a str>,
+    /// `rule=outcome` for every rule checked.
+    pub rules: Vec<(&'a str, &'a str)>,
+    pub upstream: Option<String>,
+    pub upstream_ms: Option<f64>,
+    pub ms: f64,
+}
+
+impl AccessLine<'_> {
+    /// The line in the current format.
+    pub fn format(&self) -> String {
+        if FORMAT.load(Ordering::Relaxed) == 1 {
+            let rules: serde_json::Map<String, serde_json::Value> = self
+                .rules
+                .iter()
+                .map(|(r, o)| ((*r).to_owned(), serde_json::Value::from(*o)))
+                .collect();
+            serde_json::json!({
+                "ts": Timestamp::now().rfc3339(),
+                "level": "INFO",
+                "target": ACCESS_TARGET,
+                "client": self.client,
+                "method": self.method,
+                "path": self.path,
+                "status": self.status,
+                "room": self.room,
+                "decision": self.decision,
+                "rules": rules,
+                "upstream": self.upstream,
+                "upstream_ms": self.upstream_ms,
+                "ms": self.ms,
+            })
+            .to_string()
+        } else {
+            let rules: Vec<String> = self.rules.iter().map(|(r, o)| format!("{r}:{o}")).collect();
+            format!(
+                "{} access {} \"{} {}\" {} room={} decision={} rules={} upstream={} upstream_ms={} ms={:.1}",
+                Timestamp::now().rfc3339(),
+                self.client,
+                self.method,
+                self.path.escape_debug(),
+                self.status,
+                self.room.unwrap_or("-"),
+                self.decision.unwrap_or("-"),
+                if rules.is_empty() { "-".to_owned() } else { rules.join(",") },
+                self.upstream.as_deref().unwrap_or("-"),
+                self.upstream_ms.map_or("-".to_owned(), |ms| format!("{ms:.1}")),
+                self.ms
+            )
+        }
+    }
+
+    /// Writes the line (when access logging is on).
+    pub fn write(&self) {
+        if log::log_enabled!(target: ACCESS_TARGET, log::Level::Info) {
+            log::info!(target: ACCESS_TARGET, "{}", self.format());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_lines_in_both_formats() {
+        let line = AccessLine {
+            client: "192.0.2.1".into(),
+            method: "GET",
+            path: "/a\"b",
+            status: 200,
+            room: Some("default"),
+            decision: Some("allow"),
+            rules: vec![("per-ip", "pass")],
+            upstream: Some("127.0.0.1:8000".into()),
+            upstream_ms: Some(1.25),
+            ms: 2.0,
+        };
+        FORMAT.store(0, Ordering::Relaxed);
+        let plain = line.format();
+        assert!(plain.contains(" access 192.0.2.1 \"GET /a\\\"b\" 200 room=default decision=allow rules=per-ip:pass upstream=127.0.0.1:8000 upstream_ms=1.2"), "{plain}");
+        FORMAT.store(1, Ordering::Relaxed);
+        let v: serde_json::Value = serde_json::from_str(&line.format()).unwrap();
+        assert_eq!(v["rules"]["per-ip"], "pass");
+        assert_eq!(v["status"], 200);
+        FORMAT.store(0, Ordering::Relaxed);
+    }
 }

@@ -325,9 +325,11 @@ fn reachable(addr: SocketAddr) -> bool {
 }
 
 fn run_origin(listen: SocketAddr, threads: usize, tls: Option<(PathBuf, PathBuf)>) -> ExitCode {
-    let _ = env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Warn)
-        .try_init();
+    vestibule::logging::init(&vestibule::config::LogConfig {
+        level: log::LevelFilter::Warn,
+        format: vestibule::config::LogFormat::Plain,
+        access: false,
+    });
     let mut server = pingora::server::Server::new_with_opt_and_conf(
         pingora::server::configuration::Opt::default(),
         pingora::server::configuration::ServerConf {

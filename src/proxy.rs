@@ -20,6 +20,7 @@ use pingora::ErrorSource;
 use crate::app::App;
 use crate::config::Scope;
 use crate::cookie::{self, Stripped};
+use crate::logging::AccessLine;
 use crate::pages::{self, Estimates, PageContext, PageKind, WaitingJson};
 use crate::path;
 use crate::ratelimit::{Outcome as RuleOutcome, RequestView};
@@ -48,6 +49,8 @@ pub struct RequestCtx {
     snapshot: Arc<Snapshot>,
     started: Instant,
     peer_ip: Option<IpAddr>,
+    /// The client's address after trusted proxies.
+    client_ip: Option<IpAddr>,
     /// Whether the request arrived over TLS (directly or per a trusted proxy).
     secure: bool,
     /// The room the request was routed to (an index into the snapshot's rooms).
@@ -81,6 +84,7 @@ impl ProxyHttp for Proxy {
             snapshot: self.app.snapshot(),
             started: Instant::now(),
             peer_ip: None,
+            client_ip: None,
             secure: false,
             room: None,
             decision: None,
@@ -260,27 +264,50 @@ impl ProxyHttp for Proxy {
         }
     }
 
+    /// What Pingora's own error lines say about a request: no query string, which may carry
+    /// secrets, and no headers.
+    fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
+        let req = session.req_header();
+        format!(
+            "{} {}, Host: {}",
+            req.method,
+            req.uri.path(),
+            request_host(req)
+        )
+    }
+
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
         if let Some(status) = ctx.upstream_status {
             self.app
                 .metrics
                 .observe_upstream(status, ctx.upstream_seconds);
         }
-        let status = session.response_written().map_or(0, |r| r.status.as_u16());
-        let room = ctx
-            .room
-            .and_then(|i| ctx.snapshot.rooms.get(i))
-            .map_or("-", Room::name);
-        log::debug!(
-            target: "vestibule::access",
-            "{} {} {} room={} decision={} {}ms",
-            session.req_header().method,
-            session.req_header().uri.path(),
-            status,
-            room,
-            ctx.decision.map_or("-", Decision::as_str),
-            ctx.started.elapsed().as_millis()
-        );
+        if !ctx.snapshot.config.log.access {
+            return;
+        }
+        let snapshot = ctx.snapshot.clone();
+        let req = session.req_header();
+        let rules: Vec<(&str, &str)> = ctx
+            .rule_outcomes
+            .iter()
+            .filter_map(|(i, o)| snapshot.rules.get(*i).map(|r| (r.name(), o.as_str())))
+            .collect();
+        let line = AccessLine {
+            client: ctx
+                .client_ip
+                .or(ctx.peer_ip)
+                .map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            status: session.response_written().map_or(0, |r| r.status.as_u16()),
+            room: ctx.room.and_then(|i| snapshot.rooms.get(i)).map(Room::name),
+            decision: ctx.decision.map(Decision::as_str),
+            rules,
+            upstream: ctx.tried.last().map(ToString::to_string),
+            upstream_ms: ctx.upstream_seconds.map(|s| s * 1000.0),
+            ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
+        };
+        line.write();
     }
 }
 
@@ -321,6 +348,7 @@ impl Proxy {
             .and_then(|h| req.headers.get(h))
             .map(|v| v.as_bytes());
         let identity = policy.identify(client_ip, peer, header_identity);
+        ctx.client_ip = Some(client_ip);
         ctx.secure = tls || (policy.is_trusted(peer) && forwarded_https(req));
         let path = path::normalize(req.uri.path());
         let host = request_host(req);

@@ -337,3 +337,57 @@ fn upstream_tls_verifies_the_origin_by_sni() {
         502
     );
 }
+
+/// SIGQUIT hands the listening sockets to a process started with `--upgrade`: clients see no
+/// failed request, and the old process exits.
+#[test]
+fn zero_downtime_upgrade() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let origin = Origin::start();
+    let mut old = Setup::new(origin.addr).start();
+    let config = old.config_path();
+    let new = spawn(
+        &["--upgrade", "--config", config.to_str().unwrap()],
+        &old.path("new.log"),
+        &[],
+    );
+    // The new process waits for the sockets; give it a moment to listen on the upgrade socket.
+    std::thread::sleep(Duration::from_millis(1500));
+    let stop = AtomicBool::new(false);
+    let url = old.url("/__echo");
+    let (ok, failed) = std::thread::scope(|s| {
+        let load = s.spawn(|| {
+            let (mut ok, mut failed) = (0, Vec::new());
+            while !stop.load(Ordering::SeqCst) {
+                // A new connection each time, so both processes' accept paths are exercised.
+                let c = client();
+                match c.get(&url).send() {
+                    Ok(r) if r.status() == 200 => ok += 1,
+                    Ok(r) => failed.push(format!("status {}", r.status())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (ok, failed)
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        old.proc.signal("QUIT");
+        assert!(
+            old.proc.wait_exit(Duration::from_secs(20)).is_some(),
+            "the old process did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::SeqCst);
+        load.join().unwrap()
+    });
+    assert!(
+        failed.is_empty(),
+        "{} failed requests during the upgrade: {:?}\n{}",
+        failed.len(),
+        failed,
+        new.log_text()
+    );
+    assert!(ok > 50, "{ok}");
+    // The new process serves on its own.
+    assert_eq!(client().get(&url).send().unwrap().status(), 200);
+}

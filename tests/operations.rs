@@ -1,0 +1,348 @@
+//! What operators see: the dashboard's queries against a live `/metrics`, the exposition
+//! format, the logs, `/status.html`, and the files under `conf/`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
+[log]\nformat = \"json\"\naccess = true\n\
+[[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 50\nbypass_paths = [\"/static/\"]\nbypass_cidrs = [\"10.0.0.0/8\"]\n\
+[[room]]\nname = \"closed\"\npaths = [\"/closed\"]\ncookie_name = \"wr_closed\"\npages = \"pages\"\nallow_percentage = 0\n\
+[[room]]\nname = \"sale\"\npaths = [\"/sale\"]\ncookie_name = \"wr_sale\"\npages = \"pages\"\nadmission = \"random\"\nnew_users_per_minute = 2\n\
+[[rate_limit]]\nname = \"burst\"\nwindow = \"1s\"\nlimit = 3\npenalty = \"1m\"\npaths = [\"/static/\"]\n\
+[[rate_limit]]\nname = \"writes\"\nalgorithm = \"token_bucket\"\nlimit = 100\nperiod = \"1m\"\nscope = \"origin\"\n\
+[[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 100\n\
+[[rate_limit]]\nname = \"watch\"\nwindow = \"1s\"\nlimit = 1\naction = \"log\"\n";
+
+/// Drives traffic through every feature and returns the instance.
+fn busy_instance(origin: &Origin) -> Vestibule {
+    let v = Setup::new(origin.addr).extra(EVERYTHING).start();
+    let c = client();
+    let get = |path: &str, ip: &str, cookie: Option<&str>| {
+        let mut r = c.get(v.url(path)).header("X-Forwarded-For", ip);
+        if let Some(cookie) = cookie {
+            r = r.header("Cookie", cookie);
+        }
+        r.send().unwrap()
+    };
+    // Room decisions: anon, wait (re-presenting the wait token), deny, bypass, rejections.
+    let resp = get("/", "198.51.100.1", None);
+    let token = resp.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    get("/", "198.51.100.1", Some(&token));
+    get("/", "198.51.100.1", Some("waiting_room=forged"));
+    get("/closed", "198.51.100.2", None);
+    for _ in 0..6 {
+        get("/static/app.css", "198.51.100.3", None);
+    }
+    // Capacity room: admissions, waiting users, estimates.
+    for i in 0..5 {
+        get("/sale/item", &format!("198.51.100.{}", 10 + i), None);
+    }
+    // Origin errors and a reload of each kind.
+    get("/static/x", "198.51.100.4", None);
+    let g = v.status()["generation"].as_u64().unwrap();
+    let text = std::fs::read_to_string(v.config_path()).unwrap();
+    std::fs::write(
+        v.config_path(),
+        text.replace("allow_percentage = 50", "allow_percentage = 60"),
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(5), || v.status()
+        ["generation"]
+        .as_u64()
+        .unwrap()
+        > g));
+    std::fs::write(v.config_path(), "not toml [").unwrap();
+    assert!(eventually(Duration::from_secs(5), || v
+        .metric("vestibule_config_reloads_total{result=\"failure\"}")
+        >= 1.0));
+    std::fs::write(
+        v.config_path(),
+        text.replace("allow_percentage = 50", "allow_percentage = 60"),
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(5), || v.status()
+        ["last_reload_error"]
+        .is_null()));
+    get("/__status/503", "10.9.9.9", None);
+    v
+}
+
+/// Metric names in a PromQL expression.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = expr[i..].find("vestibule_") {
+        let start = i + pos;
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        names.push(expr[start..end].to_owned());
+        i = end;
+    }
+    names
+}
+
+#[test]
+fn every_dashboard_query_uses_metrics_that_exist() {
+    let origin = Origin::start();
+    let v = busy_instance(&origin);
+    let metrics = v.metrics();
+    let families: BTreeSet<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let samples: BTreeSet<&str> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/conf/grafana/vestibule.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(dashboard["templating"]["list"][0]["type"], "datasource");
+    let mut checked = 0;
+    let mut exprs: Vec<String> = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            assert_eq!(
+                target["datasource"]["uid"], "${datasource}",
+                "{}",
+                panel["title"]
+            );
+            exprs.push(target["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    for var in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = var["definition"].as_str() {
+            exprs.push(q.to_owned());
+        }
+    }
+    for expr in &exprs {
+        for name in metric_names(expr) {
+            // Every sample the query reads is exported, and it belongs to a family with TYPE.
+            assert!(
+                samples.contains(name.as_str()),
+                "{expr}: no sample named {name} in /metrics\n{metrics}"
+            );
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| families.contains(f)))
+                .unwrap_or(&name);
+            assert!(families.contains(family), "{expr}: no TYPE for {family}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 16, "only {checked} metric references found");
+    // The panels the operators' issue asks for.
+    let titles: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["title"].as_str())
+        .collect();
+    for wanted in [
+        "Decisions per second",
+        "Admitted users",
+        "allow percentage",
+        "Active and waiting",
+        "Wait estimate",
+        "Token rejections",
+        "Rate-limit outcomes",
+        "Penalty box",
+        "status class",
+        "latency",
+        "reloads",
+        "generation",
+    ] {
+        assert!(
+            titles.iter().any(|t| t.contains(wanted)),
+            "no panel for {wanted}: {titles:?}"
+        );
+    }
+}
+
+#[test]
+fn metrics_are_valid_exposition_with_help_and_type() {
+    let origin = Origin::start();
+    let v = busy_instance(&origin);
+    let text = v.metrics();
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("parses");
+    let families: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(families.len() >= 14, "{families:?}");
+    for family in &families {
+        assert!(family.starts_with("vestibule_"), "{family}");
+        assert!(scrape.docs.contains_key(family), "no HELP for {family}");
+    }
+    for sample in &scrape.samples {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                sample
+                    .metric
+                    .strip_suffix(s)
+                    .filter(|f| families.contains(*f))
+            })
+            .unwrap_or(&sample.metric);
+        assert!(
+            families.contains(family),
+            "sample {} has no TYPE",
+            sample.metric
+        );
+    }
+    // Figures from every feature are there.
+    for series in [
+        "vestibule_room_decisions_total{decision=\"anon\",room=\"shop\"}",
+        "vestibule_room_decisions_total{decision=\"wait\",room=\"shop\"}",
+        "vestibule_room_decisions_total{decision=\"deny\",room=\"closed\"}",
+        "vestibule_room_decisions_total{decision=\"bypass\",room=\"shop\"}",
+        "vestibule_token_rejected_total{reason=\"malformed\",room=\"shop\"}",
+        "vestibule_room_admitted_total{room=\"sale\"}",
+        "vestibule_room_waiting_users{room=\"sale\"}",
+        "vestibule_ratelimit_decisions_total{outcome=\"limited\",rule=\"burst\"}",
+        "vestibule_ratelimit_decisions_total{outcome=\"dry_run\",rule=\"watch\"}",
+        "vestibule_ratelimit_penalty_box_entries{rule=\"burst\"}",
+        "vestibule_upstream_responses_total{status_class=\"5xx\"}",
+        "vestibule_config_reloads_total{result=\"failure\"}",
+    ] {
+        assert!(metric_value(&text, series) >= 1.0, "{series} is 0\n{text}");
+    }
+}
+
+#[test]
+fn logs_parse_and_hold_no_secrets() {
+    let origin = Origin::start();
+    let v = busy_instance(&origin);
+    // A valid cookie the proxy issued, presented again.
+    let resp = client()
+        .get(v.url("/"))
+        .header("X-Forwarded-For", "203.0.113.77")
+        .send()
+        .unwrap();
+    let cookie = resp.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let value = cookie.trim_start_matches("waiting_room=").to_owned();
+    client()
+        .get(v.url("/?token=SECRET-QUERY"))
+        .header("X-Forwarded-For", "203.0.113.77")
+        .header("Cookie", &cookie)
+        .send()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let log = v.log_text();
+    let mut access = 0;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let json: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            json["ts"].is_string() && json["level"].is_string() && json["target"].is_string(),
+            "{line}"
+        );
+        if json["target"] == "vestibule::access" {
+            access += 1;
+            assert!(
+                json["status"].is_u64() && json["path"].is_string() && json["rules"].is_object(),
+                "{line}"
+            );
+        }
+    }
+    assert!(access >= 19, "{access} access lines: one per request");
+    assert!(!log.contains(KEY1), "the signing key is in the log");
+    assert!(!log.contains(&value), "a whole cookie is in the log");
+    assert!(!log.contains("sig=0x"), "a token is in the log");
+    assert!(
+        !log.contains("SECRET-QUERY"),
+        "a query string is in the log"
+    );
+    assert!(
+        log.contains("\"decision\":\"wait\""),
+        "decisions are logged"
+    );
+    assert!(
+        log.contains("\"burst\":\"limited\""),
+        "rule outcomes are logged"
+    );
+}
+
+#[test]
+fn status_is_complete_and_has_a_page_for_people() {
+    let origin = Origin::start();
+    let v = busy_instance(&origin);
+    let s = v.status();
+    for key in [
+        "generation",
+        "loaded_at",
+        "last_reload_error",
+        "keys",
+        "rooms",
+        "rate_limits",
+    ] {
+        assert!(s.get(key).is_some(), "/status lacks {key}");
+    }
+    assert_eq!(s["keys"]["active"], "key1");
+    assert_eq!(s["keys"]["ids"], serde_json::json!(["key1"]));
+    let rules = s["rate_limits"].as_array().unwrap();
+    let burst = rules.iter().find(|r| r["name"] == "burst").unwrap();
+    assert_eq!(burst["penalty_box_entries"], 1);
+    let sale = s["rooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "sale")
+        .unwrap();
+    assert!(sale["waiting_users"].as_u64().unwrap() >= 1);
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(!text.contains(KEY1));
+    let (code, html) = v.admin_get("/status.html");
+    assert_eq!(code, 200);
+    assert!(
+        html.contains("<table>") && html.contains("sale") && html.contains("burst"),
+        "{html}"
+    );
+}
+
+#[test]
+fn shipped_operations_files_are_sound() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unit = std::fs::read_to_string(root.join("conf/vestibule.service")).unwrap();
+    for line in [
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "KillSignal=SIGTERM",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "User=vestibule",
+    ] {
+        assert!(unit.contains(line), "the unit lacks {line}");
+    }
+    let prom = std::fs::read_to_string(root.join("conf/prometheus.yml")).unwrap();
+    assert!(prom.contains("metrics_path: /metrics") && prom.contains("127.0.0.1:9901"));
+}
