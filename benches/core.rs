@@ -111,7 +111,7 @@ fn rate_limits(c: &mut Criterion) {
         headers: &headers,
     };
     let now = Timestamp::from_secs(1_700_000_000);
-    let mut out = Vec::with_capacity(3);
+    let mut out = vestibule::ratelimit::Checks::new();
     c.bench_function("ratelimit/check 3 rules", |b| {
         b.iter(|| {
             out.clear();
@@ -120,5 +120,44 @@ fn rate_limits(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, decisions, rate_limits);
+fn pages(c: &mut Criterion) {
+    use vestibule::pages::{Estimates, PageContext, PageKind};
+    let pages = Pages::builtin();
+    let ctx = PageContext {
+        room: "default",
+        decision: "anon",
+        refresh_seconds: 42,
+        queueing: "lottery",
+        queue_all: false,
+        users_ahead: None,
+        wait_estimate_minutes: Estimates::default(),
+        retry_after: 42,
+        rule: "",
+        status: 200,
+    };
+    c.bench_function("pages/render startwaiting", |b| {
+        b.iter(|| black_box(pages.render(PageKind::StartWaiting, black_box(&ctx))))
+    });
+}
+
+fn identity(c: &mut Criterion) {
+    use vestibule::identity::IdentityPolicy;
+    let policy = IdentityPolicy {
+        trusted_proxies: vec![
+            "10.0.0.0/8".parse().expect("cidr"),
+            "192.168.0.0/16".parse().expect("cidr"),
+        ],
+        ..IdentityPolicy::default()
+    };
+    let peer: std::net::IpAddr = "10.0.0.2".parse().expect("ip");
+    let xff: &[u8] = b"6.6.6.6, 203.0.113.7, 192.168.1.1";
+    c.bench_function("identity/xff through trusted proxies", |b| {
+        b.iter(|| {
+            let ip = policy.client_ip(peer, [black_box(xff)]);
+            black_box(policy.identify(ip, peer, None))
+        })
+    });
+}
+
+criterion_group!(benches, tokens, decisions, rate_limits, pages, identity);
 criterion_main!(benches);

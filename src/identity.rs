@@ -63,7 +63,7 @@ impl Identity {
     /// An identity for an address, grouped as `policy` says (tests and the simulator use it).
     pub fn of_ip(ip: IpAddr, ipv6_prefix: u8) -> Identity {
         match ip.to_canonical() {
-            IpAddr::V4(v4) => Identity(v4.to_string()),
+            IpAddr::V4(v4) => Identity(ipv4_text(v4)),
             IpAddr::V6(v6) if ipv6_prefix >= 128 => Identity(v6.to_string()),
             IpAddr::V6(v6) => {
                 let net = Ipv6Net::new(v6, ipv6_prefix)
@@ -162,6 +162,32 @@ impl IdentityPolicy {
             Source::Header(name) => Some(name),
             Source::ClientIp => None,
         }
+    }
+}
+
+/// Dotted-quad text of an IPv4 address, without the formatting machinery (on every request).
+pub fn ipv4_text(ip: std::net::Ipv4Addr) -> String {
+    let mut s = String::with_capacity(15);
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        if octet >= 100 {
+            s.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            s.push(char::from(b'0' + octet / 10 % 10));
+        }
+        s.push(char::from(b'0' + octet % 10));
+    }
+    s
+}
+
+/// Text of an address as `X-Forwarded-For` and logs write it.
+pub fn ip_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => ipv4_text(v4),
+        IpAddr::V6(v6) => v6.to_string(),
     }
 }
 
@@ -324,6 +350,20 @@ mod tests {
         chain.push("198.51.100.7".into());
         let joined = chain.join(",");
         assert_eq!(client(&p, "10.0.0.2", &[&joined]), ip("198.51.100.7"));
+    }
+
+    #[test]
+    fn ipv4_text_matches_display() {
+        for ip in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.100.9",
+            "192.168.1.10",
+            "1.20.255.3",
+        ] {
+            let v4: std::net::Ipv4Addr = ip.parse().unwrap();
+            assert_eq!(ipv4_text(v4), v4.to_string());
+        }
     }
 
     #[test]

@@ -65,11 +65,18 @@ impl fmt::Debug for SigningKey {
     }
 }
 
+/// Values remembered as verified, per ring.
+const VERIFIED_CACHE: usize = 4096;
+
 /// The ring of `keys.toml`.
 #[derive(Clone)]
 pub struct KeyRing {
     active: String,
     keys: BTreeMap<String, SigningKey>,
+    /// Cookie values this ring already verified (shared by clones of this ring only).
+    verified: std::sync::Arc<crate::token::VerifiedCache>,
+    /// Lottery tokens this ring's active key already signed.
+    signed: std::sync::Arc<crate::token::SignedCache>,
 }
 
 impl fmt::Debug for KeyRing {
@@ -172,6 +179,8 @@ impl KeyRing {
         Ok(KeyRing {
             active: file.active,
             keys,
+            verified: std::sync::Arc::new(crate::token::VerifiedCache::new(VERIFIED_CACHE)),
+            signed: std::sync::Arc::new(crate::token::SignedCache::new(VERIFIED_CACHE)),
         })
     }
 
@@ -188,6 +197,20 @@ impl KeyRing {
     pub fn active(&self) -> &SigningKey {
         // `parse` guarantees the active id is in the ring.
         &self.keys[&self.active]
+    }
+
+    /// Parses a presented value and checks its signature, remembering values that pass.
+    pub fn check(
+        &self,
+        value: &[u8],
+    ) -> Result<std::sync::Arc<crate::token::Token>, crate::token::Reject> {
+        self.verified.check(self, value)
+    }
+
+    /// Signs `claims` with the active key (their `kid` must be its id), reusing the value when
+    /// the same claims were signed before.
+    pub fn sign_cached(&self, claims: crate::token::Claims) -> std::sync::Arc<str> {
+        self.signed.sign(claims, self.active())
     }
 
     pub fn get(&self, kid: &str) -> Option<&SigningKey> {

@@ -6,10 +6,16 @@
 //! whatever the level, one per request: client, method, path (never the query string), status,
 //! room, decision, each rule's outcome, origin and total time. Cookie values, keys and tokens
 //! never appear in any line.
+//!
+//! Access lines are buffered (at most [`BUFFER_LIMIT`] bytes) and written by
+//! [`flush`], which the housekeeping task calls every 100 ms, instead of one `write(2)` per
+//! request. Any other line flushes the buffer and is written at once, so order is kept and
+//! errors are never delayed. Until the housekeeping task turns buffering on (and after it turns
+//! it off at shutdown) everything is written straight through.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use serde::Serialize;
 
@@ -29,6 +35,39 @@ struct Logger {
 }
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
+/// Access lines waiting to be written.
+static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+static BUFFERING: AtomicBool = AtomicBool::new(false);
+/// Buffered bytes that force a write.
+pub const BUFFER_LIMIT: usize = 64 * 1024;
+
+/// Writes one line: access lines may wait in the buffer, anything else goes out at once
+/// (after what is buffered).
+fn emit(line: &[u8], access: bool) {
+    let mut buffer = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
+    buffer.extend_from_slice(line);
+    if !access || !BUFFERING.load(Ordering::Relaxed) || buffer.len() >= BUFFER_LIMIT {
+        let _ = std::io::stderr().lock().write_all(&buffer);
+        buffer.clear();
+    }
+}
+
+/// Writes whatever is buffered.
+pub fn flush() {
+    let mut buffer = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
+    if !buffer.is_empty() {
+        let _ = std::io::stderr().lock().write_all(&buffer);
+        buffer.clear();
+    }
+}
+
+/// Turns buffering of access lines on (a task will call [`flush`]) or off (flushing).
+pub fn set_buffering(on: bool) {
+    BUFFERING.store(on, Ordering::Relaxed);
+    if !on {
+        flush();
+    }
+}
 /// 0 plain, 1 JSON: read by `access` without touching the logger.
 static FORMAT: AtomicU8 = AtomicU8::new(0);
 
@@ -69,10 +108,10 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let mut err = std::io::stderr().lock();
-        let _ = if record.target() == ACCESS_TARGET {
-            // Access lines arrive formatted (see `access`).
-            writeln!(err, "{}", record.args())
+        let access = record.target() == ACCESS_TARGET;
+        let line = if access {
+            // Access lines arrive formatted (see `AccessLine`).
+            format!("{}\n", record.args())
         } else if self.json.load(Ordering::Relaxed) {
             let line = serde_json::json!({
                 "ts": Timestamp::now().rfc3339(),
@@ -80,21 +119,21 @@ impl log::Log for Logger {
                 "target": record.target(),
                 "msg": record.args().to_string(),
             });
-            writeln!(err, "{line}")
+            format!("{line}\n")
         } else {
-            writeln!(
-                err,
-                "{} {:<5} {}: {}",
+            format!(
+                "{} {:<5} {}: {}\n",
                 Timestamp::now().rfc3339(),
                 record.level(),
                 record.target(),
                 record.args()
             )
         };
+        emit(line.as_bytes(), access);
     }
 
     fn flush(&self) {
-        let _ = std::io::stderr().flush();
+        flush();
     }
 }
 
@@ -108,9 +147,7 @@ pub fn init(config: &LogConfig) {
             .ok()
             .map(|spec| env_filter::Builder::new().parse(&spec).build()),
     });
-    if log::set_logger(logger).is_ok() {
-        log::set_max_level(log::LevelFilter::Trace);
-    }
+    let _ = log::set_logger(logger);
     apply(config);
 }
 
@@ -121,6 +158,18 @@ pub fn apply(config: &LogConfig) {
         l.json
             .store(config.format == LogFormat::Json, Ordering::Relaxed);
         l.access.store(config.access, Ordering::Relaxed);
+        // Let the `log` macros skip what no one would print (Pingora logs at debug on every
+        // request); access lines are info.
+        let wanted = match &l.env {
+            Some(env) => env.filter(),
+            None => config.level,
+        };
+        let access = if config.access {
+            log::LevelFilter::Info
+        } else {
+            log::LevelFilter::Off
+        };
+        log::set_max_level(wanted.max(access));
     }
     FORMAT.store(
         u8::from(config.format == LogFormat::Json),

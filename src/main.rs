@@ -7,6 +7,14 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use vestibule::app::App;
 use vestibule::config::DEFAULT_PATH;
 use vestibule::server::{self, RunOptions};

@@ -14,10 +14,29 @@ use crate::room::Decision;
 use crate::snapshot::Snapshot;
 use crate::token::Reject;
 
+/// Counter handles of one snapshot's rooms and rules, resolved once so requests do not hash
+/// label values.
+pub struct Handles {
+    generation: u64,
+    /// By room position: decisions (by `Decision::ALL`), admitted, rejections (by `Reject::ALL`).
+    pub rooms: Vec<RoomHandles>,
+    /// By rule position: outcomes (by `Outcome::ALL`).
+    pub rules: Vec<[IntCounter; 4]>,
+}
+
+pub struct RoomHandles {
+    pub decisions: [IntCounter; 5],
+    pub admitted: IntCounter,
+    pub rejected: [IntCounter; 5],
+}
+
 /// The registry and handles to every family.
 pub struct Metrics {
+    handles: arc_swap::ArcSwapOption<Handles>,
     registry: Registry,
     pub upstream_responses: IntCounterVec,
+    /// `upstream_responses` by class (1xx..5xx), resolved once.
+    by_class: [IntCounter; 5],
     pub upstream_response_seconds: Histogram,
     pub config_reloads: IntCounterVec,
     pub config_generation: IntGauge,
@@ -48,15 +67,20 @@ fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
+        let upstream_responses = IntCounterVec::new(
+            Opts::new(
+                "vestibule_upstream_responses_total",
+                "Responses received from the origin, by status class.",
+            ),
+            &["status_class"],
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"));
+        let by_class =
+            ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| upstream_responses.with_label_values(&[c]));
         let m = Metrics {
-            upstream_responses: IntCounterVec::new(
-                Opts::new(
-                    "vestibule_upstream_responses_total",
-                    "Responses received from the origin, by status class.",
-                ),
-                &["status_class"],
-            )
-            .unwrap_or_else(|e| unreachable!("{e}")),
+            handles: arc_swap::ArcSwapOption::empty(),
+            by_class,
+            upstream_responses,
             upstream_response_seconds: Histogram::with_opts(
                 HistogramOpts::new(
                     "vestibule_upstream_response_seconds",
@@ -137,10 +161,6 @@ impl Metrics {
             registry,
         };
         m.register_all();
-        // Pre-create fixed label values so dashboards see zeros instead of gaps.
-        for class in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
-            m.upstream_responses.with_label_values(&[class]);
-        }
         for result in ["success", "failure"] {
             m.config_reloads.with_label_values(&[result]);
         }
@@ -229,16 +249,56 @@ impl Metrics {
         self.config_generation.set(snapshot.generation as i64);
     }
 
+    /// The counter handles for `snapshot`'s rooms and rules (built on first use per generation).
+    pub fn handles(&self, snapshot: &Snapshot) -> std::sync::Arc<Handles> {
+        if let Some(h) = self.handles.load_full() {
+            if h.generation == snapshot.generation {
+                return h;
+            }
+        }
+        let rooms = snapshot
+            .rooms
+            .iter()
+            .map(|room| {
+                let name = room.name();
+                RoomHandles {
+                    decisions: Decision::ALL
+                        .map(|d| self.room_decisions.with_label_values(&[name, d.as_str()])),
+                    admitted: self.room_admitted.with_label_values(&[name]),
+                    rejected: Reject::ALL
+                        .map(|r| self.token_rejected.with_label_values(&[name, r.as_str()])),
+                }
+            })
+            .collect();
+        let rules = snapshot
+            .rules
+            .iter()
+            .map(|rule| {
+                Outcome::ALL.map(|o| {
+                    self.ratelimit_decisions
+                        .with_label_values(&[rule.name(), o.as_str()])
+                })
+            })
+            .collect();
+        let h = std::sync::Arc::new(Handles {
+            generation: snapshot.generation,
+            rooms,
+            rules,
+        });
+        self.handles.store(Some(h.clone()));
+        h
+    }
+
     /// Counts one origin response.
     pub fn observe_upstream(&self, status: u16, seconds: Option<f64>) {
         let class = match status {
-            100..=199 => "1xx",
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
+            100..=199 => 0,
+            200..=299 => 1,
+            300..=399 => 2,
+            400..=499 => 3,
+            _ => 4,
         };
-        self.upstream_responses.with_label_values(&[class]).inc();
+        self.by_class[class].inc();
         if let Some(s) = seconds {
             self.upstream_response_seconds.observe(s);
         }

@@ -107,8 +107,84 @@ impl PageContext<'_> {
     }
 }
 
+/// Rendered pages kept per set: lottery pages differ only by their countdown, so during a
+/// surge nearly every waiting page is a hit.
+const RENDERED_CACHE: usize = 256;
+
+/// What a rendered page depends on, owned.
+#[derive(Clone, Debug, PartialEq)]
+struct RenderKey {
+    kind: PageKind,
+    room: Box<str>,
+    decision: Box<str>,
+    refresh_seconds: u64,
+    queueing: Box<str>,
+    queue_all: bool,
+    users_ahead: Option<u64>,
+    estimates: [Option<u64>; 3],
+    retry_after: u64,
+    rule: Box<str>,
+    status: u16,
+}
+
+fn estimate_bits(e: &Estimates) -> [Option<u64>; 3] {
+    [e.p25, e.p50, e.p75].map(|v| v.map(f64::to_bits))
+}
+
+impl RenderKey {
+    fn of(kind: PageKind, c: &PageContext) -> RenderKey {
+        RenderKey {
+            kind,
+            room: c.room.into(),
+            decision: c.decision.into(),
+            refresh_seconds: c.refresh_seconds,
+            queueing: c.queueing.into(),
+            queue_all: c.queue_all,
+            users_ahead: c.users_ahead,
+            estimates: estimate_bits(&c.wait_estimate_minutes),
+            retry_after: c.retry_after,
+            rule: c.rule.into(),
+            status: c.status,
+        }
+    }
+
+    /// Whether `c` renders to the page cached under this key.
+    fn matches(&self, kind: PageKind, c: &PageContext) -> bool {
+        self.kind == kind
+            && *self.room == *c.room
+            && *self.decision == *c.decision
+            && self.refresh_seconds == c.refresh_seconds
+            && *self.queueing == *c.queueing
+            && self.queue_all == c.queue_all
+            && self.users_ahead == c.users_ahead
+            && self.estimates == estimate_bits(&c.wait_estimate_minutes)
+            && self.retry_after == c.retry_after
+            && *self.rule == *c.rule
+            && self.status == c.status
+    }
+}
+
+fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = hasher.build_hasher();
+    kind.hash(&mut h);
+    (c.room, c.decision, c.queueing, c.rule).hash(&mut h);
+    (
+        c.refresh_seconds,
+        c.queue_all,
+        c.users_ahead,
+        c.retry_after,
+        c.status,
+    )
+        .hash(&mut h);
+    estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
+    h.finish()
+}
+
 /// A compiled page set.
 pub struct Pages {
+    rendered: std::sync::Mutex<lru::LruCache<u64, (RenderKey, Bytes)>>,
+    hasher: ahash::RandomState,
     env: Environment<'static>,
     /// Where the set came from; `None` for the built-in set.
     dir: Option<PathBuf>,
@@ -211,6 +287,10 @@ impl Pages {
             return Err(ConfigErrors(errors));
         }
         Ok(Pages {
+            rendered: std::sync::Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(RENDERED_CACHE).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
+            hasher: ahash::RandomState::new(),
             env,
             dir,
             origin_refs,
@@ -218,9 +298,27 @@ impl Pages {
         })
     }
 
-    /// Renders a page. Rendering was proven at load, so a failure here can only come from a
-    /// value; it degrades to a plain message rather than an empty body.
+    /// Renders a page (or finds it rendered). Rendering was proven at load, so a failure here
+    /// can only come from a value; it degrades to a plain message rather than an empty body.
     pub fn render(&self, kind: PageKind, ctx: &PageContext) -> Bytes {
+        let hash = render_hash(&self.hasher, kind, ctx);
+        {
+            let mut cache = self.rendered.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((key, body)) = cache.get(&hash) {
+                if key.matches(kind, ctx) {
+                    return body.clone();
+                }
+            }
+        }
+        let body = self.render_uncached(kind, ctx);
+        self.rendered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(hash, (RenderKey::of(kind, ctx), body.clone()));
+        body
+    }
+
+    fn render_uncached(&self, kind: PageKind, ctx: &PageContext) -> Bytes {
         match self
             .env
             .get_template(kind.file_name())
@@ -386,6 +484,24 @@ mod tests {
             "{:?}",
             pages.origin_references()
         );
+    }
+
+    #[test]
+    fn rendered_pages_are_reused_only_for_the_same_context() {
+        let pages = Pages::builtin();
+        let a = pages.render(PageKind::StartWaiting, &ctx());
+        let again = pages.render(PageKind::StartWaiting, &ctx());
+        assert_eq!(a.as_ptr(), again.as_ptr(), "served from the cache");
+        let mut other = ctx();
+        other.refresh_seconds = 41;
+        let b = pages.render(PageKind::StartWaiting, &other);
+        assert!(std::str::from_utf8(&b).unwrap().contains("content=\"41\""));
+        other.refresh_seconds = 42;
+        other.room = "another room";
+        let c = pages.render(PageKind::StartWaiting, &other);
+        assert!(std::str::from_utf8(&c).unwrap().contains("another room"));
+        let d = pages.render(PageKind::KeepWaiting, &ctx());
+        assert_ne!(a, d);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::ErrorSource;
+use smallvec::SmallVec;
 
 use crate::app::App;
 use crate::config::Scope;
@@ -23,7 +24,7 @@ use crate::cookie::{self, Stripped};
 use crate::logging::AccessLine;
 use crate::pages::{self, Estimates, PageContext, PageKind, WaitingJson};
 use crate::path;
-use crate::ratelimit::{Outcome as RuleOutcome, RequestView};
+use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
 use crate::room::{CookieAction, Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
@@ -61,13 +62,13 @@ pub struct RequestCtx {
     /// Capacity rooms: the minute the admitted user is counted in (what a revoke undoes).
     counted_minute: Option<u64>,
     /// Each rule checked, with its verdict (for the access log).
-    rule_outcomes: Vec<(usize, RuleOutcome)>,
+    rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
     /// Concurrency slots, returned when the context is dropped after the request ends, on
     /// every path (success, origin error, client gone).
-    slots: Vec<pingora_limits::inflight::Guard>,
-    /// `RateLimit-Policy` and `RateLimit` items of the token buckets that let this through.
-    quota_policies: Vec<String>,
-    quota_items: Vec<String>,
+    slots: SmallVec<[pingora_limits::inflight::Guard; 2]>,
+    /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
+    /// `RateLimit-Policy` and `RateLimit` headers of the response.
+    quotas: SmallVec<[(usize, u64, u64); 2]>,
     /// Origin addresses tried for this request (retries skip them).
     tried: Vec<SocketAddr>,
     upstream_sent: Option<Instant>,
@@ -90,10 +91,9 @@ impl ProxyHttp for Proxy {
             decision: None,
             set_cookie: None,
             counted_minute: None,
-            rule_outcomes: Vec::new(),
-            slots: Vec::new(),
-            quota_policies: Vec::new(),
-            quota_items: Vec::new(),
+            rule_outcomes: SmallVec::new(),
+            slots: SmallVec::new(),
+            quotas: SmallVec::new(),
             tried: Vec::new(),
             upstream_sent: None,
             upstream_status: None,
@@ -212,12 +212,14 @@ impl ProxyHttp for Proxy {
     ) -> Result<()> {
         if let Some(value) = ctx.set_cookie.take() {
             // Added, not set: cookies the origin sets survive.
-            response.append_header(header::SET_COOKIE, value)?;
-            response.insert_header(header::CACHE_CONTROL, NO_STORE)?;
+            response.append_header("Set-Cookie", value)?;
+            response.insert_header("Cache-Control", NO_STORE)?;
         }
-        if !ctx.quota_items.is_empty() {
-            response.insert_header("ratelimit-policy", ctx.quota_policies.join(", "))?;
-            response.insert_header("ratelimit", ctx.quota_items.join(", "))?;
+        if !ctx.quotas.is_empty() {
+            // Appended: `RateLimit` fields are lists, and an origin's own items survive.
+            let (policy, items) = quota_headers(&ctx.snapshot, &ctx.quotas);
+            response.append_header("RateLimit-Policy", policy)?;
+            response.append_header("RateLimit", items)?;
         }
         Ok(())
     }
@@ -381,7 +383,7 @@ impl Proxy {
                 }
                 _ => Outcome::new(Decision::Bypass, CookieAction::Keep),
             };
-            self.record(room, &outcome);
+            self.record(snapshot, route.index, &outcome);
             ctx.decision = Some(outcome.decision);
             if !outcome.decision.forwards() {
                 return Answer::RoomPage(route.index, outcome);
@@ -408,19 +410,18 @@ impl Proxy {
         if snapshot.rules.is_empty() {
             return None;
         }
-        let mut checks = Vec::new();
+        let mut checks = Checks::new();
         let blocked = snapshot.rules.check(scope, view, now, &mut checks);
+        let handles = self.app.metrics.handles(snapshot);
         let mut limited = None;
         for (i, checked) in checks.into_iter().enumerate() {
             let Some(rule) = snapshot.rules.get(checked.rule) else {
                 continue;
             };
             let check = checked.check;
-            self.app
-                .metrics
-                .ratelimit_decisions
-                .with_label_values(&[rule.name(), check.outcome.as_str()])
-                .inc();
+            if let Some(counters) = handles.rules.get(checked.rule) {
+                counters[check.outcome.index()].inc();
+            }
             ctx.rule_outcomes.push((checked.rule, check.outcome));
             if Some(i) == blocked {
                 limited = Some(Limited {
@@ -429,9 +430,8 @@ impl Proxy {
                     retry_after: check.retry_after,
                 });
             } else if rule.is_token_bucket() && check.outcome == RuleOutcome::Pass {
-                ctx.quota_policies.push(rule.policy().to_owned());
-                ctx.quota_items
-                    .push(rule.ratelimit_item(check.remaining, check.reset));
+                ctx.quotas
+                    .push((checked.rule, check.remaining, check.reset));
             }
             if let Some(guard) = check.guard {
                 ctx.slots.push(guard);
@@ -441,19 +441,17 @@ impl Proxy {
     }
 
     /// Counts a room decision.
-    fn record(&self, room: &Room, outcome: &Outcome) {
-        let m = &self.app.metrics;
-        let name = room.name();
-        m.room_decisions
-            .with_label_values(&[name, outcome.decision.as_str()])
-            .inc();
+    fn record(&self, snapshot: &Snapshot, room: usize, outcome: &Outcome) {
+        let handles = self.app.metrics.handles(snapshot);
+        let Some(h) = handles.rooms.get(room) else {
+            return;
+        };
+        h.decisions[outcome.decision.index()].inc();
         if outcome.admitted {
-            m.room_admitted.with_label_values(&[name]).inc();
+            h.admitted.inc();
         }
         if let Some(reason) = outcome.rejected {
-            m.token_rejected
-                .with_label_values(&[name, reason.as_str()])
-                .inc();
+            h.rejected[reason.index()].inc();
         }
     }
 }
@@ -505,13 +503,13 @@ async fn write_room_page(
     let mut extra = Vec::with_capacity(3);
     if let Some(value) = set_cookie_value(room, &outcome.cookie, secure) {
         if let Ok(v) = HeaderValue::try_from(value) {
-            extra.push((header::SET_COOKIE, v));
+            extra.push(("Set-Cookie", v));
         }
     }
     if matches!(outcome.decision, Decision::Anon | Decision::Wait) {
         let refresh = HeaderValue::from(outcome.refresh_secs);
-        extra.push((header::RETRY_AFTER, refresh.clone()));
-        extra.push((http::HeaderName::from_static("refresh"), refresh));
+        extra.push(("Retry-After", refresh.clone()));
+        extra.push(("Refresh", refresh));
     }
     let page = room.page_context(outcome);
     let accept = session
@@ -530,6 +528,35 @@ async fn write_room_page(
     respond(session, room.config.wait_status, content_type, extra, body).await
 }
 
+/// `RateLimit-Policy` and `RateLimit` values for the token buckets that passed a request.
+fn quota_headers(snapshot: &Snapshot, quotas: &[(usize, u64, u64)]) -> (HeaderValue, HeaderValue) {
+    let mut items = String::with_capacity(32 * quotas.len());
+    if let [(rule, remaining, reset)] = quotas {
+        // One bucket (the usual case): its policy value was made at load.
+        if let Some(rule) = snapshot.rules.get(*rule) {
+            rule.write_ratelimit_item(&mut items, *remaining, *reset);
+            let items =
+                HeaderValue::try_from(items).unwrap_or_else(|_| HeaderValue::from_static(""));
+            return (rule.policy_value().clone(), items);
+        }
+    }
+    let mut policy = String::with_capacity(32 * quotas.len());
+    for (i, (rule, remaining, reset)) in quotas.iter().enumerate() {
+        let Some(rule) = snapshot.rules.get(*rule) else {
+            continue;
+        };
+        if i > 0 {
+            policy.push_str(", ");
+            items.push_str(", ");
+        }
+        policy.push_str(rule.policy());
+        rule.write_ratelimit_item(&mut items, *remaining, *reset);
+    }
+    let value =
+        |s: String| HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""));
+    (value(policy), value(items))
+}
+
 /// The 429 answer: `Retry-After`, IETF `RateLimit-Policy` / `RateLimit`, and the
 /// `ratelimited` page of the request's room (or the server's) or JSON.
 async fn write_rate_limited(
@@ -540,18 +567,18 @@ async fn write_rate_limited(
     set_cookie: Option<String>,
 ) -> Result<()> {
     let mut extra = Vec::with_capacity(4);
-    extra.push((header::RETRY_AFTER, HeaderValue::from(limited.retry_after)));
+    extra.push(("Retry-After", HeaderValue::from(limited.retry_after)));
     let policy = HeaderValue::try_from(limited.policy.as_str());
     let item = HeaderValue::try_from(format!(
         "\"{}\";r=0;t={}",
         limited.rule, limited.retry_after
     ));
     if let (Ok(policy), Ok(item)) = (policy, item) {
-        extra.push((http::HeaderName::from_static("ratelimit-policy"), policy));
-        extra.push((http::HeaderName::from_static("ratelimit"), item));
+        extra.push(("RateLimit-Policy", policy));
+        extra.push(("RateLimit", item));
     }
     if let Some(v) = set_cookie.and_then(|v| HeaderValue::try_from(v).ok()) {
-        extra.push((header::SET_COOKIE, v));
+        extra.push(("Set-Cookie", v));
     }
     let accept = session
         .req_header()
@@ -594,25 +621,27 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
     if names.is_empty() || !req.headers.contains_key(header::COOKIE) {
         return Ok(());
     }
-    let values: Vec<HeaderValue> = req
+    let stripped: Vec<Stripped> = req
         .headers
         .get_all(header::COOKIE)
-        .iter()
-        .cloned()
-        .collect();
-    let stripped: Vec<Stripped> = values
         .iter()
         .map(|v| cookie::strip(v.as_bytes(), names))
         .collect();
     if stripped.iter().all(|s| *s == Stripped::Unchanged) {
         return Ok(());
     }
+    let values: Vec<HeaderValue> = req
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .cloned()
+        .collect();
     req.remove_header(&header::COOKIE);
     for (value, s) in values.into_iter().zip(stripped) {
         match s {
-            Stripped::Unchanged => req.append_header(header::COOKIE, value)?,
+            Stripped::Unchanged => req.append_header("Cookie", value)?,
             Stripped::Changed(bytes) => req.append_header(
-                header::COOKIE,
+                "Cookie",
                 HeaderValue::from_bytes(&bytes).map_err(|_| {
                     Error::explain(
                         ErrorType::InternalError,
@@ -627,17 +656,19 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
 }
 
 /// Writes a complete synthetic response with `Content-Length`, keeping the connection alive.
+/// Header names are given as written on the wire (`Retry-After`): appended to a fresh header,
+/// they need no case conversion and no lookup.
 pub(crate) async fn respond(
     session: &mut Session,
     status: u16,
     content_type: &'static str,
-    extra: Vec<(http::HeaderName, HeaderValue)>,
+    extra: Vec<(&'static str, HeaderValue)>,
     body: Bytes,
 ) -> Result<()> {
     let mut resp = ResponseHeader::build(status, Some(4 + extra.len()))?;
-    resp.insert_header(header::CONTENT_TYPE, content_type)?;
-    resp.insert_header(header::CONTENT_LENGTH, body.len().to_string())?;
-    resp.insert_header(header::CACHE_CONTROL, NO_STORE)?;
+    resp.append_header("Content-Type", HeaderValue::from_static(content_type))?;
+    resp.append_header("Content-Length", HeaderValue::from(body.len()))?;
+    resp.append_header("Cache-Control", HeaderValue::from_static(NO_STORE))?;
     for (name, value) in extra {
         resp.append_header(name, value)?;
     }
@@ -658,7 +689,7 @@ async fn write_error_page(session: &mut Session, snapshot: &Snapshot, code: u16)
         .headers
         .get(header::ACCEPT)
         .map(|v| v.as_bytes());
-    let extra = vec![(header::RETRY_AFTER, HeaderValue::from(retry_after))];
+    let extra = vec![("Retry-After", HeaderValue::from(retry_after))];
     if pages::wants_json(accept) {
         let body = pages::json(&serde_json::json!({
             "error": if code == 502 { "origin_unavailable" } else { "proxy_error" },
@@ -718,8 +749,8 @@ fn set_forwarded_for(req: &mut RequestHeader, peer: IpAddr, trusted: bool) -> Re
     if !chain.is_empty() {
         chain.push_str(", ");
     }
-    chain.push_str(&peer.to_string());
-    req.insert_header("x-forwarded-for", chain)?;
+    chain.push_str(&crate::identity::ip_text(peer));
+    req.insert_header("X-Forwarded-For", chain)?;
     Ok(())
 }
 

@@ -112,8 +112,10 @@ impl BackgroundService for UpstreamHealth {
 
 /// How often expired counters are dropped from the in-process store.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// How often buffered access lines are written.
+const LOG_FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// Drops expired counters.
+/// Drops expired counters and writes buffered access lines.
 struct Housekeeping {
     app: Arc<App>,
 }
@@ -121,11 +123,17 @@ struct Housekeeping {
 #[async_trait]
 impl BackgroundService for Housekeeping {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        let mut flush = tokio::time::interval(LOG_FLUSH_EVERY);
+        crate::logging::set_buffering(true);
         loop {
             tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tick.tick() => self.app.state.store.sweep(crate::time::Timestamp::now()),
+                _ = shutdown.changed() => {
+                    crate::logging::set_buffering(false);
+                    return;
+                }
+                _ = sweep.tick() => self.app.state.store.sweep(crate::time::Timestamp::now()),
+                _ = flush.tick() => crate::logging::flush(),
             }
         }
     }

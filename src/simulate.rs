@@ -287,7 +287,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         let outcome = room.decide(&ring, uid, &values, now);
         decisions += 1;
         match outcome.cookie {
-            CookieAction::Set(v) => cookies[i as usize] = Some(v),
+            CookieAction::Set(v) => cookies[i as usize] = Some(v.to_string()),
             CookieAction::Delete => cookies[i as usize] = None,
             CookieAction::Keep => {}
         }

@@ -15,6 +15,11 @@
 //!
 //! Verification order: well-formed, key known, signature (constant time), bound to this user, not
 //! expired. Nothing in an unauthenticated token is interpreted before its signature checks out.
+//!
+//! A browser presents the same cookie on every request, so a [`VerifiedCache`] remembers values
+//! whose signature already checked out: a hit needs the exact bytes (compared in constant time)
+//! and skips only parsing and the HMAC; the binding and expiry are checked every time. The cache
+//! belongs to one key ring, so changing the ring starts a new one.
 
 use std::fmt::Write as _;
 
@@ -58,6 +63,11 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// Position in [`Reject::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The `reason` label of `vestibule_token_rejected_total`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -236,13 +246,7 @@ impl Token {
     /// Checks key, signature, owner and (for allow tokens) expiry, in that order.
     pub fn verify(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Result<(), Reject> {
         self.verify_signature(ring)?;
-        if self.claims.uid != uid.as_str() {
-            return Err(Reject::WrongUser);
-        }
-        if self.claims.dec == Dec::Allow && now.secs() >= self.claims.exp {
-            return Err(Reject::Expired);
-        }
-        Ok(())
+        self.check_binding(uid, now)
     }
 
     /// Checks only that a known key signed exactly these fields (`token inspect` uses it to
@@ -274,6 +278,123 @@ impl Token {
     }
 }
 
+/// Recently signed lottery tokens, by their claims. One identity gets the same token for a whole
+/// bucket by design, so a client that keeps asking without its cookie (a refresh storm, a bot)
+/// is answered without another HMAC.
+pub struct SignedCache {
+    shards: [std::sync::Mutex<lru::LruCache<Claims, std::sync::Arc<str>>>; CACHE_SHARDS],
+    hasher: ahash::RandomState,
+}
+
+impl SignedCache {
+    pub fn new(capacity: usize) -> SignedCache {
+        let per_shard = std::num::NonZeroUsize::new(capacity.div_ceil(CACHE_SHARDS).max(1))
+            .unwrap_or(std::num::NonZeroUsize::MIN);
+        SignedCache {
+            shards: std::array::from_fn(|_| std::sync::Mutex::new(lru::LruCache::new(per_shard))),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+
+    /// The cookie value for `claims` signed by `key`, from the cache when it was signed before.
+    pub fn sign(&self, claims: Claims, key: &SigningKey) -> std::sync::Arc<str> {
+        let shard = &self.shards[(self.hasher.hash_one(&claims) >> 60) as usize % CACHE_SHARDS];
+        if let Some(v) = shard.lock().unwrap_or_else(|p| p.into_inner()).get(&claims) {
+            return v.clone();
+        }
+        let value: std::sync::Arc<str> = claims.sign(key).into();
+        shard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(claims, value.clone());
+        value
+    }
+}
+
+/// Presented values whose signature checked out, by a keyed hash of their bytes.
+pub struct VerifiedCache {
+    shards: [std::sync::Mutex<VerifiedShard>; CACHE_SHARDS],
+    /// Keyed with random keys, so nobody can aim values at one shard.
+    hasher: ahash::RandomState,
+}
+
+const CACHE_SHARDS: usize = 16;
+
+/// One shard: keyed hash of the presented bytes -> (those bytes, the parsed token).
+type VerifiedShard = lru::LruCache<u64, (Box<[u8]>, std::sync::Arc<Token>)>;
+
+impl VerifiedCache {
+    /// A cache of about `capacity` values (each holds the value and its parsed token, about
+    /// 600 bytes).
+    pub fn new(capacity: usize) -> VerifiedCache {
+        let per_shard = std::num::NonZeroUsize::new(capacity.div_ceil(CACHE_SHARDS).max(1))
+            .unwrap_or(std::num::NonZeroUsize::MIN);
+        VerifiedCache {
+            shards: std::array::from_fn(|_| std::sync::Mutex::new(lru::LruCache::new(per_shard))),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+
+    /// Parses `value` and checks its signature with `ring`, or finds it already checked.
+    pub fn check(&self, ring: &KeyRing, value: &[u8]) -> Result<std::sync::Arc<Token>, Reject> {
+        if value.len() > MAX_TOKEN_LEN {
+            return Err(Reject::Malformed);
+        }
+        let hash = self.hasher.hash_one(value);
+        let shard = &self.shards[(hash >> 60) as usize % CACHE_SHARDS];
+        {
+            let mut cache = shard.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((bytes, token)) = cache.get(&hash) {
+                if constant_time_eq(bytes, value) {
+                    return Ok(token.clone());
+                }
+            }
+        }
+        let token = Token::parse(value)?;
+        token.verify_signature(ring)?;
+        let token = std::sync::Arc::new(token);
+        shard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(hash, (value.into(), token.clone()));
+        Ok(token)
+    }
+}
+
+impl Token {
+    /// The checks after the signature: bound to `uid`, and (allow tokens) not expired.
+    pub fn check_binding(&self, uid: &Identity, now: Timestamp) -> Result<(), Reject> {
+        if self.claims.uid != uid.as_str() {
+            return Err(Reject::WrongUser);
+        }
+        if self.claims.dec == Dec::Allow && now.secs() >= self.claims.exp {
+            return Err(Reject::Expired);
+        }
+        Ok(())
+    }
+}
+
+/// Whether two byte strings are equal, taking the same time wherever they differ (only the
+/// lengths, which are public, are compared early): every 8-byte word is XOR-folded into one
+/// accumulator with no branch on the data, and the accumulator is hidden from the optimiser.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut acc = 0u64;
+    let (a_words, a_rest) = a.split_at(a.len() - a.len() % 8);
+    let (b_words, b_rest) = b.split_at(b.len() - b.len() % 8);
+    for (x, y) in a_words.chunks_exact(8).zip(b_words.chunks_exact(8)) {
+        let x = u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
+        let y = u64::from_le_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]);
+        acc |= std::hint::black_box(x ^ y);
+    }
+    for (x, y) in a_rest.iter().zip(b_rest) {
+        acc |= std::hint::black_box(u64::from(x ^ y));
+    }
+    std::hint::black_box(acc) == 0
+}
+
 /// Maps 64 random bits to [0, 1) using the top 53 bits (exactly representable).
 pub fn unit_interval(bits: u64) -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
@@ -300,18 +421,21 @@ fn parse_number(s: &str) -> Result<u64, Reject> {
     s.parse().map_err(|_| Reject::Malformed)
 }
 
-/// `0x` and exactly 128 lowercase hex digits, as the VCL writes them.
+/// `0x` and exactly 128 lowercase hex digits, as the VCL writes them; decoded in one pass.
 fn parse_sig(s: &str) -> Result<[u8; SIG_BYTES], Reject> {
-    let hex_part = s.strip_prefix("0x").ok_or(Reject::Malformed)?;
-    if hex_part.len() != SIG_BYTES * 2
-        || !hex_part
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+    let hex_part = s.strip_prefix("0x").ok_or(Reject::Malformed)?.as_bytes();
+    if hex_part.len() != SIG_BYTES * 2 {
         return Err(Reject::Malformed);
     }
+    let nibble = |b: u8| match b {
+        b'0'..=b'9' => Ok(b - b'0'),
+        b'a'..=b'f' => Ok(b - b'a' + 10),
+        _ => Err(Reject::Malformed),
+    };
     let mut sig = [0u8; SIG_BYTES];
-    hex::decode_to_slice(hex_part, &mut sig).map_err(|_| Reject::Malformed)?;
+    for (out, pair) in sig.iter_mut().zip(hex_part.chunks_exact(2)) {
+        *out = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
     Ok(sig)
 }
 
@@ -506,6 +630,56 @@ mod tests {
         let d = t.draw();
         assert!((0.0..1.0).contains(&d));
         assert_eq!(Token::parse(value.as_bytes()).unwrap().draw(), d);
+    }
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        let a = b"dec=allow&exp=1&uid=1.2.3.4&kid=k&sig=0xabcdef0123";
+        assert!(constant_time_eq(a, a));
+        for i in 0..a.len() {
+            let mut b = a.to_vec();
+            b[i] ^= 0x80;
+            assert!(!constant_time_eq(a, &b), "{i}");
+        }
+        assert!(!constant_time_eq(a, &a[..a.len() - 1]));
+        assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn the_verified_cache_needs_the_exact_bytes_and_the_same_ring() {
+        let ring = ring();
+        let value = Claims::new(Dec::Allow, 5_000, &alice(), "key1").sign(ring.active());
+        let first = ring.check(value.as_bytes()).unwrap();
+        let again = ring.check(value.as_bytes()).unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "the second check is a cache hit"
+        );
+        // A cached value does not make its neighbours valid.
+        for i in 0..value.len() {
+            let mut mutated = value.clone().into_bytes();
+            mutated[i] ^= 0x01;
+            assert!(
+                ring.check(&mutated).is_err(),
+                "mutation at {i} accepted after a cache hit"
+            );
+        }
+        let mut longer = value.clone().into_bytes();
+        longer.push(b'0');
+        assert!(ring.check(&longer).is_err());
+        // Another ring (a reload that dropped the key) has its own cache.
+        let other = KeyRing::from_entries("k2", &[("k2", KEY1)]).unwrap();
+        assert_eq!(other.check(value.as_bytes()), Err(Reject::UnknownKey));
+        // Binding and expiry are still checked on hits.
+        assert_eq!(
+            first.check_binding(&alice(), Timestamp::from_secs(5_000)),
+            Err(Reject::Expired)
+        );
+        let bob = Identity::of_ip("192.0.2.99".parse().unwrap(), 64);
+        assert_eq!(
+            again.check_binding(&bob, Timestamp::from_secs(0)),
+            Err(Reject::WrongUser)
+        );
     }
 
     proptest! {

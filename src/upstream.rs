@@ -23,8 +23,11 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct Upstream {
     config: UpstreamConfig,
     lb: LoadBalancer<RoundRobin>,
-    /// SNI per address: `upstream.sni`, or the host name the peer was written with.
-    sni: HashMap<SocketAddr, String>,
+    /// A ready peer per address (SNI: `upstream.sni`, or the host name the peer was written
+    /// with; timeouts from the config), cloned per request.
+    peers: HashMap<SocketAddr, HttpPeer>,
+    /// With a single address, its backend: selection needs no round robin.
+    single: Option<pingora::lb::Backend>,
     last_probe: Mutex<Option<Instant>>,
 }
 
@@ -61,10 +64,33 @@ impl Upstream {
         check.peer_template.options.connection_timeout = Some(config.connect_timeout);
         lb.set_health_check(check);
         lb.parallel_health_check = true;
+        let peers = sni
+            .into_iter()
+            .map(|(addr, name)| {
+                let mut peer = HttpPeer::new(addr, config.tls, name);
+                peer.options.connection_timeout = Some(config.connect_timeout);
+                peer.options.total_connection_timeout = Some(config.connect_timeout * 2);
+                peer.options.read_timeout = Some(config.read_timeout);
+                peer.options.write_timeout = Some(config.read_timeout);
+                peer.options.idle_timeout = Some(IDLE_TIMEOUT);
+                (addr, peer)
+            })
+            .collect::<HashMap<_, _>>();
+        let single = match lb
+            .backends()
+            .get_backend()
+            .iter()
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [only] => Some((*only).clone()),
+            _ => None,
+        };
         Ok(Upstream {
             config: config.clone(),
             lb,
-            sni,
+            peers,
+            single,
             // The first probe waits one interval: peers start healthy, and an origin started
             // alongside us gets a moment to listen.
             last_probe: Mutex::new(Some(Instant::now())),
@@ -80,6 +106,13 @@ impl Upstream {
     /// probe can be wrong for a moment (an origin restarting), and a refused connection costs
     /// little. `None` when every peer has been tried.
     pub fn select(&self, tried: &[SocketAddr]) -> Option<Box<HttpPeer>> {
+        if let Some(only) = &self.single {
+            // One origin: healthy or not (panic mode), it is the only one to try.
+            let addr = only.addr.as_inet()?;
+            return (!tried.contains(addr))
+                .then(|| self.peers.get(addr).cloned().map(Box::new))
+                .flatten();
+        }
         let probing = !self.config.health_check.is_zero();
         let untried =
             |b: &pingora::lb::Backend| b.addr.as_inet().is_some_and(|a| !tried.contains(a));
@@ -91,20 +124,13 @@ impl Upstream {
                     .then(|| self.lb.select_with(b"", 256, |b, _| untried(b)))
                     .flatten()
             })?;
-        let addr = *backend.addr.as_inet()?;
-        let sni = self.sni.get(&addr).cloned().unwrap_or_default();
-        let mut peer = HttpPeer::new(addr, self.config.tls, sni);
-        peer.options.connection_timeout = Some(self.config.connect_timeout);
-        peer.options.total_connection_timeout = Some(self.config.connect_timeout * 2);
-        peer.options.read_timeout = Some(self.config.read_timeout);
-        peer.options.write_timeout = Some(self.config.read_timeout);
-        peer.options.idle_timeout = Some(IDLE_TIMEOUT);
-        Some(Box::new(peer))
+        let addr = backend.addr.as_inet()?;
+        self.peers.get(addr).cloned().map(Box::new)
     }
 
     /// Number of resolved peer addresses.
     pub fn peer_count(&self) -> usize {
-        self.sni.len()
+        self.peers.len()
     }
 
     /// Peers currently considered healthy (all of them when probing is off).

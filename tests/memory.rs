@@ -30,6 +30,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// The counter is global to this binary: tests that read it take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn key(i: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
@@ -37,6 +40,7 @@ fn key(i: u64) -> u64 {
 /// Requested bytes per key; malloc adds its own header (8-16 bytes) per allocation on top.
 #[test]
 fn memory_per_key_is_bounded() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     const KEYS: u64 = 200_000;
     let before = LIVE.load(Ordering::SeqCst);
     let table = BucketTable::new(KEYS as usize);
@@ -75,4 +79,23 @@ fn memory_per_key_is_bounded() {
     );
     assert!(penalty_bytes <= 150.0, "{penalty_bytes} bytes per key");
     drop((table, pbox));
+}
+
+/// A window counter occupies what `store::local` documents, allocated once.
+#[test]
+fn window_counter_memory_is_as_documented() {
+    use vestibule::store::local::{window_bytes, LocalWindow};
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = LIVE.load(Ordering::SeqCst);
+    let w = LocalWindow::new(10_000, 65_536);
+    let bytes = (LIVE.load(Ordering::SeqCst) - before) as usize;
+    eprintln!(
+        "window counter for 65536 keys: {bytes} bytes (documented {})",
+        window_bytes(65_536)
+    );
+    assert!(
+        bytes >= window_bytes(65_536) && bytes < window_bytes(65_536) + 4096,
+        "{bytes}"
+    );
+    drop(w);
 }

@@ -74,6 +74,8 @@ fn rule_defaults_follow_the_spec() {
         }
     );
     assert_eq!((r.scope, r.action), (Scope::All, Action::Block));
+    // The README and conf/vestibule.toml document this default.
+    assert_eq!(r.max_keys, 16_384);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use super::*;
 use crate::identity::{IdentityPolicy, Source};
 
 const WINDOWS: [u64; 3] = [1, 10, 60];
-const DEFAULT_MAX_KEYS: i64 = 100_000;
+const DEFAULT_MAX_KEYS: i64 = 16_384;
 const MAX_MAX_KEYS: i64 = 50_000_000;
 
 pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {

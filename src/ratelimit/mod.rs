@@ -51,6 +51,11 @@ impl Outcome {
         Outcome::DryRun,
     ];
 
+    /// Position in [`Outcome::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Pass => "pass",
@@ -140,8 +145,9 @@ enum Shape {
 #[derive(Default)]
 pub struct RuleStates {
     states: Mutex<HashMap<StateKey, Weak<RuleState>>>,
-    /// Keys rule keys are hashed with; random per process, so nobody can aim collisions.
-    hasher: std::collections::hash_map::RandomState,
+    /// Keys rule keys are hashed with (aHash, keyed at random per process, so nobody can aim
+    /// collisions).
+    hasher: ahash::RandomState,
 }
 
 impl RuleStates {
@@ -188,9 +194,10 @@ impl RuleStates {
 pub struct Rule {
     pub config: RuleConfig,
     state: Arc<RuleState>,
-    hasher: std::collections::hash_map::RandomState,
-    /// `RateLimit-Policy` item, formatted once.
+    hasher: ahash::RandomState,
+    /// `RateLimit-Policy` item, formatted once, and as a header value.
     policy: String,
+    policy_value: http::HeaderValue,
 }
 
 impl std::fmt::Debug for Rule {
@@ -205,10 +212,14 @@ impl Rule {
     pub fn new(config: RuleConfig, states: &RuleStates, store: &dyn CounterStore) -> Rule {
         let state = states.get(&config, store);
         let policy = policy_item(&config);
+        // Rule names are validated labels, so the item is always a valid header value.
+        let policy_value = http::HeaderValue::from_str(&policy)
+            .unwrap_or_else(|_| http::HeaderValue::from_static(""));
         Rule {
             state,
             hasher: states.hasher.clone(),
             policy,
+            policy_value,
             config,
         }
     }
@@ -344,9 +355,22 @@ impl Rule {
         &self.policy
     }
 
+    /// The same item as a ready header value.
+    pub fn policy_value(&self) -> &http::HeaderValue {
+        &self.policy_value
+    }
+
     /// The `RateLimit` item: `"<rule>";r=<remaining>;t=<seconds>`.
     pub fn ratelimit_item(&self, remaining: u64, reset: u64) -> String {
-        format!("\"{}\";r={remaining};t={reset}", self.config.name)
+        let mut s = String::with_capacity(self.config.name.len() + 24);
+        self.write_ratelimit_item(&mut s, remaining, reset);
+        s
+    }
+
+    /// Appends the `RateLimit` item to `out`.
+    pub fn write_ratelimit_item(&self, out: &mut String, remaining: u64, reset: u64) {
+        use std::fmt::Write as _;
+        let _ = write!(out, "\"{}\";r={remaining};t={reset}", self.config.name);
     }
 
     pub fn is_token_bucket(&self) -> bool {
@@ -382,6 +406,9 @@ pub struct Checked {
     pub check: Check,
 }
 
+/// The verdicts of one request (held inline for up to four rules).
+pub type Checks = smallvec::SmallVec<[Checked; 4]>;
+
 impl RuleSet {
     pub fn new(rules: Vec<Rule>) -> RuleSet {
         RuleSet { rules }
@@ -407,7 +434,7 @@ impl RuleSet {
         scope: Scope,
         req: &RequestView,
         now: Timestamp,
-        out: &mut Vec<Checked>,
+        out: &mut Checks,
     ) -> Option<usize> {
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.config.scope != scope || !rule.applies(req) {
@@ -545,7 +572,7 @@ mod tests {
         let (set, _, _) = rules("[[rate_limit]]\nwindow = \"1s\"\nlimit = 1\naction = \"log\"\n");
         let h = http::HeaderMap::new();
         let a = id("192.0.2.1");
-        let mut out = Vec::new();
+        let mut out = Checks::new();
         for _ in 0..3 {
             assert_eq!(
                 set.check(Scope::All, &view(&a, &h, "/"), at(5_000), &mut out),
@@ -566,7 +593,7 @@ mod tests {
         );
         let h = http::HeaderMap::new();
         let a = id("192.0.2.1");
-        let mut out = Vec::new();
+        let mut out = Checks::new();
         // GET /: only "all" applies in scope all (api wants POST /api; office is bypassed).
         assert_eq!(
             set.check(Scope::All, &view(&a, &h, "/"), at(0), &mut out),

@@ -448,13 +448,13 @@ impl Capacity {
         arrival: u64,
         interval: u64,
         now: Timestamp,
-    ) -> String {
+    ) -> Arc<str> {
         let key = ring.active();
         let mut claims = Claims::new(Dec::Wait, now.secs() + interval, uid, key.id());
         claims.arr = Some(arrival);
         claims.chk = Some(now.minute());
         claims.refresh = Some(interval as u32);
-        claims.sign(key)
+        claims.sign(key).into()
     }
 
     fn allow_claims(
@@ -503,7 +503,7 @@ impl Capacity {
     ) -> Outcome {
         let key = ring.active();
         let claims = self.allow_claims(uid, key.id(), arrival, now.secs(), now);
-        let mut outcome = Outcome::new(Decision::Allow, CookieAction::Set(claims.sign(key)));
+        let mut outcome = Outcome::new(Decision::Allow, CookieAction::Set(claims.sign(key).into()));
         outcome.admitted = true;
         outcome.counted_minute = Some(now.minute());
         outcome
@@ -565,7 +565,7 @@ impl Capacity {
         }
         let accepted = c.acc.unwrap_or(now.secs());
         let claims = self.allow_claims(uid, key.id(), c.arr, accepted, now);
-        outcome.cookie = CookieAction::Set(claims.sign(key));
+        outcome.cookie = CookieAction::Set(claims.sign(key).into());
         outcome
     }
 

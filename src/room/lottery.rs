@@ -104,7 +104,7 @@ impl Lottery {
         let cookie = if unchanged {
             CookieAction::Keep
         } else {
-            CookieAction::Set(Claims::new(Dec::Allow, exp, uid, key.id()).sign(key))
+            CookieAction::Set(ring.sign_cached(Claims::new(Dec::Allow, exp, uid, key.id())))
         };
         let mut outcome = Outcome::new(Decision::Allow, cookie);
         outcome.admitted = admitted;
@@ -114,7 +114,7 @@ impl Lottery {
     fn start_waiting(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Outcome {
         let exp = bucket_exp(now.secs(), self.wait_period);
         let key = ring.active();
-        let value = Claims::new(Dec::Wait, exp, uid, key.id()).sign(key);
+        let value = ring.sign_cached(Claims::new(Dec::Wait, exp, uid, key.id()));
         let mut outcome = Outcome::new(Decision::Anon, CookieAction::Set(value));
         outcome.refresh_secs = exp.saturating_sub(now.secs()).max(1);
         outcome

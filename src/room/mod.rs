@@ -47,6 +47,11 @@ impl Decision {
         Decision::Bypass,
     ];
 
+    /// Position in [`Decision::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The `decision` label and JSON value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -78,7 +83,7 @@ impl Decision {
 pub enum CookieAction {
     Keep,
     /// Send this new value.
-    Set(String),
+    Set(Arc<str>),
     Delete,
 }
 
@@ -120,7 +125,7 @@ pub struct Presented {
     /// Whether any value was presented at all.
     pub any: bool,
     /// The first value that verified.
-    pub valid: Option<Token>,
+    pub valid: Option<Arc<Token>>,
     /// Why the first value failed, when none verified.
     pub rejected: Option<Reject>,
 }
@@ -129,7 +134,10 @@ impl Presented {
     pub fn check(ring: &KeyRing, uid: &Identity, values: &[&[u8]], now: Timestamp) -> Presented {
         let mut rejected = None;
         for value in values {
-            match Token::parse(value).and_then(|t| t.verify(ring, uid, now).map(|()| t)) {
+            match ring
+                .check(value)
+                .and_then(|t| t.check_binding(uid, now).map(|()| t))
+            {
                 Ok(token) => {
                     return Presented {
                         any: true,

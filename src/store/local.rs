@@ -7,7 +7,7 @@
 //! caller passes in (so unit tests and the simulator control time) and with intervals aligned
 //! on multiples of the interval since the epoch (like Fastly's buckets). Memory is fixed when
 //! the counter is made: `2 × 4 rows × slots × 8 bytes`, with `slots` the power of two at or
-//! above `2 × max_keys` (at least 1024). For the default `max_keys = 65536` that is 8 MiB per
+//! above `2 × max_keys` (at least 1024): 128 bytes per key. For the default `max_keys = 16384` that is 2 MiB per
 //! rule, whatever the traffic.
 //!
 //! A count-min sketch never undercounts; it overcounts a key when, in every one of the 4 rows,

@@ -45,7 +45,7 @@ impl Client {
         let p = presented(&ring, &self.uid, self.cookie.as_deref(), now);
         let o = c.decide(&ring, &self.uid, &p, now);
         match &o.cookie {
-            CookieAction::Set(v) => self.cookie = Some(v.clone()),
+            CookieAction::Set(v) => self.cookie = Some(v.to_string()),
             CookieAction::Delete => self.cookie = None,
             CookieAction::Keep => {}
         }

@@ -1,0 +1,143 @@
+# Shared by benches/load.sh and benches/instructions.sh: processes stopped by pid, free ports,
+# the origin, and the vestibule configurations of each scenario. Source it; it sets ROOT, OUT,
+# BIN, PLAIN and starts nothing by itself.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$ROOT/bench-results/$(date +%Y%m%d-%H%M%S)-$(basename "$0" .sh)}
+mkdir -p "$OUT"
+PROXY_THREADS=${PROXY_THREADS:-1}
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_port() {
+  for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2; return 1
+}
+stop() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+}
+
+NCPU=$(nproc)
+if [ "$NCPU" -ge 2 ] && command -v taskset >/dev/null; then
+  PROXY_PIN="taskset -c 0"
+  LOAD_PIN="taskset -c 1-$((NCPU - 1))"
+else
+  PROXY_PIN=""
+  LOAD_PIN=""
+fi
+
+build() {
+  echo "== building (release)"
+  (cd "$ROOT" && cargo build --release --quiet --bin vestibule --example plain_proxy)
+  BIN=${VESTIBULE_BIN:-$ROOT/target/release/vestibule}
+  PLAIN=$ROOT/target/release/examples/plain_proxy
+  BENCH_KEY=$("$BIN" keygen)
+}
+
+# Starts the origin (nginx when installed, else the demo origin); sets ORIGIN_PORT, ORIGIN_PID.
+start_origin() {
+  ORIGIN_PORT=$(free_port)
+  if command -v nginx >/dev/null; then
+    ORIGIN_KIND=nginx
+    mkdir -p "$OUT/nginx"
+    cat > "$OUT/nginx/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $OUT/nginx/nginx.pid;
+error_log $OUT/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$ORIGIN_PORT;
+    location / { default_type text/plain; return 200 "hello from the origin\n"; }
+  }
+}
+EOF
+    $LOAD_PIN nginx -p "$OUT/nginx" -c "$OUT/nginx/nginx.conf" >"$OUT/nginx/stdout.log" 2>&1 &
+  else
+    ORIGIN_KIND="vestibule demo origin"
+    $LOAD_PIN "$BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" --threads 1 >"$OUT/origin.log" 2>&1 &
+  fi
+  ORIGIN_PID=$!
+  PIDS+=("$ORIGIN_PID")
+  wait_port "$ORIGIN_PORT"
+}
+
+ROOM='[[room]]
+pages = "pages"
+allow_percentage = 50'
+RULES='[[rate_limit]]
+name = "per-ip"
+window = "10s"
+limit = 1000000
+[[rate_limit]]
+name = "api-key"
+key = ["client_ip", "header:x-api-key"]
+algorithm = "token_bucket"
+limit = 1000000
+period = "1s"
+[[rate_limit]]
+name = "slots"
+algorithm = "concurrency"
+limit = 100000'
+
+# Writes $OUT/<name>/vestibule.toml with <extra> after the common sections; sets VPORT.
+write_vestibule() { # name extra
+  local name=$1 text=$2
+  VPORT=$(free_port)
+  local admin; admin=$(free_port)
+  mkdir -p "$OUT/$name"
+  cp -r "$ROOT/pages" "$OUT/$name/pages"
+  printf 'active = "bench"\n[ring]\nbench = "%s"\n' "$BENCH_KEY" > "$OUT/$name/keys.toml"
+  chmod 600 "$OUT/$name/keys.toml"
+  cat > "$OUT/$name/vestibule.toml" <<EOF
+[server]
+listen = ["127.0.0.1:$VPORT"]
+threads = $PROXY_THREADS
+pid_file = "$OUT/$name/vestibule.pid"
+upgrade_sock = "$OUT/$name/upgrade.sock"
+[admin]
+listen = "127.0.0.1:$admin"
+[upstream]
+peers = ["127.0.0.1:$ORIGIN_PORT"]
+[log]
+level = "warn"
+access = ${ACCESS_LOG:-false}
+$text
+EOF
+}
+
+# Starts vestibule for a scenario, optionally under a wrapper (valgrind); sets VPID, VPORT.
+start_vestibule() { # name extra [wrapper...]
+  local name=$1 text=$2; shift 2
+  write_vestibule "$name" "$text"
+  $PROXY_PIN "$@" "$BIN" --config "$OUT/$name/vestibule.toml" >"$OUT/$name/vestibule.log" 2>&1 &
+  VPID=$!
+  PIDS+=("$VPID")
+  wait_port "$VPORT"
+}
+
+# An allow cookie for 127.0.0.1, from a room that admits everyone; sets COOKIE.
+get_cookie() {
+  start_vestibule cookie "${ROOM/allow_percentage = 50/allow_percentage = 100}"
+  COOKIE=$(curl -s -D - -o /dev/null "http://127.0.0.1:$VPORT/" | tr -d '\r' | awk -F': ' 'tolower($1) == "set-cookie" { split($2, a, ";"); print a[1] }')
+  stop "$VPID"
+  [ -n "$COOKIE" ] || { echo "no cookie from vestibule" >&2; exit 1; }
+}

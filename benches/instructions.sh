@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Instructions per request, counted by valgrind's callgrind: repeatable whatever else the
+# machine is doing, where wall-clock CPU time on a shared machine drifts by 10-20 %. Counts
+# user-space instructions only (the kernel's share of proxying is not in it).
+#
+#   benches/instructions.sh            # N1=1000, N2=3000 requests per scenario
+#
+# Each proxy runs under callgrind twice, serving N1 and then N2 keep-alive requests from one
+# client; (instructions(N2) - instructions(N1)) / (N2 - N1) cancels start-up and shutdown.
+set -euo pipefail
+N1=${N1:-1000}
+N2=${N2:-3000}
+command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install -y valgrind" >&2; exit 1; }
+# shellcheck source=benches/common.sh
+source "$(dirname "$0")/common.sh"
+build
+start_origin
+get_cookie
+
+# Sends N sequential keep-alive requests (with optional headers) and reads every response.
+drive() { # port n [header...]
+  python3 - "$@" <<'PY'
+import socket, sys
+port, n, headers = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+s = socket.create_connection(("127.0.0.1", port))
+req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+buf = b""
+for _ in range(n):
+    s.sendall(req)
+    while True:
+        i = buf.find(b"\r\n\r\n")
+        if i >= 0:
+            length = 0
+            for line in buf[:i].decode().split("\r\n"):
+                if line.lower().startswith("content-length:"):
+                    length = int(line.split(":", 1)[1])
+            if len(buf) >= i + 4 + length:
+                buf = buf[i + 4 + length:]
+                break
+        data = s.recv(65536)
+        if not data:
+            sys.exit("connection closed")
+        buf += data
+PY
+}
+
+total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'; }
+
+declare -A PER
+measure() { # name kind(plain|vestibule) extra-config [header...]
+  local name=$1 kind=$2 extra=$3; shift 3
+  local counts=()
+  for n in $N1 $N2; do
+    local out="$OUT/$name.$n.callgrind"
+    local vg=(valgrind --tool=callgrind --callgrind-out-file="$out")
+    if [ "$kind" = plain ]; then
+      local port; port=$(free_port)
+      "${vg[@]}" "$PLAIN" "127.0.0.1:$port" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/$name.$n.log" 2>&1 &
+      local pid=$!; PIDS+=("$pid"); wait_port "$port"
+    else
+      start_vestibule "$name" "$extra" "${vg[@]}"
+      local pid=$VPID port=$VPORT
+    fi
+    drive "$port" "$n" "$@"
+    kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+    counts+=("$(total "$out")")
+  done
+  PER[$name]=$(( (counts[1] - counts[0]) / (N2 - N1) ))
+  echo "   $name: ${PER[$name]} instructions per request"
+}
+
+echo "== callgrind, $N1 and $N2 requests per scenario (origin: $ORIGIN_KIND)"
+measure plain_proxy plain ""
+measure vestibule_allowed vestibule "$ROOM" "Cookie: $COOKIE"
+measure vestibule_3_rules vestibule "$ROOM
+$RULES" "Cookie: $COOKIE" "X-Api-Key: k-123"
+measure vestibule_waiting_page vestibule "$ROOM"
+
+{
+  echo "| scenario | instructions/request | vs plain |"
+  echo "| --- | ---: | ---: |"
+  for s in plain_proxy vestibule_allowed vestibule_3_rules vestibule_waiting_page; do
+    awk -v s="$s" -v n="${PER[$s]}" -v p="${PER[plain_proxy]}" 'BEGIN { printf "| %s | %d | %.2fx |\n", s, n, n / p }'
+  done
+} | tee "$OUT/instructions.md"

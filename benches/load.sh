@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Side-by-side load benchmark: the origin alone, a plain Pingora proxy, and vestibule on its
+# allowed path, with three rate-limit rules, and serving the waiting page -- all in one run, so
+# the ratios hold even on a shared machine whose absolute speed drifts.
+#
+#   benches/load.sh                      # 3 rounds x 6 scenarios x 10 s
+#   ROUNDS=5 DURATION=20 CONNECTIONS=64 benches/load.sh
+#   VESTIBULE_BIN=/path/to/vestibule benches/load.sh   # measure a prebuilt binary
+#
+# All proxies start once; each round measures every scenario in turn and the table reports
+# per-scenario medians, so drift of a shared machine hits every scenario alike.
+#
+# Needs wrk (apt-get install wrk); uses nginx as the origin when installed, else vestibule's
+# own demo origin. Pins the proxy under test to CPU 0 and wrk and the origin to the others
+# when there are at least two. Every run is bounded by DURATION, and every process this script
+# starts is stopped by its pid. Results go to bench-results/<time>/.
+set -euo pipefail
+
+DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-3}
+WARMUP=${WARMUP:-2}
+CONNECTIONS=${CONNECTIONS:-32}
+CLK_TCK=$(getconf CLK_TCK)
+command -v wrk >/dev/null || { echo "wrk is needed: apt-get install -y wrk" >&2; exit 1; }
+# shellcheck source=benches/common.sh
+source "$(dirname "$0")/common.sh"
+build
+start_origin
+
+# --- one measurement ------------------------------------------------------------------------
+RESULTS="$OUT/results.tsv"
+printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\n" > "$RESULTS"
+
+to_ms() { # wrk prints 1.23ms / 456.00us / 1.20s
+  awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
+}
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+measure() { # name url pid [wrk args...]
+  local name=$1 url=$2 pid=$3; shift 3
+  $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" "$@" "$url" >/dev/null
+  local before; before=$(ticks "$pid")
+  local w="$OUT/$name.round$ROUND.wrk"
+  $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" > "$w"
+  local after; after=$(ticks "$pid")
+  local requests rps p50 p99 cpu rss
+  requests=$(awk '/requests in/ { print $1 }' "$w")
+  rps=$(awk '/Requests\/sec/ { print $2 }' "$w")
+  p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' "$w")")
+  p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' "$w")")
+  cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
+  rss=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
+  if grep -q "Non-2xx" "$w"; then
+    echo "warning: $name had non-2xx answers: $(grep Non-2xx "$w")" >&2
+  fi
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" >> "$RESULTS"
+  echo "   $name: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu us CPU/req, RSS $rss KiB"
+}
+
+echo "== origin: $ORIGIN_KIND on 127.0.0.1:$ORIGIN_PORT; $CONNECTIONS connections, $ROUNDS rounds of ${DURATION}s per scenario, proxy threads $PROXY_THREADS, pinning: ${PROXY_PIN:-none}"
+
+get_cookie
+
+PLAIN_PORT=$(free_port)
+$PROXY_PIN "$PLAIN" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/plain.log" 2>&1 &
+PLAIN_PID=$!
+PIDS+=("$PLAIN_PID")
+wait_port "$PLAIN_PORT"
+start_vestibule allowed "$ROOM"; ALLOWED_PID=$VPID; ALLOWED_PORT=$VPORT
+start_vestibule rules "$ROOM
+$RULES"; RULES_PID=$VPID; RULES_PORT=$VPORT
+start_vestibule waiting "$ROOM"; WAITING_PID=$VPID; WAITING_PORT=$VPORT
+ACCESS_LOG=true start_vestibule access_log "$ROOM"; LOG_PID=$VPID; LOG_PORT=$VPORT
+
+for ROUND in $(seq 1 "$ROUNDS"); do
+  echo "== round $ROUND/$ROUNDS"
+  measure origin "http://127.0.0.1:$ORIGIN_PORT/" "$ORIGIN_PID"
+  measure plain_proxy "http://127.0.0.1:$PLAIN_PORT/" "$PLAIN_PID"
+  measure vestibule_allowed "http://127.0.0.1:$ALLOWED_PORT/" "$ALLOWED_PID" -H "Cookie: $COOKIE"
+  measure vestibule_3_rules "http://127.0.0.1:$RULES_PORT/" "$RULES_PID" -H "Cookie: $COOKIE" -H "X-Api-Key: k-123"
+  measure vestibule_waiting_page "http://127.0.0.1:$WAITING_PORT/" "$WAITING_PID"
+  measure vestibule_allowed_with_access_log "http://127.0.0.1:$LOG_PORT/" "$LOG_PID" -H "Cookie: $COOKIE"
+done
+
+# --- the table ------------------------------------------------------------------------------
+echo
+echo "Machine: $(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo); $(uname -sr)"
+echo "Origin: $ORIGIN_KIND. $CONNECTIONS connections, wrk -t1, ${DURATION}s, proxy threads $PROXY_THREADS."
+echo
+python3 - "$RESULTS" <<'PY' | tee "$OUT/table.md"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+order, by = [], {}
+for r in rows:
+    if r["scenario"] not in by:
+        order.append(r["scenario"])
+        by[r["scenario"]] = []
+    by[r["scenario"]].append(r)
+def med(name, key):
+    return statistics.median(float(r[key]) for r in by[name])
+def peak(name):
+    return max(float(r["rss_kib"]) for r in by[name])
+ref_cpu, ref_rss = med("plain_proxy", "cpu_us_per_req"), peak("plain_proxy")
+print("| scenario | req/s | p50 ms | p99 ms | CPU us/req | RSS KiB | CPU vs plain | RSS vs plain |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for name in order:
+    cpu, rss = med(name, "cpu_us_per_req"), peak(name)
+    ratio = (lambda a, b: "-") if name == "origin" else (lambda a, b: f"{a / b:.2f}x")
+    print(f"| {name} | {med(name, 'rps'):.0f} | {med(name, 'p50_ms'):.3f} | {med(name, 'p99_ms'):.3f} | {cpu:.1f} | {rss:.0f} | {ratio(cpu, ref_cpu)} | {ratio(rss, ref_rss)} |")
+print(f"\n(medians of {len(by['plain_proxy'])} rounds; RSS is the peak)")
+PY
+echo
+echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page <= 0.60x plain CPU/req; RSS <= 2x."
+echo "Raw results in $OUT"

@@ -1,0 +1,48 @@
+//! The reference for every load figure: a Pingora proxy with no features at all, same pingora
+//! version, same thread count, one fixed upstream.
+//!
+//! `cargo run --release --example plain_proxy -- <listen> <upstream> <threads>`
+
+use async_trait::async_trait;
+use pingora::prelude::*;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::server::configuration::{Opt, ServerConf};
+use pingora::upstreams::peer::HttpPeer;
+
+struct Plain {
+    upstream: std::net::SocketAddr,
+}
+
+#[async_trait]
+impl ProxyHttp for Plain {
+    type CTX = ();
+
+    fn new_ctx(&self) {}
+
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
+        Ok(Box::new(HttpPeer::new(self.upstream, false, String::new())))
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let listen = args.next().unwrap_or_else(|| "127.0.0.1:8090".into());
+    let upstream = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:8000".into())
+        .parse()
+        .expect("upstream address like 127.0.0.1:8000");
+    let threads = args.next().and_then(|t| t.parse().ok()).unwrap_or(2);
+    let conf = ServerConf {
+        threads,
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..Default::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(Opt::default(), conf);
+    server.bootstrap();
+    let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, Plain { upstream });
+    proxy.add_tcp(&listen);
+    server.add_service(proxy);
+    server.run_forever()
+}
