@@ -83,13 +83,16 @@ EOF
 ROOM='[[room]]
 pages = "pages"
 allow_percentage = 50'
+# Three rules, one of each algorithm, none of which ever blocks: the window per client, a
+# token bucket per client and path (so allowed answers carry RateLimit headers), and a
+# concurrency cap. Their requests are the allowed scenario's, so the difference is the rules.
 RULES='[[rate_limit]]
 name = "per-ip"
 window = "10s"
 limit = 1000000
 [[rate_limit]]
-name = "api-key"
-key = ["client_ip", "header:x-api-key"]
+name = "per-path"
+key = ["client_ip", "path"]
 algorithm = "token_bucket"
 limit = 1000000
 period = "1s"
@@ -97,6 +100,9 @@ period = "1s"
 name = "slots"
 algorithm = "concurrency"
 limit = 100000'
+# The same, with the bucket keyed by an API key header the client sends.
+RULES_API_KEY=${RULES/'"path"'/'"header:x-api-key"'}
+RULES_API_KEY=${RULES_API_KEY/per-path/api-key}
 
 # Writes $OUT/<name>/vestibule.toml with <extra> after the common sections; sets VPORT.
 write_vestibule() { # name extra

@@ -63,8 +63,10 @@ pub struct RequestCtx {
     counted_minute: Option<u64>,
     /// Each rule checked, with its verdict (for the access log).
     rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
-    /// Concurrency slots, returned when the context is dropped after the request ends, on
-    /// every path (success, origin error, client gone).
+    /// Concurrency slots. They are returned before the last bytes of the answer are written
+    /// (so a client that sends its next request as soon as it has the answer finds its slot
+    /// free), and in any case when the context is dropped at the end of the request, on every
+    /// path (success, origin error, client gone).
     slots: SmallVec<[pingora_limits::inflight::Guard; 2]>,
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
@@ -114,6 +116,7 @@ impl ProxyHttp for Proxy {
         match answer {
             Answer::Forward => Ok(false),
             Answer::RoomPage(room, outcome) => {
+                ctx.slots.clear();
                 let room = snapshot.rooms.get(room).ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
@@ -121,6 +124,7 @@ impl ProxyHttp for Proxy {
                 Ok(true)
             }
             Answer::RateLimited(check) => {
+                ctx.slots.clear();
                 let set_cookie = ctx.set_cookie.take();
                 write_rate_limited(session, &snapshot, ctx.room, &check, set_cookie).await?;
                 Ok(true)
@@ -224,6 +228,19 @@ impl ProxyHttp for Proxy {
         Ok(())
     }
 
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        if end_of_stream {
+            ctx.slots.clear();
+        }
+        Ok(None)
+    }
+
     async fn fail_to_proxy(
         &self,
         session: &mut Session,
@@ -256,6 +273,7 @@ impl ProxyHttp for Proxy {
         if code == 502 {
             self.app.metrics.upstream_unavailable.inc();
         }
+        ctx.slots.clear();
         let written = write_error_page(session, &ctx.snapshot, code).await;
         if let Err(err) = written {
             log::debug!("could not write the {code} page: {err}");

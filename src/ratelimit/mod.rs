@@ -194,10 +194,14 @@ impl RuleStates {
 pub struct Rule {
     pub config: RuleConfig,
     state: Arc<RuleState>,
-    hasher: ahash::RandomState,
+    /// Keyed with the process-wide seed (so keys survive a reload) and already fed the rule's
+    /// name (so equal parts under two rules are two keys).
+    key_hasher: ahash::AHasher,
     /// `RateLimit-Policy` item, formatted once, and as a header value.
     policy: String,
     policy_value: http::HeaderValue,
+    /// The start of this rule's `RateLimit` item: `"<rule>";r=`.
+    item_prefix: String,
 }
 
 impl std::fmt::Debug for Rule {
@@ -217,9 +221,14 @@ impl Rule {
             .unwrap_or_else(|_| http::HeaderValue::from_static(""));
         Rule {
             state,
-            hasher: states.hasher.clone(),
+            key_hasher: {
+                let mut h = states.hasher.build_hasher();
+                h.write(config.name.as_bytes());
+                h
+            },
             policy,
             policy_value,
+            item_prefix: format!("\"{}\";r=", config.name),
             config,
         }
     }
@@ -239,8 +248,7 @@ impl Rule {
     /// The key of a request: a keyed hash of the configured parts, each length-prefixed so
     /// parts cannot run into each other.
     pub fn key(&self, req: &RequestView) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        h.write(self.config.name.as_bytes());
+        let mut h = self.key_hasher.clone();
         for part in &self.config.key {
             let bytes: &[u8] = match part {
                 KeyPart::ClientIp => req.identity.as_str().as_bytes(),
@@ -369,8 +377,12 @@ impl Rule {
 
     /// Appends the `RateLimit` item to `out`.
     pub fn write_ratelimit_item(&self, out: &mut String, remaining: u64, reset: u64) {
-        use std::fmt::Write as _;
-        let _ = write!(out, "\"{}\";r={remaining};t={reset}", self.config.name);
+        // Per allowed request under a bucket: plain appends, no formatter.
+        let mut digits = itoa::Buffer::new();
+        out.push_str(&self.item_prefix);
+        out.push_str(digits.format(remaining));
+        out.push_str(";t=");
+        out.push_str(digits.format(reset));
     }
 
     pub fn is_token_bucket(&self) -> bool {
