@@ -278,61 +278,69 @@ impl Token {
     }
 }
 
-/// Recently signed lottery tokens, by their claims. One identity gets the same token for a whole
-/// bucket by design, so a client that keeps asking without its cookie (a refresh storm, a bot)
-/// is answered without another HMAC.
-pub struct SignedCache {
-    shards: [std::sync::Mutex<lru::LruCache<Claims, std::sync::Arc<str>>>; CACHE_SHARDS],
-    hasher: ahash::RandomState,
-}
-
-impl SignedCache {
-    pub fn new(capacity: usize) -> SignedCache {
-        let per_shard = std::num::NonZeroUsize::new(capacity.div_ceil(CACHE_SHARDS).max(1))
-            .unwrap_or(std::num::NonZeroUsize::MIN);
-        SignedCache {
-            shards: std::array::from_fn(|_| std::sync::Mutex::new(lru::LruCache::new(per_shard))),
-            hasher: ahash::RandomState::new(),
-        }
-    }
-
-    /// The cookie value for `claims` signed by `key`, from the cache when it was signed before.
-    pub fn sign(&self, claims: Claims, key: &SigningKey) -> std::sync::Arc<str> {
-        let shard = &self.shards[(self.hasher.hash_one(&claims) >> 60) as usize % CACHE_SHARDS];
-        if let Some(v) = shard.lock().unwrap_or_else(|p| p.into_inner()).get(&claims) {
-            return v.clone();
-        }
-        let value: std::sync::Arc<str> = claims.sign(key).into();
-        shard
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(claims, value.clone());
-        value
-    }
-}
-
-/// Presented values whose signature checked out, by a keyed hash of their bytes.
-pub struct VerifiedCache {
-    shards: [std::sync::Mutex<VerifiedShard>; CACHE_SHARDS],
-    /// Keyed with random keys, so nobody can aim values at one shard.
+/// A bounded LRU map split into shards, each behind its own lock, chosen by a hash keyed with
+/// random keys (so nobody can aim entries at one shard).
+struct ShardedLru<K: std::hash::Hash + Eq, V> {
+    shards: [std::sync::Mutex<lru::LruCache<K, V>>; CACHE_SHARDS],
     hasher: ahash::RandomState,
 }
 
 const CACHE_SHARDS: usize = 16;
 
-/// One shard: keyed hash of the presented bytes -> (those bytes, the parsed token).
-type VerifiedShard = lru::LruCache<u64, (Box<[u8]>, std::sync::Arc<Token>)>;
+impl<K: std::hash::Hash + Eq, V> ShardedLru<K, V> {
+    /// Room for about `capacity` entries in all.
+    fn new(capacity: usize) -> Self {
+        let per_shard = std::num::NonZeroUsize::new(capacity.div_ceil(CACHE_SHARDS).max(1))
+            .unwrap_or(std::num::NonZeroUsize::MIN);
+        ShardedLru {
+            shards: std::array::from_fn(|_| std::sync::Mutex::new(lru::LruCache::new(per_shard))),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+
+    fn hash<T: std::hash::Hash + ?Sized>(&self, item: &T) -> u64 {
+        self.hasher.hash_one(item)
+    }
+
+    /// The shard for `hash`, locked (a poisoned lock still holds a usable cache).
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, lru::LruCache<K, V>> {
+        self.shards[(hash >> 60) as usize % CACHE_SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Recently signed lottery tokens, by their claims. One identity gets the same token for a whole
+/// bucket by design, so a client that keeps asking without its cookie (a refresh storm, a bot)
+/// is answered without another HMAC.
+pub struct SignedCache(ShardedLru<Claims, std::sync::Arc<str>>);
+
+impl SignedCache {
+    pub fn new(capacity: usize) -> SignedCache {
+        SignedCache(ShardedLru::new(capacity))
+    }
+
+    /// The cookie value for `claims` signed by `key`, from the cache when it was signed before.
+    pub fn sign(&self, claims: Claims, key: &SigningKey) -> std::sync::Arc<str> {
+        let hash = self.0.hash(&claims);
+        if let Some(v) = self.0.shard(hash).get(&claims) {
+            return v.clone();
+        }
+        let value: std::sync::Arc<str> = claims.sign(key).into();
+        self.0.shard(hash).put(claims, value.clone());
+        value
+    }
+}
+
+/// Presented values whose signature checked out: keyed hash of the bytes -> (those bytes, the
+/// parsed token).
+pub struct VerifiedCache(ShardedLru<u64, (Box<[u8]>, std::sync::Arc<Token>)>);
 
 impl VerifiedCache {
     /// A cache of about `capacity` values (each holds the value and its parsed token, about
     /// 600 bytes).
     pub fn new(capacity: usize) -> VerifiedCache {
-        let per_shard = std::num::NonZeroUsize::new(capacity.div_ceil(CACHE_SHARDS).max(1))
-            .unwrap_or(std::num::NonZeroUsize::MIN);
-        VerifiedCache {
-            shards: std::array::from_fn(|_| std::sync::Mutex::new(lru::LruCache::new(per_shard))),
-            hasher: ahash::RandomState::new(),
-        }
+        VerifiedCache(ShardedLru::new(capacity))
     }
 
     /// Parses `value` and checks its signature with `ring`, or finds it already checked.
@@ -340,23 +348,16 @@ impl VerifiedCache {
         if value.len() > MAX_TOKEN_LEN {
             return Err(Reject::Malformed);
         }
-        let hash = self.hasher.hash_one(value);
-        let shard = &self.shards[(hash >> 60) as usize % CACHE_SHARDS];
-        {
-            let mut cache = shard.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((bytes, token)) = cache.get(&hash) {
-                if constant_time_eq(bytes, value) {
-                    return Ok(token.clone());
-                }
+        let hash = self.0.hash(value);
+        if let Some((bytes, token)) = self.0.shard(hash).get(&hash) {
+            if constant_time_eq(bytes, value) {
+                return Ok(token.clone());
             }
         }
         let token = Token::parse(value)?;
         token.verify_signature(ring)?;
         let token = std::sync::Arc::new(token);
-        shard
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(hash, (value.into(), token.clone()));
+        self.0.shard(hash).put(hash, (value.into(), token.clone()));
         Ok(token)
     }
 }
@@ -680,6 +681,22 @@ mod tests {
             again.check_binding(&bob, Timestamp::from_secs(0)),
             Err(Reject::WrongUser)
         );
+    }
+
+    #[test]
+    fn the_signed_cache_answers_equal_claims_with_the_same_value() {
+        let ring = ring();
+        let claims = Claims::new(Dec::Wait, 60, &alice(), "key1");
+        let first = ring.sign_cached(claims.clone());
+        let again = ring.sign_cached(claims.clone());
+        assert!(std::sync::Arc::ptr_eq(&first, &again), "a cache hit");
+        assert_eq!(
+            &*first,
+            claims.sign(ring.active()),
+            "the value signing gives"
+        );
+        let later = ring.sign_cached(Claims::new(Dec::Wait, 120, &alice(), "key1"));
+        assert_ne!(first, later);
     }
 
     proptest! {
