@@ -1,37 +1,48 @@
 //! Memory per tracked key, measured with a counting allocator (this test binary only).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::Cell;
 use std::time::Duration;
 
 use vestibule::ratelimit::bucket::BucketTable;
 use vestibule::ratelimit::penalty::PenaltyBox;
 use vestibule::time::Timestamp;
 
+/// Counts the bytes each thread has allocated and not freed, so that what the test harness (or
+/// another test) allocates on its own threads meanwhile is not counted.
 struct Counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // `try_with`: a thread being torn down may still free memory.
+    let _ = LIVE.try_with(|live| live.set(live.get() + delta));
+}
+
+/// Bytes this thread holds.
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::SeqCst);
+        count(layout.size() as isize);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::SeqCst);
+        count(-(layout.size() as isize));
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::SeqCst);
+        count(new_size as isize - layout.size() as isize);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-/// The counter is global to this binary: tests that read it take turns.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn key(i: u64) -> u64 {
     i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -40,9 +51,8 @@ fn key(i: u64) -> u64 {
 /// Requested bytes per key; malloc adds its own header (8-16 bytes) per allocation on top.
 #[test]
 fn memory_per_key_is_bounded() {
-    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     const KEYS: u64 = 200_000;
-    let before = LIVE.load(Ordering::SeqCst);
+    let before = live();
     let table = BucketTable::new(KEYS as usize);
     for i in 0..KEYS {
         table.take(
@@ -54,11 +64,11 @@ fn memory_per_key_is_bounded() {
     }
     // Shards fill unevenly, so a few keys were evicted: divide by what the table holds.
     assert!(table.len() as u64 >= KEYS * 99 / 100 && table.len() <= table.capacity());
-    let bucket_bytes = (LIVE.load(Ordering::SeqCst) - before) as f64 / table.len() as f64;
+    let bucket_bytes = (live() - before) as f64 / table.len() as f64;
     // lru allocates one node per entry: count malloc's header too.
     let bucket_with_malloc = bucket_bytes + 16.0;
 
-    let before = LIVE.load(Ordering::SeqCst);
+    let before = live();
     let pbox = PenaltyBox::new(KEYS as usize);
     for i in 0..KEYS {
         pbox.put(
@@ -68,7 +78,7 @@ fn memory_per_key_is_bounded() {
         );
     }
     let held = pbox.len(Timestamp::from_millis(0)) as f64;
-    let penalty_bytes = (LIVE.load(Ordering::SeqCst) - before) as f64 / held;
+    let penalty_bytes = (live() - before) as f64 / held;
     eprintln!(
         "token bucket table: {bucket_bytes:.0} B/key requested (~{bucket_with_malloc:.0} B with malloc headers); \
          penalty box: {penalty_bytes:.0} B/key"
@@ -85,10 +95,9 @@ fn memory_per_key_is_bounded() {
 #[test]
 fn window_counter_memory_is_as_documented() {
     use vestibule::store::local::{window_bytes, LocalWindow};
-    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let before = LIVE.load(Ordering::SeqCst);
+    let before = live();
     let w = LocalWindow::new(10_000, 65_536);
-    let bytes = (LIVE.load(Ordering::SeqCst) - before) as usize;
+    let bytes = (live() - before) as usize;
     eprintln!(
         "window counter for 65536 keys: {bytes} bytes (documented {})",
         window_bytes(65_536)
