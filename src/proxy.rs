@@ -530,12 +530,7 @@ async fn write_room_page(
         extra.push(("Refresh", refresh));
     }
     let page = room.page_context(outcome);
-    let accept = session
-        .req_header()
-        .headers
-        .get(header::ACCEPT)
-        .map(|v| v.as_bytes());
-    let (content_type, body) = if pages::wants_json(accept) {
+    let (content_type, body) = if wants_json(session) {
         ("application/json", pages::json(&WaitingJson::from(&page)))
     } else {
         (
@@ -598,12 +593,7 @@ async fn write_rate_limited(
     if let Some(v) = set_cookie.and_then(|v| HeaderValue::try_from(v).ok()) {
         extra.push(("Set-Cookie", v));
     }
-    let accept = session
-        .req_header()
-        .headers
-        .get(header::ACCEPT)
-        .map(|v| v.as_bytes());
-    let (content_type, body) = if pages::wants_json(accept) {
+    let (content_type, body) = if wants_json(session) {
         let body = pages::json(&serde_json::json!({
             "error": "rate_limited",
             "rule": limited.rule,
@@ -673,6 +663,12 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Whether the client asked for JSON rather than a page.
+fn wants_json(session: &Session) -> bool {
+    let accept = session.req_header().headers.get(header::ACCEPT);
+    pages::wants_json(accept.map(|v| v.as_bytes()))
+}
+
 /// Writes a complete synthetic response with `Content-Length`, keeping the connection alive.
 /// Header names are given as written on the wire (`Retry-After`): appended to a fresh header,
 /// they need no case conversion and no lookup.
@@ -702,13 +698,8 @@ pub(crate) async fn respond(
 
 async fn write_error_page(session: &mut Session, snapshot: &Snapshot, code: u16) -> Result<()> {
     let retry_after = 5u64;
-    let accept = session
-        .req_header()
-        .headers
-        .get(header::ACCEPT)
-        .map(|v| v.as_bytes());
     let extra = vec![("Retry-After", HeaderValue::from(retry_after))];
-    if pages::wants_json(accept) {
+    if wants_json(session) {
         let body = pages::json(&serde_json::json!({
             "error": if code == 502 { "origin_unavailable" } else { "proxy_error" },
             "status": code,
