@@ -125,7 +125,7 @@ fn queue_all_holds_everyone_but_the_admitted() {
         .start();
     let mut admitted = User::new(1);
     assert_eq!(admitted.decision(&v).0, "allow");
-    let g = v.status()["generation"].as_u64().unwrap();
+    let g = v.generation();
     let text = std::fs::read_to_string(v.config_path()).unwrap();
     std::fs::write(
         v.config_path(),
@@ -135,11 +135,7 @@ fn queue_all_holds_everyone_but_the_admitted() {
         ),
     )
     .unwrap();
-    assert!(eventually(Duration::from_secs(5), || v.status()
-        ["generation"]
-        .as_u64()
-        .unwrap()
-        > g));
+    v.wait_generation_above(g);
     let mut newcomer = User::new(2);
     let (d, json) = newcomer.decision(&v);
     assert_eq!(d, "anon");
@@ -189,12 +185,7 @@ fn revoke_in_a_lottery_room_deletes_the_cookie() {
         .start();
     let resp = client().get(v.url("/__revoke")).send().unwrap();
     assert!(resp.headers().get("vestibule-command").is_none());
-    let cookies: Vec<&str> = resp
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|h| h.to_str().unwrap())
-        .collect();
+    let cookies = set_cookies(&resp);
     assert_eq!(cookies.len(), 1, "{cookies:?}");
     assert!(cookies[0].starts_with("waiting_room=deleted;"));
 }

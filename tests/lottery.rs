@@ -134,12 +134,7 @@ fn wait_allow_deny_bypass_and_json() {
     // allow (100 %): in, with an allow token added to the origin's response.
     let resp = c.get(v.url("/__set-cookie")).send().unwrap();
     assert_eq!(resp.status(), 200);
-    let cookies: Vec<&str> = resp
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|h| h.to_str().unwrap())
-        .collect();
+    let cookies = set_cookies(&resp);
     assert_eq!(cookies.len(), 2, "{cookies:?}");
     assert!(cookies
         .iter()

@@ -51,18 +51,14 @@ fn busy_instance(origin: &Origin) -> Vestibule {
     }
     // Origin errors and a reload of each kind.
     get("/static/x", "198.51.100.4", None);
-    let g = v.status()["generation"].as_u64().unwrap();
+    let g = v.generation();
     let text = std::fs::read_to_string(v.config_path()).unwrap();
     std::fs::write(
         v.config_path(),
         text.replace("allow_percentage = 50", "allow_percentage = 60"),
     )
     .unwrap();
-    assert!(eventually(Duration::from_secs(5), || v.status()
-        ["generation"]
-        .as_u64()
-        .unwrap()
-        > g));
+    v.wait_generation_above(g);
     std::fs::write(v.config_path(), "not toml [").unwrap();
     assert!(eventually(Duration::from_secs(5), || v
         .metric("vestibule_config_reloads_total{result=\"failure\"}")

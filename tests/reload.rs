@@ -8,27 +8,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn generation(v: &Vestibule) -> u64 {
-    v.status()["generation"].as_u64().unwrap()
-}
-
 fn edit(v: &Vestibule, f: impl FnOnce(&str) -> String) {
     let path = v.config_path();
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, f(&text)).unwrap();
-}
-
-fn wait_generation_above(v: &Vestibule, previous: u64) -> u64 {
-    let mut g = previous;
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            g = generation(v);
-            g > previous
-        }),
-        "no reload after 5 s:\n{}",
-        v.log_text()
-    );
-    g
 }
 
 fn decision(v: &Vestibule, cookie: Option<&str>) -> String {
@@ -135,7 +118,7 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
     let mut failures = 0.0;
     let mut successes = 0.0;
     for (name, break_it, expected) in cases {
-        let g = generation(&v);
+        let g = v.generation();
         break_it(&v);
         failures += 1.0;
         assert!(
@@ -145,7 +128,7 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             "{name}: no failed reload counted"
         );
         // The old config keeps serving.
-        assert_eq!(generation(&v), g, "{name}");
+        assert_eq!(v.generation(), g, "{name}");
         assert_eq!(decision(&v, None), "deny", "{name}");
         let status = v.status();
         let message = status["last_reload_error"]["message"]
@@ -194,11 +177,11 @@ fn key_rotation_end_to_end() {
     let old_cookie = room_cookie(&resp).unwrap();
     assert!(old_cookie.contains("&kid=key1&"), "{old_cookie}");
     // Lower the percentage so that only valid allow cookies get in.
-    let g = generation(&v);
+    let g = v.generation();
     edit(&v, |t| {
         t.replace("allow_percentage = 100", "allow_percentage = 1")
     });
-    let g = wait_generation_above(&v, g);
+    let g = v.wait_generation_above(g);
     assert_eq!(decision(&v, Some(&old_cookie)), "allow");
     // 2. Add key2 and make it active.
     std::fs::write(
@@ -206,7 +189,7 @@ fn key_rotation_end_to_end() {
         format!("active = \"key2\"\n[ring]\nkey1 = \"{KEY1}\"\nkey2 = \"{KEY2}\"\n"),
     )
     .unwrap();
-    let g = wait_generation_above(&v, g);
+    let g = v.wait_generation_above(g);
     assert!(
         v.log_text()
             .contains("keys: active key1 -> key2, added key2"),
@@ -235,7 +218,7 @@ fn key_rotation_end_to_end() {
         format!("active = \"key2\"\n[ring]\nkey2 = \"{KEY2}\"\n"),
     )
     .unwrap();
-    wait_generation_above(&v, g);
+    v.wait_generation_above(g);
     assert_eq!(decision(&v, Some(&old_cookie)), "anon");
     assert!(
         v.metric("vestibule_token_rejected_total{reason=\"unknown_key\",room=\"default\"}") >= 1.0
@@ -258,10 +241,10 @@ fn saving_by_rename_is_picked_up_and_sighup_reloads() {
     std::fs::rename(&tmp, &path).unwrap();
     assert!(eventually(Duration::from_secs(2), || decision(&v, None) == "allow"));
     // SIGHUP always re-reads; nothing changed, yet it is a success.
-    let g = generation(&v);
+    let g = v.generation();
     let ok = v.metric("vestibule_config_reloads_total{result=\"success\"}");
     v.proc.signal("HUP");
-    assert_eq!(wait_generation_above(&v, g), g + 1);
+    assert_eq!(v.wait_generation_above(g), g + 1);
     assert_eq!(
         v.metric("vestibule_config_reloads_total{result=\"success\"}"),
         ok + 1.0
@@ -275,7 +258,7 @@ fn restart_only_settings_are_reported_and_the_rest_applies() {
     let v = Setup::new(origin.addr)
         .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
         .start();
-    let g = generation(&v);
+    let g = v.generation();
     let other = free_port();
     edit(&v, |t| {
         t.replace(
@@ -285,7 +268,7 @@ fn restart_only_settings_are_reported_and_the_rest_applies() {
         .replace("threads = 2", "threads = 3")
         .replace("allow_percentage = 0", "allow_percentage = 100")
     });
-    wait_generation_above(&v, g);
+    v.wait_generation_above(g);
     assert_eq!(decision(&v, None), "allow", "the room change applied");
     let log = v.log_text();
     assert!(
@@ -311,10 +294,10 @@ fn rate_limit_state_survives_a_reload() {
         assert_eq!(client().get(v.url("/")).send().unwrap().status(), 200);
     }
     assert_eq!(client().get(v.url("/")).send().unwrap().status(), 429);
-    let g = generation(&v);
+    let g = v.generation();
     // An edit to another rule leaves "tb" as it was.
     edit(&v, |t| t.replace("limit = 1000", "limit = 2000"));
-    wait_generation_above(&v, g);
+    v.wait_generation_above(g);
     assert!(v
         .log_text()
         .contains("rate_limit other: limit 1000 -> 2000"));
@@ -363,7 +346,7 @@ fn fifty_reloads_under_load() {
                 }
             });
         }
-        let mut g = generation(&v);
+        let mut g = v.generation();
         for i in 0..50 {
             let written = Instant::now();
             edit(&v, |t| {
@@ -376,7 +359,7 @@ fn fifty_reloads_under_load() {
                     .replace("limit = 100001", "LIMIT")
                     .replace("LIMIT", limit)
             });
-            g = wait_generation_above(&v, g);
+            g = v.wait_generation_above(g);
             latencies.push(written.elapsed());
         }
         stop.store(true, Ordering::SeqCst);

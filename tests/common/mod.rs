@@ -286,6 +286,27 @@ impl Vestibule {
         serde_json::from_str(&body).expect("status is JSON")
     }
 
+    /// The config generation `/status` reports.
+    pub fn generation(&self) -> u64 {
+        self.status()["generation"]
+            .as_u64()
+            .expect("generation is a number")
+    }
+
+    /// Waits (up to 5 s) for a generation above `previous`, and returns it.
+    pub fn wait_generation_above(&self, previous: u64) -> u64 {
+        let mut g = previous;
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                g = self.generation();
+                g > previous
+            }),
+            "no reload after 5 s:\n{}",
+            self.log_text()
+        );
+        g
+    }
+
     pub fn metrics(&self) -> String {
         self.admin_get("/metrics").1
     }
@@ -383,4 +404,13 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     f()
+}
+
+/// Every `Set-Cookie` value of a response.
+pub fn set_cookies(resp: &reqwest::blocking::Response) -> Vec<&str> {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|h| h.to_str().expect("Set-Cookie is text"))
+        .collect()
 }
