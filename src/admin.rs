@@ -143,10 +143,12 @@ fn room_status(room: &Room, now: crate::time::Timestamp) -> Value {
             allow_percentage,
             wait_period,
             allow_period,
+            closed_refresh,
         } => {
             v["allow_percentage"] = json!(allow_percentage);
             v["wait_period_seconds"] = json!(secs(*wait_period));
             v["allow_period_seconds"] = json!(secs(*allow_period));
+            v["closed_refresh_seconds"] = json!(secs(*closed_refresh));
         }
         Admission::Capacity(cap) => {
             v["new_users_per_minute"] = json!(cap.new_users_per_minute);
@@ -188,10 +190,16 @@ fn authorized(session: &ServerSession, token: &str) -> bool {
     let Some(value) = session.req_header().headers.get(header::AUTHORIZATION) else {
         return false;
     };
-    let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else {
+    // The scheme is case-insensitive (RFC 9110 §11.1); the token is compared in constant time.
+    let value = value.as_bytes();
+    let Some((scheme, given)) = value
+        .iter()
+        .position(|b| *b == b' ')
+        .map(|i| (&value[..i], value[i + 1..].trim_ascii()))
+    else {
         return false;
     };
-    given.ct_eq(token.as_bytes()).into()
+    scheme.eq_ignore_ascii_case(b"bearer") && bool::from(given.ct_eq(token.as_bytes()))
 }
 
 #[async_trait]

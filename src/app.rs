@@ -64,7 +64,7 @@ impl App {
     pub fn reload(&self, trigger: &str, now: Timestamp) -> Result<u64, ConfigErrors> {
         let _one_at_a_time = self.reloading.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.snapshot();
-        let mut new = match Snapshot::load(&self.config_path, Some(&old), &self.state, now) {
+        let new = match Snapshot::load(&self.config_path, Some(&old), &self.state, now) {
             Ok(new) => new,
             Err(errors) => {
                 for e in &errors.0 {
@@ -90,12 +90,11 @@ impl App {
                 return Err(errors);
             }
         };
-        for (key, from, to) in diff::needs_restart(&old.config, &new.config) {
+        for (key, from, to) in &new.pending_restart {
             log::warn!(
                 "reload ({trigger}): {key} {from} -> {to} needs a restart to take effect; the rest of the edit is applied"
             );
         }
-        diff::keep_restart_settings(&mut new.config, &old.config);
         let changes = describe_changes(&old, &new);
         for w in new.warnings.iter().filter(|w| !old.warnings.contains(w)) {
             log::warn!("{w}");

@@ -147,7 +147,8 @@ impl IdentityPolicy {
     /// when `trusted_proxies` is set, since anyone can send it.
     pub fn identify(&self, client_ip: IpAddr, peer: IpAddr, header: Option<&[u8]>) -> Identity {
         if let (Source::Header(_), Some(value)) = (&self.source, header) {
-            let believed = self.trusted_proxies.is_empty() || self.is_trusted(peer);
+            // Only a trusted layer may name the user (config validation requires one).
+            let believed = self.is_trusted(peer);
             let value = trim_ascii(value);
             if believed && !value.is_empty() {
                 return Identity::of_header(value);
@@ -387,7 +388,7 @@ mod tests {
 
     #[test]
     fn header_source() {
-        let mut p = policy(&[]);
+        let mut p = policy(&["127.0.0.1/32"]);
         p.source = Source::Header(http::HeaderName::from_static("auth-user-id"));
         let peer = ip("127.0.0.1");
         let id = p.identify(peer, peer, Some(b"alice@example.com"));
@@ -399,7 +400,9 @@ mod tests {
         let huge = vec![b'x'; 10_000];
         let id = p.identify(peer, peer, Some(&huge));
         assert!(id.as_str().starts_with("h-") && id.as_str().len() == 34);
-        // With trusted proxies configured, only they may set the header.
+        // Only trusted proxies may set the header; with none, nobody may.
+        p.trusted_proxies = vec![];
+        assert_eq!(p.identify(peer, peer, Some(b"alice")).as_str(), "127.0.0.1");
         p.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
         let outsider = ip("203.0.113.1");
         assert_eq!(

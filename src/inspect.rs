@@ -63,7 +63,7 @@ pub fn inspect(
         );
     }
     if let Some(v) = c.acc {
-        let _ = writeln!(out, "acc      {}", when(v));
+        let _ = writeln!(out, "acc      {v} ms (admitted {})", when(v / 1000));
     }
     if let Some(v) = c.chk {
         let _ = writeln!(
@@ -78,7 +78,7 @@ pub fn inspect(
     let sig = hex::encode(token.signature());
     let _ = writeln!(out, "sig      0x{}…", &sig[..16]);
     if c.dec == Dec::Wait && c.is_lottery() {
-        let draw = token.draw() * 100.0;
+        let draw = token.draw(ring).unwrap_or(1.0) * 100.0;
         let _ = writeln!(
             out,
             "draw     {draw:.2} (wins in a lottery room whose allow_percentage is above this)"
@@ -113,6 +113,7 @@ pub fn inspect(
                 Reject::BadSignature => "the signature does not match: the fields were changed, or the key's secret differs",
                 Reject::WrongUser => "it belongs to another identity",
                 Reject::Expired => "the allow token has expired",
+                Reject::Revoked => "the origin ended this session",
             };
             let _ = writeln!(out, "verdict: invalid ({}): {why}", reason.as_str());
             (out, false)

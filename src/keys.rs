@@ -13,7 +13,7 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
-use sha2::Sha512;
+use sha2::{Sha256, Sha512};
 
 use crate::config::error::{from_toml, ConfigError, ConfigErrors};
 use crate::config::locate::line_of_key;
@@ -33,6 +33,9 @@ pub type HmacSha512 = Hmac<Sha512>;
 pub struct SigningKey {
     id: String,
     mac: HmacSha512,
+    /// Keyed with a key derived from this one, for the draws of tokens this key signed: nobody
+    /// without the ring can compute whether a token wins.
+    draw_mac: Hmac<Sha256>,
     /// SHA-256 of the key bytes, to tell "same id, new secret" apart in reload diffs without
     /// keeping or showing the secret itself.
     fingerprint: [u8; 32],
@@ -40,13 +43,29 @@ pub struct SigningKey {
 
 impl SigningKey {
     pub fn new(id: &str, secret: &[u8]) -> SigningKey {
-        use sha2::{Digest, Sha256};
+        use sha2::Digest;
+        let mac = HmacSha512::new_from_slice(secret).unwrap_or_else(|_| unreachable!());
+        // A key of its own for draws (domain-separated), so draw seeds reveal nothing about
+        // signatures and the other way round.
+        let mut derive = mac.clone();
+        derive.update(b"vestibule draw key v1");
+        let draw_key = derive.finalize().into_bytes();
         SigningKey {
             id: id.to_owned(),
             // HMAC accepts keys of any length.
-            mac: HmacSha512::new_from_slice(secret).unwrap_or_else(|_| unreachable!()),
+            mac,
+            draw_mac: Hmac::<Sha256>::new_from_slice(&draw_key[..32])
+                .unwrap_or_else(|_| unreachable!()),
             fingerprint: Sha256::digest(secret).into(),
         }
+    }
+
+    /// The seed of the draws of a token this key signed: HMAC-SHA256 of its signature under the
+    /// derived draw key.
+    pub fn draw_seed(&self, signature: &[u8]) -> [u8; 32] {
+        let mut mac = self.draw_mac.clone();
+        mac.update(signature);
+        mac.finalize().into_bytes().into()
     }
 
     pub fn id(&self) -> &str {

@@ -27,7 +27,7 @@ pub struct Handles {
 pub struct RoomHandles {
     pub decisions: [IntCounter; 5],
     pub admitted: IntCounter,
-    pub rejected: [IntCounter; 5],
+    pub rejected: [IntCounter; 6],
 }
 
 /// The registry and handles to every family.

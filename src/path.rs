@@ -3,8 +3,11 @@
 //! Prefix rules are only as good as the path they test. `/static/../checkout` and
 //! `/%73tatic/` must not slip past a `bypass_paths = ["/static/"]` or a guarded `/checkout`, so
 //! matching uses a normalised path: unreserved characters percent-decoded, `.` and `..` segments
-//! resolved, runs of `/` collapsed. Encoded slashes (`%2F`) stay encoded, as origins do not
-//! treat them as separators. The request forwarded to the origin is not rewritten.
+//! resolved, runs of `/` collapsed. Slashes in any spelling count as separators: `%2F`, and `\`
+//! or `%5C` (which many servers and frameworks read as `/`). An origin that decodes
+//! `/static/..%2fcheckout` serves `/checkout`, so that is the path the rooms and rules see: a
+//! bypass prefix never matches a path that decodes to somewhere else (SPEC §11). The request
+//! forwarded to the origin is not rewritten.
 
 use std::borrow::Cow;
 
@@ -46,6 +49,7 @@ fn is_normal(path: &str) -> bool {
         && !path.ends_with("/.")
         && !path.ends_with("/..")
         && !path.contains('%')
+        && !path.contains('\\')
 }
 
 fn decode_unreserved(path: &str) -> String {
@@ -64,6 +68,8 @@ fn decode_unreserved(path: &str) -> String {
             let b = hex_value(bytes[i + 1]) * 16 + hex_value(bytes[i + 2]);
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
                 out.push(b as char);
+            } else if b == b'/' || b == b'\\' {
+                out.push('/');
             } else {
                 // Keep other escapes, in one case, so equal paths compare equal.
                 out.push('%');
@@ -71,6 +77,11 @@ fn decode_unreserved(path: &str) -> String {
                 out.push(bytes[i + 2].to_ascii_uppercase() as char);
             }
             i += 3;
+            continue;
+        }
+        if bytes[i] == b'\\' {
+            out.push('/');
+            i += 1;
             continue;
         }
         // `path` is a &str, so slicing at char boundaries keeps it valid.
@@ -87,11 +98,6 @@ fn hex_value(b: u8) -> u8 {
         b'a'..=b'f' => b - b'a' + 10,
         _ => b - b'A' + 10,
     }
-}
-
-/// Whether `path` (normalised) falls under `prefix`.
-pub fn has_prefix(path: &str, prefix: &str) -> bool {
-    path.starts_with(prefix)
 }
 
 #[cfg(test)]
@@ -112,8 +118,17 @@ mod tests {
         assert_eq!(normalize("//static//x"), "/static/x");
         assert_eq!(normalize("/%73tatic/x"), "/static/x");
         assert_eq!(normalize("/static/%2e%2e/checkout"), "/checkout");
-        assert_eq!(normalize("/a/%2Fb"), "/a/%2Fb");
-        assert_eq!(normalize("/a/%2fb"), "/a/%2Fb");
+        assert_eq!(normalize("/a/%2Fb"), "/a/b");
+        assert_eq!(normalize("/a/%2fb"), "/a/b");
+        assert_eq!(normalize("/a/%3fb"), "/a/%3Fb");
+        // Encoded and backslash traversal resolve like the plain kind.
+        assert_eq!(normalize("/static/..%2fcheckout"), "/checkout");
+        assert_eq!(normalize("/static/..%2Fcheckout"), "/checkout");
+        assert_eq!(normalize("/static/%2e%2e%2fcheckout"), "/checkout");
+        assert_eq!(normalize("/static/..%5ccheckout"), "/checkout");
+        assert_eq!(normalize("/static/..\\checkout"), "/checkout");
+        assert_eq!(normalize("/static\\app.css"), "/static/app.css");
+        assert_eq!(normalize("/static/%2e%2e/%2e%2e/checkout"), "/checkout");
         assert_eq!(normalize("/../../etc"), "/etc");
         assert_eq!(normalize("/static/.."), "/");
         assert_eq!(normalize("/static/x/.."), "/static/");

@@ -59,8 +59,8 @@ pub struct RequestCtx {
     decision: Option<Decision>,
     /// `Set-Cookie` to add to the forwarded response.
     set_cookie: Option<String>,
-    /// Capacity rooms: the minute the admitted user is counted in (what a revoke undoes).
-    counted_minute: Option<u64>,
+    /// Capacity rooms: the admitted user's place (what a revoke gives back).
+    place: Option<crate::room::Place>,
     /// Each rule checked, with its verdict (for the access log).
     rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
     /// Concurrency slots. They are returned before the last bytes of the answer are written
@@ -92,7 +92,7 @@ impl ProxyHttp for Proxy {
             room: None,
             decision: None,
             set_cookie: None,
-            counted_minute: None,
+            place: None,
             rule_outcomes: SmallVec::new(),
             slots: SmallVec::new(),
             quotas: SmallVec::new(),
@@ -174,6 +174,7 @@ impl ProxyHttp for Proxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
+        single_content_length(upstream)?;
         strip_room_cookies(upstream, ctx.snapshot.rooms.cookie_names())?;
         if let Some(peer) = ctx.peer_ip {
             let trusted = ctx.snapshot.config.identity.is_trusted(peer);
@@ -189,17 +190,19 @@ impl ProxyHttp for Proxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        // The command never reaches the client, on informational answers (103) either.
+        let command = upstream_response.remove_header(COMMAND_HEADER);
         if upstream_response.status.is_informational() {
             return Ok(());
         }
-        // The origin ends this user's session: the command never reaches the client, and the
-        // room cookie is deleted (their next request is a new arrival).
-        if let Some(command) = upstream_response.remove_header(COMMAND_HEADER) {
+        // The origin ends this user's session: the room cookie is deleted (their next request
+        // is a new arrival).
+        if let Some(command) = command {
             let revoke = command
                 .to_str()
                 .is_ok_and(|c| c.trim().eq_ignore_ascii_case("revoke"));
             if let (true, Some(room)) = (revoke, ctx.room.and_then(|i| ctx.snapshot.rooms.get(i))) {
-                room.revoke(ctx.counted_minute.take(), Timestamp::now());
+                room.revoke(ctx.place.take(), Timestamp::now());
                 ctx.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.secure));
             }
         }
@@ -274,7 +277,10 @@ impl ProxyHttp for Proxy {
             self.app.metrics.upstream_unavailable.inc();
         }
         ctx.slots.clear();
-        let written = write_error_page(session, &ctx.snapshot, code).await;
+        // A user let in by this request keeps the admission: a retry presents the allow token
+        // instead of arriving (and being counted) again.
+        let set_cookie = ctx.set_cookie.take();
+        let written = write_error_page(session, &ctx.snapshot, code, set_cookie).await;
         if let Err(err) = written {
             log::debug!("could not write the {code} page: {err}");
         }
@@ -407,7 +413,7 @@ impl Proxy {
                 return Answer::RoomPage(route.index, outcome);
             }
             ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);
-            ctx.counted_minute = outcome.counted_minute;
+            ctx.place = outcome.place;
         }
         match self.check_rules(snapshot, Scope::Origin, &view, now, ctx) {
             Some(limited) => Answer::RateLimited(limited),
@@ -474,13 +480,20 @@ impl Proxy {
     }
 }
 
-/// The request's host, lowercase, without port or trailing dot.
+/// The host a request is routed by, lowercase, without port or trailing dot: the authority of
+/// the request target when it has one (an absolute-form target, RFC 9112 §3.2.2, or HTTP/2's
+/// `:authority`), else the `Host` header. Pingora refuses a request whose `Host` contradicts its
+/// absolute-form target, and sends the origin the same authority as `Host`, so the room that
+/// decides is always the room of the host the origin serves.
 fn request_host(req: &RequestHeader) -> String {
-    let raw = req
-        .headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri.host())
+    // Pingora keeps an absolute-form target's authority in the raw target only (its URI holds
+    // the path); HTTP/2 carries it in the URI.
+    let absolute = pingora::protocols::http::authority::raw_target_authority(req.raw_path())
+        .authority()
+        .and_then(|a| std::str::from_utf8(a).ok());
+    let raw = absolute
+        .or_else(|| req.uri.authority().map(|a| a.as_str()))
+        .or_else(|| req.headers.get(header::HOST).and_then(|v| v.to_str().ok()))
         .unwrap_or("");
     let host = if let Some(rest) = raw.strip_prefix('[') {
         rest.split(']').next().unwrap_or("")
@@ -524,7 +537,10 @@ async fn write_room_page(
             extra.push(("Set-Cookie", v));
         }
     }
-    if matches!(outcome.decision, Decision::Anon | Decision::Wait) {
+    if matches!(
+        outcome.decision,
+        Decision::Anon | Decision::Wait | Decision::Deny
+    ) {
         let refresh = HeaderValue::from(outcome.refresh_secs);
         extra.push(("Retry-After", refresh.clone()));
         extra.push(("Refresh", refresh));
@@ -696,9 +712,17 @@ pub(crate) async fn respond(
     Ok(())
 }
 
-async fn write_error_page(session: &mut Session, snapshot: &Snapshot, code: u16) -> Result<()> {
+async fn write_error_page(
+    session: &mut Session,
+    snapshot: &Snapshot,
+    code: u16,
+    set_cookie: Option<String>,
+) -> Result<()> {
     let retry_after = 5u64;
-    let extra = vec![("Retry-After", HeaderValue::from(retry_after))];
+    let mut extra = vec![("Retry-After", HeaderValue::from(retry_after))];
+    if let Some(v) = set_cookie.and_then(|v| HeaderValue::try_from(v).ok()) {
+        extra.push(("Set-Cookie", v));
+    }
     if wants_json(session) {
         let body = pages::json(&serde_json::json!({
             "error": if code == 502 { "origin_unavailable" } else { "proxy_error" },
@@ -724,17 +748,60 @@ async fn write_error_page(session: &mut Session, snapshot: &Snapshot, code: u16)
 }
 
 /// Removes every request header in our namespace: the origin must never see one, and a client
-/// must never be able to set one.
+/// must never be able to set one. `Vestibule_X` counts too: servers that map headers to
+/// variables (CGI, many frameworks) read `_` as `-`.
 fn strip_internal_headers(req: &mut RequestHeader) {
     let internal: Vec<http::HeaderName> = req
         .headers
         .keys()
-        .filter(|name| name.as_str().starts_with(INTERNAL_PREFIX))
+        .filter(|name| is_internal(name.as_str()))
         .cloned()
         .collect();
     for name in internal {
         req.remove_header(&name);
     }
+}
+
+/// Whether a (lowercase) header name is in our namespace, spelled with `-` or `_`.
+fn is_internal(name: &str) -> bool {
+    name.len() >= INTERNAL_PREFIX.len()
+        && name.as_bytes()[..INTERNAL_PREFIX.len()]
+            .iter()
+            .zip(INTERNAL_PREFIX.as_bytes())
+            .all(|(a, b)| a == b || (*a == b'_' && *b == b'-'))
+}
+
+/// `Content-Length` as one value: several equal values (`3, 3`, or the header twice) become one;
+/// values that differ are refused (Pingora refuses them first; this holds whatever reaches here).
+fn single_content_length(req: &mut RequestHeader) -> Result<()> {
+    let values = req.headers.get_all(header::CONTENT_LENGTH);
+    let mut iter = values.iter();
+    let (Some(first), second) = (iter.next(), iter.next()) else {
+        return Ok(());
+    };
+    if second.is_none() && !first.as_bytes().contains(&b',') {
+        return Ok(());
+    }
+    let mut length: Option<u64> = None;
+    for item in values
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+    {
+        let item = item.trim_ascii();
+        let parsed = std::str::from_utf8(item)
+            .ok()
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|t| t.parse::<u64>().ok());
+        match (parsed, length) {
+            (Some(n), None) => length = Some(n),
+            (Some(n), Some(m)) if n == m => {}
+            _ => return Error::e_explain(ErrorType::HTTPStatus(400), "ambiguous Content-Length"),
+        }
+    }
+    if let Some(n) = length {
+        req.insert_header(header::CONTENT_LENGTH, n)?;
+    }
+    Ok(())
 }
 
 /// Appends the TCP peer to `X-Forwarded-For`. A chain is kept only when the peer is a trusted
@@ -798,9 +865,27 @@ mod tests {
         let mut req = RequestHeader::build("GET", b"/", None).unwrap();
         req.append_header("Vestibule-Command", "revoke").unwrap();
         req.append_header("vestibule-decision", "allow").unwrap();
+        req.append_header("Vestibule_X", "1").unwrap();
+        req.append_header("vestibule_command", "revoke").unwrap();
         req.append_header("x-keep", "1").unwrap();
+        req.append_header("vestibulex", "1").unwrap();
         strip_internal_headers(&mut req);
-        assert_eq!(req.headers.len(), 1);
+        assert_eq!(req.headers.len(), 2);
         assert!(req.headers.contains_key("x-keep"));
+        assert!(req.headers.contains_key("vestibulex"));
+    }
+
+    #[test]
+    fn content_length_becomes_one_value() {
+        let mut req = RequestHeader::build("POST", b"/", None).unwrap();
+        req.append_header("content-length", "3, 3").unwrap();
+        single_content_length(&mut req).unwrap();
+        assert_eq!(req.headers.get_all("content-length").iter().count(), 1);
+        assert_eq!(req.headers["content-length"], "3");
+        req.append_header("content-length", "3").unwrap();
+        single_content_length(&mut req).unwrap();
+        assert_eq!(req.headers["content-length"], "3");
+        req.append_header("content-length", "4").unwrap();
+        assert!(single_content_length(&mut req).is_err());
     }
 }

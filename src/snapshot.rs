@@ -33,6 +33,8 @@ pub struct Snapshot {
     pub rules: RuleSet,
     /// Problems worth a look that do not stop loading.
     pub warnings: Vec<String>,
+    /// Settings the file changed that wait for a restart, as `(key, in service, in the file)`.
+    pub pending_restart: Vec<(&'static str, String, String)>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -54,7 +56,12 @@ impl Snapshot {
         state: &State,
         now: Timestamp,
     ) -> Result<Snapshot, ConfigErrors> {
-        let config = Config::load(path)?;
+        let mut config = Config::load(path)?;
+        // A reload keeps the sockets in service: validate the config as it will actually run.
+        let pending_restart = match previous {
+            Some(prev) => config.keep_restart_settings(&prev.config)?,
+            None => Vec::new(),
+        };
         let mut errors: Vec<ConfigError> = Vec::new();
         let mut warnings = Vec::new();
 
@@ -144,6 +151,7 @@ impl Snapshot {
                 rooms: RoomSet::new(rooms),
                 rules,
                 warnings,
+                pending_restart,
             }),
             _ => Err(ConfigErrors(errors)),
         }

@@ -60,6 +60,8 @@ pub enum Reject {
     BadSignature,
     WrongUser,
     Expired,
+    /// The token belongs to a session the origin ended (`Vestibule-Command: revoke`).
+    Revoked,
 }
 
 impl Reject {
@@ -76,15 +78,17 @@ impl Reject {
             Reject::BadSignature => "bad_signature",
             Reject::WrongUser => "wrong_user",
             Reject::Expired => "expired",
+            Reject::Revoked => "revoked",
         }
     }
 
-    pub const ALL: [Reject; 5] = [
+    pub const ALL: [Reject; 6] = [
         Reject::Malformed,
         Reject::UnknownKey,
         Reject::BadSignature,
         Reject::WrongUser,
         Reject::Expired,
+        Reject::Revoked,
     ];
 }
 
@@ -99,7 +103,8 @@ pub struct Claims {
     pub kid: String,
     /// Capacity rooms only: the minute of first arrival (FIFO order survives method switches).
     pub arr: Option<u64>,
-    /// Capacity rooms only: unix seconds when the user was admitted.
+    /// Capacity rooms only: unix milliseconds when the user was admitted (with `uid` and `arr`,
+    /// it names the session a revoke ends).
     pub acc: Option<u64>,
     /// Capacity rooms only: the minute this user was last counted (active or waiting).
     pub chk: Option<u64>,
@@ -264,17 +269,18 @@ impl Token {
         &self.sig
     }
 
-    /// A generator seeded by this token's signature: the same token always draws the same
-    /// numbers, so presenting it again cannot re-roll anything.
-    pub fn rng(&self) -> ChaCha20Rng {
-        let mut seed = [0u8; 32];
-        seed.copy_from_slice(&self.sig[..32]);
-        ChaCha20Rng::from_seed(seed)
+    /// A generator seeded by a keyed hash of this token's signature (the key derived from the
+    /// ring key that signed it): the same token always draws the same numbers, so presenting it
+    /// again cannot re-roll anything, and nobody without the key can tell what it will draw.
+    /// `None` when the signing key is not in `ring` (such a token is never trusted).
+    pub fn rng(&self, ring: &KeyRing) -> Option<ChaCha20Rng> {
+        let key = ring.get(&self.claims.kid)?;
+        Some(ChaCha20Rng::from_seed(key.draw_seed(&self.sig)))
     }
 
-    /// A uniform draw in [0, 1) fixed for this token.
-    pub fn draw(&self) -> f64 {
-        unit_interval(self.rng().next_u64())
+    /// A uniform draw in [0, 1) fixed for this token (see [`Token::rng`]).
+    pub fn draw(&self, ring: &KeyRing) -> Option<f64> {
+        self.rng(ring).map(|mut rng| unit_interval(rng.next_u64()))
     }
 }
 
@@ -624,13 +630,33 @@ mod tests {
     }
 
     #[test]
-    fn draws_are_fixed_per_token() {
+    fn draws_are_fixed_per_token_and_need_the_key() {
         let ring = ring();
         let value = Claims::new(Dec::Wait, 2_000, &alice(), "key1").sign(ring.active());
         let t = Token::parse(value.as_bytes()).unwrap();
-        let d = t.draw();
+        let d = t.draw(&ring).unwrap();
         assert!((0.0..1.0).contains(&d));
-        assert_eq!(Token::parse(value.as_bytes()).unwrap().draw(), d);
+        assert_eq!(Token::parse(value.as_bytes()).unwrap().draw(&ring), Some(d));
+        // The draw is not the signature's own bits (what anyone could read off the cookie).
+        let mut seed = [0u8; 32];
+        seed.copy_from_slice(&t.signature()[..32]);
+        let public = unit_interval(rand_chacha::rand_core::RngCore::next_u64(
+            &mut ChaCha20Rng::from_seed(seed),
+        ));
+        assert_ne!(public, d);
+        // Another ring with the same key id draws differently; a ring without it cannot draw.
+        let other = KeyRing::from_entries(
+            "key1",
+            &[("key1", "b3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXI=")],
+        )
+        .unwrap();
+        assert_ne!(t.draw(&other), Some(d));
+        let elsewhere = KeyRing::from_entries(
+            "key9",
+            &[("key9", "b3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXI=")],
+        )
+        .unwrap();
+        assert_eq!(t.draw(&elsewhere), None);
     }
 
     #[test]

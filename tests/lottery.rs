@@ -14,32 +14,8 @@ use vestibule::keys::KeyRing;
 use vestibule::time::Timestamp;
 use vestibule::token::{Claims, Dec};
 
-fn ring() -> KeyRing {
-    KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap()
-}
-
-fn localhost() -> Identity {
-    Identity::of_ip("127.0.0.1".parse().unwrap(), 64)
-}
-
-fn mint(dec: Dec, exp: u64, uid: &Identity) -> String {
-    Claims::new(dec, exp, uid, "key1").sign(ring().active())
-}
-
 fn room(extra: &str) -> String {
     format!("[[room]]\nname = \"shop\"\npages = \"pages\"\n{extra}\n")
-}
-
-/// The room cookie value a response sets, if any.
-fn room_cookie(resp: &Response, name: &str) -> Option<String> {
-    resp.headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| {
-            v.strip_prefix(&format!("{name}="))
-                .map(|rest| rest.split(';').next().unwrap_or("").to_owned())
-        })
 }
 
 fn json_get(c: &Client, url: &str, cookie: Option<&str>, xff: Option<&str>) -> Response {
@@ -183,26 +159,42 @@ fn wait_allow_deny_bypass_and_json() {
     assert!(metric_value(&metrics, "vestibule_room_admitted_total{room=\"shop\"}") >= 1.0);
 }
 
+/// At 0 % the room is closed: newcomers get the deny page and a place in line, admitted users
+/// keep access, and nobody's cookie is deleted.
 #[test]
-fn deny_at_zero_deletes_the_cookie() {
+fn a_closed_room_keeps_visitors_in_line() {
     let origin = Origin::start();
     let v = Setup::new(origin.addr)
-        .extra(&room("allow_percentage = 0\nwait_status = 503"))
+        .extra(&room(
+            "allow_percentage = 0
+wait_status = 503
+closed_refresh = \"45s\"",
+        ))
         .start();
-    let allow = mint(Dec::Allow, Timestamp::now().secs() + 3600, &localhost());
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["refresh"], "45");
+    assert_eq!(resp.headers()["retry-after"], "45");
+    let wait = room_cookie(&resp, "waiting_room").expect("a place in line");
+    assert!(wait.starts_with("dec=wait&"), "{wait}");
+    assert!(resp.text().unwrap().contains("closed"));
+    // Coming back with it: still closed, the cookie stands.
     let resp = client()
         .get(v.url("/"))
-        .header("Cookie", format!("waiting_room={allow}"))
+        .header("Cookie", format!("waiting_room={wait}"))
         .send()
         .unwrap();
     assert_eq!(resp.status(), 503);
-    let set = resp.headers()["set-cookie"].to_str().unwrap();
-    assert!(
-        set.starts_with("waiting_room=deleted;") && set.contains("Max-Age=0"),
-        "{set}"
-    );
-    assert!(resp.headers().get("refresh").is_none());
-    assert!(resp.text().unwrap().contains("closed"));
+    assert!(set_cookies(&resp).is_empty(), "{:?}", set_cookies(&resp));
+    // Admitted users keep access.
+    let allow = mint(Dec::Allow, Timestamp::now().secs() + 3600, &localhost());
+    let resp = client()
+        .get(v.url("/__echo"))
+        .header("Cookie", format!("waiting_room={allow}"))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().unwrap().contains("\"headers\""));
 }
 
 #[test]
@@ -439,53 +431,72 @@ fn token_inspect_reads_a_cookie_from_the_proxy() {
 }
 
 /// 5,000 users through trusted X-Forwarded-For at 30 %: the admitted share is within 4σ of
-/// 0.30, and presenting a token again never changes its outcome.
+/// 0.30, and presenting a token again within its window never changes its outcome.
 #[test]
 fn admission_rate_matches_the_percentage() {
     const USERS: usize = 5_000;
     const WORKERS: usize = 8;
+    const WAIT: u64 = 5;
     let origin = Origin::start();
     let v = Setup::new(origin.addr)
-        .extra(&room("allow_percentage = 30\nwait_period = \"1s\""))
-        .extra("[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]")
+        .extra(&room(&format!(
+            "allow_percentage = 30\nwait_period = \"{WAIT}s\""
+        )))
+        .extra(TRUST_LOCAL)
         .start();
     let url = v.url("/__echo");
     let ip = |i: usize| format!("10.{}.{}.{}", i >> 16 & 255, i >> 8 & 255, i & 255);
-    let run = |f: &(dyn Fn(&Client, usize) + Sync)| {
+    let run = |users: &[usize], f: &(dyn Fn(&Client, usize) + Sync)| {
         std::thread::scope(|s| {
             for w in 0..WORKERS {
                 s.spawn(move || {
                     let c = client();
-                    for i in (w..USERS).step_by(WORKERS) {
-                        f(&c, i);
+                    for i in users.iter().skip(w).step_by(WORKERS) {
+                        f(&c, *i);
                     }
                 });
             }
         });
     };
+    let everyone: Vec<usize> = (0..USERS).collect();
     let tokens = Arc::new(Mutex::new(HashMap::new()));
-    run(&|c, i| {
+    run(&everyone, &|c, i| {
         let resp = json_get(c, &url, None, Some(&ip(i)));
         let token = room_cookie(&resp, "waiting_room").expect("wait token");
         tokens.lock().unwrap().insert(i, token);
     });
-    // Every wait token is eligible within two wait periods.
-    std::thread::sleep(Duration::from_millis(2_100));
+    // A wait token is drawn within one wait period after its exp, so users are drawn in groups
+    // of one exp each, as each comes due.
+    let mut by_exp: std::collections::BTreeMap<u64, Vec<usize>> = Default::default();
+    for (i, token) in tokens.lock().unwrap().iter() {
+        let exp = vestibule::token::Token::parse(token.as_bytes())
+            .unwrap()
+            .claims
+            .exp;
+        by_exp.entry(exp).or_default().push(*i);
+    }
     let outcomes = Arc::new(Mutex::new(HashMap::new()));
-    run(&|c, i| {
-        let token = tokens.lock().unwrap()[&i].clone();
-        let first = decision_of(json_get(c, &url, Some(&token), Some(&ip(i))));
-        outcomes.lock().unwrap().insert(i, first);
-    });
-    run(&|c, i| {
-        let token = tokens.lock().unwrap()[&i].clone();
-        let again = decision_of(json_get(c, &url, Some(&token), Some(&ip(i))));
-        assert_eq!(
-            again,
-            outcomes.lock().unwrap()[&i],
-            "user {i}: re-sending changed the outcome"
+    for (exp, users) in &by_exp {
+        let due = std::time::UNIX_EPOCH + Duration::from_secs(*exp) + Duration::from_millis(50);
+        if let Ok(wait) = due.duration_since(std::time::SystemTime::now()) {
+            std::thread::sleep(wait);
+        }
+        run(users, &|c, i| {
+            let token = tokens.lock().unwrap()[&i].clone();
+            let first = decision_of(json_get(c, &url, Some(&token), Some(&ip(i))));
+            let again = decision_of(json_get(c, &url, Some(&token), Some(&ip(i))));
+            assert_eq!(again, first, "user {i}: re-sending changed the outcome");
+            outcomes.lock().unwrap().insert(i, first);
+        });
+        let late = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(
+            late < exp + WAIT,
+            "the group of exp {exp} took longer than its window"
         );
-    });
+    }
     let outcomes = outcomes.lock().unwrap();
     let admitted = outcomes.values().filter(|d| *d == "allow").count();
     assert!(

@@ -224,10 +224,12 @@ fn room_fields(r: &RoomConfig) -> Fields {
             allow_percentage,
             wait_period,
             allow_period,
+            closed_refresh,
         } => {
             f.push(("allow_percentage", allow_percentage.to_string()));
             f.push(("wait_period", duration(*wait_period)));
             f.push(("allow_period", duration(*allow_period)));
+            f.push(("closed_refresh", duration(*closed_refresh)));
         }
         Admission::Capacity(c) => {
             f.push(("new_users_per_minute", c.new_users_per_minute.to_string()));

@@ -148,6 +148,8 @@ pub struct RoomFile {
     pub wait_period: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub allow_period: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub closed_refresh: Option<Duration>,
     pub cookie_name: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub cookie_lifetime: Option<Duration>,

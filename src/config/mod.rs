@@ -116,6 +116,8 @@ pub enum Admission {
         allow_percentage: u8,
         wait_period: Duration,
         allow_period: Duration,
+        /// At 0 %: how often the `deny` page checks again.
+        closed_refresh: Duration,
     },
     /// Admission follows capacity: new users per minute and total active users.
     Capacity(CapacityConfig),
@@ -280,6 +282,23 @@ impl Config {
     /// Validates a config text; `path` labels errors and anchors relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
         validate::parse(text, path)
+    }
+
+    /// Takes the restart-only settings of `serving` (the sockets already open) and checks that
+    /// the result is sound as it will run. Returns the settings the edit would change, as
+    /// `(key, old, new)`, which wait for a restart.
+    pub fn keep_restart_settings(
+        &mut self,
+        serving: &Config,
+    ) -> Result<Vec<(&'static str, String, String)>, ConfigErrors> {
+        let pending = diff::needs_restart(serving, self);
+        diff::keep_restart_settings(self, serving);
+        let errors = validate::check_as_run(self);
+        if errors.is_empty() {
+            Ok(pending)
+        } else {
+            Err(ConfigErrors(errors))
+        }
     }
 
     /// Pingora's server settings, derived from ours.

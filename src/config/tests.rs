@@ -48,7 +48,8 @@ fn room_defaults_follow_the_spec() {
         Admission::Lottery {
             allow_percentage: 50,
             wait_period: Duration::from_secs(30),
-            allow_period: Duration::from_secs(3600)
+            allow_period: Duration::from_secs(3600),
+            closed_refresh: Duration::from_secs(60),
         }
     );
     assert_eq!(r.cookie.name, "waiting_room");
@@ -278,4 +279,56 @@ fn pingora_conf_bounds_shutdown() {
     assert_eq!(p.pid_file, "/tmp/vestibule.pid");
     let c = parse(&format!("{MINIMAL}[server]\ngraceful_shutdown = \"0s\"\n")).unwrap();
     assert_eq!(c.pingora_conf().grace_period_seconds, Some(0));
+}
+
+#[test]
+fn a_header_identity_needs_trusted_proxies() {
+    let e = errors(&format!("{MINIMAL}[identity]\nsource = \"header\"\n"));
+    assert!(
+        e.contains("vestibule.toml:4: identity.source: \"header\" needs identity.trusted_proxies"),
+        "{e}"
+    );
+    let ok = parse(&format!(
+        "{MINIMAL}[identity]\nsource = \"header\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n"
+    ));
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[test]
+fn prefixes_are_matched_in_their_normal_form() {
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\npaths = [\"/shop//cart\"]\nbypass_paths = [\"/%73tatic/\", \"/a\\\\b\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.rooms[0].paths, ["/shop/cart"]);
+    assert_eq!(c.rooms[0].bypass_paths, ["/static/", "/a/b"]);
+}
+
+#[test]
+fn a_reload_is_checked_with_the_sockets_in_service() {
+    let serving = parse(&format!(
+        "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef\"\n"
+    ))
+    .unwrap();
+    // Moving to loopback and dropping the token: the move waits for a restart, so the token
+    // must stay.
+    let mut edited = parse(&format!("{MINIMAL}[admin]\nlisten = \"127.0.0.1:9901\"\n")).unwrap();
+    let e = edited
+        .keep_restart_settings(&serving)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("admin.token") && e.contains("until a restart"),
+        "{e}"
+    );
+    // Changing only the token is fine, and a listen change is reported as pending.
+    let mut edited = parse(&format!(
+        "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9902\"\ntoken = \"fedcba9876543210\"\n"
+    ))
+    .unwrap();
+    let pending = edited.keep_restart_settings(&serving).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].0, "admin.listen");
+    assert_eq!(edited.admin.listen, serving.admin.listen);
+    assert_eq!(edited.admin.token.as_deref(), Some("fedcba9876543210"));
 }

@@ -164,11 +164,8 @@ impl Validator<'_> {
     fn admin(&mut self, file: &FileConfig) -> Option<AdminConfig> {
         let listen = self.socket_addr("admin.listen".into(), &file.admin.listen)?;
         let token = Some(file.admin.token.clone()).filter(|t| !t.is_empty());
-        if !listen.ip().is_loopback() && token.is_none() {
-            self.err(
-                "admin.token",
-                format!("is required because admin.listen ({listen}) is not a loopback address"),
-            );
+        if let Some(message) = admin_token_missing(listen, token.as_deref()) {
+            self.err("admin.token", message);
         }
         if token.as_ref().is_some_and(|t| t.len() < 16) {
             self.err("admin.token", "must be at least 16 characters");
@@ -205,6 +202,15 @@ impl Validator<'_> {
             );
         }
         let trusted_proxies = self.cidrs("identity.trusted_proxies", &i.trusted_proxies);
+        if matches!(source, Source::Header(_)) && i.trusted_proxies.is_empty() {
+            self.err(
+                "identity.source",
+                format!(
+                    "\"header\" needs identity.trusted_proxies: the {} header is believed only from a trusted proxy, and with none anyone could choose their identity",
+                    i.header.trim()
+                ),
+            );
+        }
         Some(IdentityPolicy {
             source,
             ipv6_prefix: i.ipv6_prefix,
@@ -291,6 +297,7 @@ impl Validator<'_> {
         })
     }
 
+    /// Path prefixes, in the normalised form request paths are matched in (`crate::path`).
     fn prefixes(&mut self, key: &str, values: &[String]) -> Vec<String> {
         for (i, p) in values.iter().enumerate() {
             if !p.starts_with('/') {
@@ -300,7 +307,10 @@ impl Validator<'_> {
                 );
             }
         }
-        values.to_vec()
+        values
+            .iter()
+            .map(|p| crate::path::normalize(p).into_owned())
+            .collect()
     }
 
     fn rooms(&mut self, rooms: &[RoomFile]) -> Vec<RoomConfig> {
@@ -445,6 +455,7 @@ impl Validator<'_> {
             ("allow_percentage", r.allow_percentage.is_some()),
             ("wait_period", r.wait_period.is_some()),
             ("allow_period", r.allow_period.is_some()),
+            ("closed_refresh", r.closed_refresh.is_some()),
         ];
         let capacity_only = [
             ("new_users_per_minute", r.new_users_per_minute.is_some()),
@@ -473,10 +484,21 @@ impl Validator<'_> {
                         self.err(k(field), "must be a whole number of seconds, at least 1s");
                     }
                 }
+                let closed_refresh = r.closed_refresh.unwrap_or(Duration::from_secs(60));
+                if closed_refresh < Duration::from_secs(5)
+                    || closed_refresh > Duration::from_secs(3600)
+                    || closed_refresh.subsec_nanos() != 0
+                {
+                    self.err(
+                        k("closed_refresh"),
+                        "must be a whole number of seconds between 5s and 1h",
+                    );
+                }
                 Some(Admission::Lottery {
                     allow_percentage: pct.clamp(0, 100) as u8,
                     wait_period,
                     allow_period,
+                    closed_refresh,
                 })
             }
             "random" | "fifo" => {
@@ -763,6 +785,31 @@ impl Validator<'_> {
             access: file.log.access,
         })
     }
+}
+
+/// Why the admin endpoint on `listen` cannot go without a token, if it cannot.
+fn admin_token_missing(listen: SocketAddr, token: Option<&str>) -> Option<String> {
+    (!listen.ip().is_loopback() && token.is_none())
+        .then(|| format!("is required because admin.listen ({listen}) is not a loopback address"))
+}
+
+/// Checks of a config as it will run after a reload: the restart-only settings of the config
+/// in service (sockets already open) with everything else from the new file. A reload must not
+/// apply an edit that is only safe together with a socket change it cannot make.
+pub(super) fn check_as_run(config: &Config) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    if let Some(message) = admin_token_missing(config.admin.listen, config.admin.token.as_deref()) {
+        let text = std::fs::read_to_string(&config.path).unwrap_or_default();
+        errors.push(
+            ConfigError::new(
+                &config.path,
+                Some("admin.token".to_owned()),
+                format!("{message} (the listener in service until a restart)"),
+            )
+            .at_line(line_of_key(&text, "admin.token")),
+        );
+    }
+    errors
 }
 
 fn canonical_net(net: IpNet) -> IpNet {

@@ -55,11 +55,11 @@ use crate::config::{CapacityConfig, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Estimates;
-use crate::store::{CounterKey, CounterKind, CounterStore, WindowCounter, WindowSpec};
+use crate::store::{CounterKey, CounterKind, CounterStore, SessionId, WindowCounter, WindowSpec};
 use crate::time::Timestamp;
-use crate::token::{unit_interval, Claims, Dec, Token};
+use crate::token::{unit_interval, Claims, Dec, Reject, Token};
 
-use super::{CookieAction, Decision, Outcome, Presented};
+use super::{CookieAction, Decision, Outcome, Place, Presented};
 
 /// Length of the check-in rate window.
 const CHECKIN_WINDOW: Duration = Duration::from_secs(10);
@@ -320,10 +320,17 @@ impl Capacity {
         }
     }
 
-    /// Ends an admitted user's session (origin said `Vestibule-Command: revoke`).
-    pub fn revoke(&self, counted: Option<u64>, now: Timestamp) {
-        if let Some(c) = counted.filter(|c| *c >= self.first_active_minute(now.minute())) {
-            self.add(CounterKind::Active, c, 0, -1, now);
+    /// Ends an admitted user's session (origin said `Vestibule-Command: revoke`). The place is
+    /// given back once: the session is remembered as revoked until every token of it has
+    /// expired, so a replayed copy of its cookie is a new arrival and a replayed revoke frees
+    /// nothing.
+    pub fn revoke(&self, place: Place, now: Timestamp) {
+        let until = Timestamp::from_secs((now.minute() + self.session_minutes + 2) * 60);
+        if !self.store.revoke(&self.scope, place.session, until, now) {
+            return;
+        }
+        if place.minute >= self.first_active_minute(now.minute()) {
+            self.add(CounterKind::Active, place.minute, 0, -1, now);
             self.invalidate();
         }
     }
@@ -502,10 +509,14 @@ impl Capacity {
         now: Timestamp,
     ) -> Outcome {
         let key = ring.active();
-        let claims = self.allow_claims(uid, key.id(), arrival, now.secs(), now);
+        let claims = self.allow_claims(uid, key.id(), arrival, now.millis(), now);
+        let place = Place {
+            session: session_of(&claims),
+            minute: now.minute(),
+        };
         let mut outcome = Outcome::new(Decision::Allow, CookieAction::Set(claims.sign(key).into()));
         outcome.admitted = true;
-        outcome.counted_minute = Some(now.minute());
+        outcome.place = Some(place);
         outcome
     }
 
@@ -516,13 +527,36 @@ impl Capacity {
         presented: &Presented,
         now: Timestamp,
     ) -> Outcome {
-        let minute = now.minute();
         let valid = presented.valid.as_ref();
 
-        // Admitted users keep access, whatever else holds the room.
+        // Admitted users keep access, whatever else holds the room, until their session is
+        // revoked: then they are a new arrival.
+        let mut revoked = false;
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
-            return self.keep_active(ring, uid, token, now);
+            if !self
+                .store
+                .is_revoked(&self.scope, session_of(&token.claims), now)
+            {
+                return self.keep_active(ring, uid, token, now);
+            }
+            revoked = true;
         }
+        let mut outcome = self.decide_unadmitted(ring, uid, valid.filter(|_| !revoked), now);
+        if revoked {
+            outcome.rejected = Some(Reject::Revoked);
+        }
+        outcome
+    }
+
+    /// Everyone but an admitted user: a waiting user checks in, anyone else arrives.
+    fn decide_unadmitted(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        valid: Option<&Arc<Token>>,
+        now: Timestamp,
+    ) -> Outcome {
+        let minute = now.minute();
 
         // A waiting user (a capacity token; a lottery wait token starts over).
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some()) {
@@ -556,14 +590,17 @@ impl Capacity {
         let c = &token.claims;
         let key = ring.active();
         let mut outcome = Outcome::new(Decision::Allow, CookieAction::Keep);
-        outcome.counted_minute = Some(minute);
+        outcome.place = Some(Place {
+            session: session_of(c),
+            minute,
+        });
         if c.chk == Some(minute) && c.kid == key.id() {
             return outcome;
         }
         if c.chk != Some(minute) {
             self.touch_active(c.chk, now);
         }
-        let accepted = c.acc.unwrap_or(now.secs());
+        let accepted = c.acc.unwrap_or(now.millis());
         let claims = self.allow_claims(uid, key.id(), c.arr, accepted, now);
         outcome.cookie = CookieAction::Set(claims.sign(key).into());
         outcome
@@ -584,7 +621,10 @@ impl Capacity {
             );
         }
         self.checkins.observe(0, 1, now);
-        let mut rng = token.rng();
+        let Some(mut rng) = token.rng(ring) else {
+            // Its key left the ring since it was checked: not trusted.
+            return self.decide_unadmitted(ring, uid, None, now);
+        };
         let draw = unit_interval(rng.next_u64());
         let jitter = unit_interval(rng.next_u64());
         if !self.queue_all {
@@ -609,6 +649,21 @@ impl Capacity {
 /// when each gets in within a minute with probability `per_minute`.
 pub fn random_wait_minutes(p: f64, per_minute: f64) -> f64 {
     (1.0 - p).ln() / (1.0 - per_minute).ln()
+}
+
+/// The session an allow token belongs to: every token of one admission carries the same
+/// identity, arrival and admission time, whichever minute it was renewed in.
+pub fn session_of(claims: &Claims) -> SessionId {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(claims.uid.as_bytes());
+    h.update([0]);
+    h.update(claims.arr.unwrap_or(u64::MAX).to_le_bytes());
+    h.update(claims.acc.unwrap_or(u64::MAX).to_le_bytes());
+    let digest = h.finalize();
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    SessionId(u64::from_le_bytes(bytes))
 }
 
 /// A uniform draw fixed for an identity arriving in a given second (the jitter of a first

@@ -2,18 +2,26 @@
 //!
 //! A new user gets a wait token expiring on a period boundary, `exp = (floor(now/d) + 2) * d`,
 //! so every token one identity gets within one bucket is identical (extra devices gain
-//! nothing) while different identities' tokens differ. Once `exp` passes, the token is drawn
-//! once: a generator seeded by its signature gives a fixed number in [0, 1), and the user wins
-//! when it is below `allow_percentage`. Presenting the same token again gives the same answer;
-//! a loser gets a fresh wait token and waits again. Winners get allow tokens, renewed on
-//! allowed requests and re-sent only when their value changes.
+//! nothing) while different identities' tokens differ. Once `exp` passes, the token is eligible
+//! for one more wait period and is drawn once: a generator seeded by a keyed hash of its
+//! signature (the key derived from the ring key that signed it) gives a fixed number in
+//! [0, 1), and the user wins when it is below `allow_percentage`. Presenting the same token
+//! again gives the same answer; nobody without the key can tell a winning token from a losing
+//! one; and a token older than its eligibility window is a new arrival, so winners cannot be
+//! collected and presented days later. A loser gets a fresh wait token and waits again.
+//! Winners get allow tokens, renewed on allowed requests and re-sent only when their value
+//! changes.
+//!
+//! A room that holds everyone (`allow_percentage = 0`, closed; or `queue_all`) keeps waiting
+//! visitors in line: their wait token is renewed whenever it has come due, never deleted, so
+//! they are eligible the moment the room opens again. Admitted users keep access.
 
 use std::time::Duration;
 
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::time::Timestamp;
-use crate::token::{Claims, Dec, Token};
+use crate::token::{Claims, Dec, Reject, Token};
 
 use super::{CookieAction, Decision, Outcome, Presented};
 
@@ -23,6 +31,8 @@ pub struct Lottery {
     pub allow_percentage: u8,
     pub wait_period: u64,
     pub allow_period: u64,
+    /// How often the page of a closed room checks again.
+    pub closed_refresh: u64,
     pub queue_all: bool,
 }
 
@@ -32,19 +42,50 @@ pub fn bucket_exp(now_secs: u64, d: u64) -> u64 {
     (now_secs / d).saturating_add(2).saturating_mul(d)
 }
 
+/// Where a wait token stands at a moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Due {
+    /// Before `exp`: keep waiting.
+    NotYet,
+    /// Within one wait period after `exp`: drawn.
+    Eligible,
+    /// Older: the holder is a new arrival.
+    Stale,
+}
+
 impl Lottery {
-    pub fn new(allow_percentage: u8, wait: Duration, allow: Duration, queue_all: bool) -> Self {
+    pub fn new(
+        allow_percentage: u8,
+        wait: Duration,
+        allow: Duration,
+        closed_refresh: Duration,
+        queue_all: bool,
+    ) -> Self {
         Lottery {
             allow_percentage: allow_percentage.min(100),
             wait_period: wait.as_secs().max(1),
             allow_period: allow.as_secs().max(1),
+            closed_refresh: closed_refresh.as_secs().max(1),
             queue_all,
         }
     }
 
-    /// Whether a token's fixed draw wins at this percentage.
-    pub fn wins(&self, token: &Token) -> bool {
-        token.draw() * 100.0 < f64::from(self.allow_percentage)
+    /// Whether a token's fixed draw wins at this percentage (never, if its key is gone).
+    pub fn wins(&self, token: &Token, ring: &KeyRing) -> bool {
+        token
+            .draw(ring)
+            .is_some_and(|d| d * 100.0 < f64::from(self.allow_percentage))
+    }
+
+    fn due(&self, token: &Token, now: Timestamp) -> Due {
+        let exp = token.claims.exp;
+        if now.secs() < exp {
+            Due::NotYet
+        } else if now.secs() < exp.saturating_add(self.wait_period) {
+            Due::Eligible
+        } else {
+            Due::Stale
+        }
     }
 
     /// The decision for one request. `presented` is the verdict on the cookie the user sent.
@@ -56,35 +97,63 @@ impl Lottery {
         now: Timestamp,
     ) -> Outcome {
         let valid = presented.valid.as_ref();
-        // Closed: nobody gets in, and a cookie they hold is cleared.
-        if self.allow_percentage == 0 {
-            let cookie = if presented.any {
-                CookieAction::Delete
-            } else {
-                CookieAction::Keep
-            };
-            return Outcome::new(Decision::Deny, cookie);
-        }
+        // Admitted users keep access, whatever holds the room.
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
             return self.allow(ring, uid, Some(token), now, false);
         }
-        // Holding everyone: admitted users keep access (above), nobody new gets in.
-        if self.queue_all {
-            return match valid {
-                Some(t) => self.keep_waiting(t, now),
-                None => self.start_waiting(ring, uid, now),
-            };
+        let waiting = valid.filter(|t| t.claims.dec == Dec::Wait);
+        // Closed, or holding everyone: nobody new gets in, and those waiting keep their place.
+        if self.allow_percentage == 0 || self.queue_all {
+            return self.hold(ring, uid, waiting.map(|t| &**t), now);
         }
         if self.allow_percentage >= 100 {
-            let admitted = valid.is_some();
+            let admitted = waiting.is_some();
             return self.allow(ring, uid, None, now, admitted);
         }
-        match valid {
-            Some(t) if now.secs() < t.claims.exp => self.keep_waiting(t, now),
-            Some(t) if self.wins(t) => self.allow(ring, uid, None, now, true),
-            // Lost the draw, or never held a valid token: (re)start waiting.
-            _ => self.start_waiting(ring, uid, now),
+        match waiting.map(|t| (t, self.due(t, now))) {
+            Some((t, Due::NotYet)) => self.keep_waiting(t, now),
+            Some((t, Due::Eligible)) if self.wins(t, ring) => {
+                self.allow(ring, uid, None, now, true)
+            }
+            // Lost the draw: wait again.
+            Some((_, Due::Eligible)) => self.start_waiting(ring, uid, now),
+            // Too old to be drawn: a new arrival.
+            Some((_, Due::Stale)) => {
+                let mut outcome = self.start_waiting(ring, uid, now);
+                outcome.rejected = Some(Reject::Expired);
+                outcome
+            }
+            None => self.start_waiting(ring, uid, now),
         }
+    }
+
+    /// A closed room (the `deny` page) or one holding everyone (`queue_all`): a visitor keeps
+    /// their place, with a wait token renewed whenever it has come due.
+    fn hold(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        waiting: Option<&Token>,
+        now: Timestamp,
+    ) -> Outcome {
+        let closed = self.allow_percentage == 0;
+        let mut outcome = match waiting {
+            Some(t) if self.due(t, now) == Due::NotYet => self.keep_waiting(t, now),
+            Some(_) => {
+                let mut renewed = self.start_waiting(ring, uid, now);
+                renewed.decision = Decision::Wait;
+                renewed
+            }
+            None => self.start_waiting(ring, uid, now),
+        };
+        if closed {
+            outcome.decision = Decision::Deny;
+            outcome.refresh_secs = self.closed_refresh;
+        } else if outcome.decision == Decision::Wait {
+            // Held: nothing to wait for but the hold, so check back each wait period.
+            outcome.refresh_secs = outcome.refresh_secs.clamp(1, self.wait_period);
+        }
+        outcome
     }
 
     fn allow(
@@ -122,10 +191,7 @@ impl Lottery {
 
     fn keep_waiting(&self, token: &Token, now: Timestamp) -> Outcome {
         let mut outcome = Outcome::new(Decision::Wait, CookieAction::Keep);
-        // Under queue_all an eligible token has nothing to wait for but the hold: check back
-        // each wait period.
-        let left = token.claims.exp.saturating_sub(now.secs());
-        outcome.refresh_secs = if left == 0 { self.wait_period } else { left };
+        outcome.refresh_secs = token.claims.exp.saturating_sub(now.secs()).max(1);
         outcome
     }
 }
@@ -134,12 +200,14 @@ impl Lottery {
 mod tests {
     use super::*;
     use crate::room::tests::{alice, bob, presented, ring};
+    use crate::token::Reject;
 
     fn lottery(pct: u8) -> Lottery {
         Lottery::new(
             pct,
             Duration::from_secs(30),
             Duration::from_secs(3600),
+            Duration::from_secs(60),
             false,
         )
     }
@@ -216,16 +284,17 @@ mod tests {
             let t0 = Timestamp::from_secs(1_000_000);
             let wait =
                 set_value(&l.decide(&ring, &uid, &presented(&ring, &uid, None, t0), t0)).to_owned();
-            let later = Timestamp::from_secs(1_000_100);
+            // exp is 1_000_050; the token is drawn until 1_000_080.
+            let later = Timestamp::from_secs(1_000_055);
             let first = l.decide(
                 &ring,
                 &uid,
                 &presented(&ring, &uid, Some(&wait), later),
                 later,
             );
-            // The same token, presented again (even much later), gets the same answer.
-            for dt in [1, 7, 500] {
-                let again_at = Timestamp::from_secs(1_000_100 + dt);
+            // The same token, presented again within its window, gets the same answer.
+            for dt in [1, 7, 24] {
+                let again_at = Timestamp::from_secs(1_000_055 + dt);
                 let again = l.decide(
                     &ring,
                     &uid,
@@ -233,6 +302,18 @@ mod tests {
                     again_at,
                 );
                 assert_eq!(again.decision, first.decision);
+            }
+            // Later, winner or not, it is a new arrival: winners cannot be hoarded.
+            for dt in [25, 500, 86_400] {
+                let stale_at = Timestamp::from_secs(1_000_055 + dt);
+                let stale = l.decide(
+                    &ring,
+                    &uid,
+                    &presented(&ring, &uid, Some(&wait), stale_at),
+                    stale_at,
+                );
+                assert_eq!(stale.decision, Decision::Anon);
+                assert_eq!(stale.rejected, Some(Reject::Expired));
             }
             match first.decision {
                 Decision::Allow => {
@@ -243,7 +324,7 @@ mod tests {
                 Decision::Anon => {
                     losses += 1;
                     // A loser gets a new wait token.
-                    assert!(set_value(&first).starts_with("dec=wait&exp=1000140&"));
+                    assert!(set_value(&first).starts_with("dec=wait&exp=1000110&"));
                 }
                 other => panic!("{other:?}"),
             }
@@ -297,29 +378,66 @@ mod tests {
     }
 
     #[test]
-    fn zero_denies_and_hundred_allows_everyone() {
+    fn zero_closes_the_room_but_keeps_everyone_in_line() {
         let ring = ring();
         let now = Timestamp::from_secs(3_000_000);
-        let o = lottery(0).decide(&ring, &alice(), &presented(&ring, &alice(), None, now), now);
+        let closed = lottery(0);
+        // A newcomer gets the deny page and a place in line, checking back every closed_refresh.
+        let o = closed.decide(&ring, &alice(), &presented(&ring, &alice(), None, now), now);
+        assert_eq!(o.decision, Decision::Deny);
+        assert_eq!(o.refresh_secs, 60);
+        let wait = set_value(&o).to_owned();
+        assert!(wait.starts_with("dec=wait&exp=3000060&"), "{wait}");
+        // Before it comes due the token stands; after, it is renewed (never deleted).
+        let t = Timestamp::from_secs(3_000_020);
+        let o = closed.decide(
+            &ring,
+            &alice(),
+            &presented(&ring, &alice(), Some(&wait), t),
+            t,
+        );
         assert_eq!(
             (o.decision, &o.cookie),
             (Decision::Deny, &CookieAction::Keep)
         );
+        let t = Timestamp::from_secs(3_000_065);
+        let o = closed.decide(
+            &ring,
+            &alice(),
+            &presented(&ring, &alice(), Some(&wait), t),
+            t,
+        );
+        assert_eq!(o.decision, Decision::Deny);
+        let renewed = set_value(&o).to_owned();
+        assert!(renewed.starts_with("dec=wait&exp=3000120&"), "{renewed}");
+        // The room reopens: the renewed token is drawn as soon as it is due.
+        let open = Timestamp::from_secs(3_000_121);
+        let o = lottery(100).decide(
+            &ring,
+            &alice(),
+            &presented(&ring, &alice(), Some(&renewed), open),
+            open,
+        );
+        assert_eq!((o.decision, o.admitted), (Decision::Allow, true));
+        // Admitted users keep access in a closed room.
         let allow = Claims::new(Dec::Allow, 4_000_000, &alice(), "key1").sign(ring.active());
-        let o = lottery(0).decide(
+        let o = closed.decide(
             &ring,
             &alice(),
             &presented(&ring, &alice(), Some(&allow), now),
             now,
         );
-        assert_eq!(
-            (o.decision, &o.cookie),
-            (Decision::Deny, &CookieAction::Delete)
-        );
-        // 100: everyone in, with an allow token so lowering it later keeps them in.
+        assert_eq!(o.decision, Decision::Allow);
+    }
+
+    #[test]
+    fn hundred_allows_everyone_with_an_allow_token() {
+        let ring = ring();
+        let now = Timestamp::from_secs(3_000_000);
         let o = lottery(100).decide(&ring, &alice(), &presented(&ring, &alice(), None, now), now);
         assert_eq!(o.decision, Decision::Allow);
         assert!(set_value(&o).starts_with("dec=allow&"));
+        // So lowering it later keeps them in.
         let lowered = Timestamp::from_secs(3_000_010);
         let token = set_value(&o).to_owned();
         let o = lottery(1).decide(
@@ -347,7 +465,9 @@ mod tests {
             &presented(&ring, &alice(), Some(&wait), later),
             later,
         );
+        // Come due under the hold: renewed, so the visitor stays eligible for the reopening.
         assert_eq!((o.decision, o.refresh_secs), (Decision::Wait, 30));
+        assert!(set_value(&o).starts_with("dec=wait&exp=5000550&"));
         let allow = Claims::new(Dec::Allow, 6_000_000, &alice(), "key1").sign(ring.active());
         let o = l.decide(
             &ring,

@@ -16,7 +16,7 @@ use crate::config::{Admission, HostPattern, RoomConfig};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::{Estimates, PageContext, PageKind, Pages};
-use crate::store::CounterStore;
+use crate::store::{CounterStore, SessionId};
 use crate::time::Timestamp;
 use crate::token::{Reject, Token};
 
@@ -32,7 +32,7 @@ pub enum Decision {
     Anon,
     /// Valid wait token, not yet eligible: show `keepwaiting`, no new cookie.
     Wait,
-    /// Closed: show `deny`, delete the cookie.
+    /// The room is closed: show `deny`; the visitor keeps their place in line.
     Deny,
     /// Never held (bypass rule, or the room is disabled).
     Bypass,
@@ -100,8 +100,16 @@ pub struct Outcome {
     /// FIFO rooms: users ahead in the queue.
     pub users_ahead: Option<u64>,
     pub estimates: Estimates,
-    /// Capacity rooms: the minute this admitted user is now counted in (what a revoke undoes).
-    pub counted_minute: Option<u64>,
+    /// Capacity rooms: the admitted user's place, which a revoke gives back.
+    pub place: Option<Place>,
+}
+
+/// An admitted user's place in a capacity room: their session, and the minute they are counted
+/// in now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub session: SessionId,
+    pub minute: u64,
 }
 
 impl Outcome {
@@ -114,7 +122,7 @@ impl Outcome {
             refresh_secs: 0,
             users_ahead: None,
             estimates: Estimates::default(),
-            counted_minute: None,
+            place: None,
         }
     }
 }
@@ -182,10 +190,12 @@ impl Room {
                 allow_percentage,
                 wait_period,
                 allow_period,
+                closed_refresh,
             } => Policy::Lottery(Lottery::new(
                 *allow_percentage,
                 *wait_period,
                 *allow_period,
+                *closed_refresh,
                 config.queue_all,
             )),
             Admission::Capacity(c) => Policy::Capacity(Capacity::new(
@@ -222,7 +232,7 @@ impl Room {
             Policy::Lottery(l) => l.decide(ring, uid, &presented, now),
             Policy::Capacity(c) => c.decide(ring, uid, &presented, now),
         };
-        outcome.rejected = presented.rejected;
+        outcome.rejected = outcome.rejected.or(presented.rejected);
         outcome
     }
 
@@ -246,10 +256,11 @@ impl Room {
         }
     }
 
-    /// Ends an admitted user's session: capacity rooms stop counting them.
-    pub fn revoke(&self, counted_minute: Option<u64>, now: Timestamp) {
-        if let Policy::Capacity(c) = &self.policy {
-            c.revoke(counted_minute, now);
+    /// Ends an admitted user's session: capacity rooms stop counting them, once, and refuse the
+    /// session's tokens from then on.
+    pub fn revoke(&self, place: Option<Place>, now: Timestamp) {
+        if let (Policy::Capacity(c), Some(place)) = (&self.policy, place) {
+            c.revoke(place, now);
         }
     }
 

@@ -40,7 +40,9 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pingora_limits::estimator::Estimator;
 
-use super::{CounterKey, CounterKind, CounterStore, WindowCounter, WindowSample, WindowSpec};
+use super::{
+    CounterKey, CounterKind, CounterStore, SessionId, WindowCounter, WindowSample, WindowSpec,
+};
 use crate::time::Timestamp;
 
 const HASHES: usize = 4;
@@ -134,12 +136,19 @@ struct Exact {
     expire_ms: u64,
 }
 
+/// Revoked sessions remembered at most; beyond it the record closest to its expiry goes first
+/// (a session can only be revoked once it was admitted, so the cap bounds what capacity limits
+/// already bound).
+pub const MAX_REVOKED: usize = 100_000;
+
 /// The in-process store.
 #[derive(Default)]
 pub struct LocalStore {
     /// Weak: a counter lives as long as some snapshot's rule uses it.
     windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
     exact: Mutex<HashMap<CounterKey, Exact>>,
+    /// (scope, session) -> when the record may be forgotten, in ms.
+    revoked: Mutex<HashMap<(Arc<str>, SessionId), u64>>,
 }
 
 impl LocalStore {
@@ -170,7 +179,7 @@ impl CounterStore for LocalStore {
         if e.expire_ms <= now.millis() {
             e.value = 0;
         }
-        e.value = e.value.saturating_add(delta);
+        e.value = e.value.saturating_add(delta).max(0);
         e.expire_ms = e.expire_ms.max(expire_at.millis());
         e.value
     }
@@ -194,10 +203,45 @@ impl CounterStore for LocalStore {
         out
     }
 
+    fn revoke(&self, scope: &str, session: SessionId, until: Timestamp, now: Timestamp) -> bool {
+        let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (Arc::<str>::from(scope), session);
+        if revoked.get(&key).is_some_and(|&at| at > now.millis()) {
+            return false;
+        }
+        if revoked.len() >= MAX_REVOKED {
+            revoked.retain(|_, &mut at| at > now.millis());
+            if revoked.len() >= MAX_REVOKED {
+                if let Some(oldest) = revoked
+                    .iter()
+                    .min_by_key(|(_, &at)| at)
+                    .map(|(k, _)| k.clone())
+                {
+                    revoked.remove(&oldest);
+                }
+            }
+        }
+        revoked.insert(key, until.millis());
+        true
+    }
+
+    fn is_revoked(&self, scope: &str, session: SessionId, now: Timestamp) -> bool {
+        let revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        if revoked.is_empty() {
+            return false;
+        }
+        revoked
+            .get(&(Arc::<str>::from(scope), session))
+            .is_some_and(|&at| at > now.millis())
+    }
+
     fn sweep(&self, now: Timestamp) {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
         exact.retain(|_, e| e.expire_ms > now.millis());
         drop(exact);
+        let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        revoked.retain(|_, &mut at| at > now.millis());
+        drop(revoked);
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         windows.retain(|_, w| w.strong_count() > 0);
     }
@@ -293,6 +337,50 @@ mod tests {
         assert_eq!(store.window(&spec).peek(1, at(1)).curr, 2);
         drop(a);
         assert_eq!(store.window(&spec).peek(1, at(1)).curr, 0);
+    }
+
+    #[test]
+    fn counters_never_go_below_zero() {
+        let store = LocalStore::new();
+        let key = CounterKey {
+            scope: "room".into(),
+            kind: CounterKind::Active,
+            slot: 1,
+            id: 0,
+        };
+        assert_eq!(store.add(&key, 1, at(0), at(10_000)), 1);
+        assert_eq!(store.add(&key, -3, at(1), at(10_000)), 0);
+        assert_eq!(store.add(&key, 1, at(2), at(10_000)), 1);
+    }
+
+    #[test]
+    fn a_session_is_revoked_once_until_its_record_expires() {
+        let store = LocalStore::new();
+        let s = SessionId(42);
+        assert!(!store.is_revoked("room", s, at(0)));
+        assert!(store.revoke("room", s, at(60_000), at(0)));
+        assert!(
+            !store.revoke("room", s, at(60_000), at(1)),
+            "a replay frees nothing"
+        );
+        assert!(store.is_revoked("room", s, at(59_999)));
+        assert!(!store.is_revoked("other", s, at(1)), "rooms are apart");
+        assert!(!store.is_revoked("room", s, at(60_000)));
+        store.sweep(at(60_000));
+        assert!(store.revoked.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn revoked_records_are_capped() {
+        let store = LocalStore::new();
+        for i in 0..MAX_REVOKED as u64 + 10 {
+            assert!(store.revoke("room", SessionId(i), at(1_000_000 + i), at(0)));
+        }
+        let revoked = store.revoked.lock().unwrap();
+        assert_eq!(revoked.len(), MAX_REVOKED);
+        // The records closest to expiry went first.
+        assert!(!revoked.contains_key(&(Arc::from("room"), SessionId(0))));
+        assert!(revoked.contains_key(&(Arc::from("room"), SessionId(MAX_REVOKED as u64 + 9))));
     }
 
     #[test]

@@ -78,11 +78,17 @@ pub enum CounterKind {
     Waiting,
 }
 
+/// An admitted user's session, as a revoke names it: a digest of what every token of that
+/// session carries (identity, arrival, admission time), the same on every node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
 pub trait CounterStore: Send + Sync {
     /// The window counter for `spec`. Calling again with an equal spec returns the same counter.
     fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter>;
 
-    /// Adds `delta` (possibly negative) to `key` at `now` and returns the new value. The counter
+    /// Adds `delta` (possibly negative) to `key` at `now` and returns the new value. Counters
+    /// count people, so they never go below zero: a decrement past zero leaves 0. The counter
     /// is forgotten at `expire_at` (each write may extend it); a forgotten counter reads 0.
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64;
 
@@ -92,6 +98,14 @@ pub trait CounterStore: Send + Sync {
     /// Every live counter of `scope` and `kind`, as (slot, id, value). Used to read a room's
     /// queue; a shared store may answer from an index of keys.
     fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)>;
+
+    /// Records that `session` of `scope` was revoked, until `until` (when every token of the
+    /// session has expired anyway). Returns true only for the first revoke of a session, so a
+    /// replayed revoke frees nothing twice.
+    fn revoke(&self, scope: &str, session: SessionId, until: Timestamp, now: Timestamp) -> bool;
+
+    /// Whether `session` of `scope` was revoked (and the record has not expired).
+    fn is_revoked(&self, scope: &str, session: SessionId, now: Timestamp) -> bool;
 
     /// Drops what has expired. The in-process store calls this from a background task; a
     /// shared store with native expiry may do nothing.

@@ -414,3 +414,129 @@ pub fn set_cookies(resp: &reqwest::blocking::Response) -> Vec<&str> {
         .map(|h| h.to_str().expect("Set-Cookie is text"))
         .collect()
 }
+
+/// Trust the test client's `X-Forwarded-For`, so each test user can have an address of its own.
+pub const TRUST_LOCAL: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]";
+
+/// Sends `request` as written on a fresh connection and returns everything the server answered
+/// until it closed the connection (or 10 s passed).
+pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    use std::io::Write;
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The value a response's `Set-Cookie` gives cookie `name`, if it sets it.
+pub fn room_cookie(resp: &reqwest::blocking::Response, name: &str) -> Option<String> {
+    let prefix = format!("{name}=");
+    set_cookies(resp).into_iter().find_map(|v| {
+        v.strip_prefix(&prefix)
+            .map(|rest| rest.split(';').next().unwrap_or("").to_owned())
+    })
+}
+
+/// One visitor with an address of its own (through [`TRUST_LOCAL`]) and a cookie jar holding one
+/// room cookie, asking for JSON so decisions are easy to read.
+pub struct User {
+    pub ip: String,
+    pub cookie_name: String,
+    pub cookie: Option<String>,
+}
+
+impl User {
+    /// User number `i`, at `10.1.x.y`.
+    pub fn new(i: u32) -> User {
+        User::at(&format!("10.1.{}.{}", i / 256, i % 256))
+    }
+
+    pub fn at(ip: &str) -> User {
+        User {
+            ip: ip.to_owned(),
+            cookie_name: "waiting_room".into(),
+            cookie: None,
+        }
+    }
+
+    /// The same user, holding the cookie of a room with another `cookie_name`.
+    pub fn with_cookie_name(mut self, name: &str) -> User {
+        self.cookie_name = name.to_owned();
+        self
+    }
+
+    /// A GET that keeps whatever room cookie the answer sets (and forgets a deleted one).
+    pub fn get(&mut self, v: &Vestibule, path: &str) -> reqwest::blocking::Response {
+        let mut req = client()
+            .get(v.url(path))
+            .header("X-Forwarded-For", &self.ip)
+            .header("Accept", "application/json");
+        if let Some(c) = &self.cookie {
+            req = req.header("Cookie", format!("{}={c}", self.cookie_name));
+        }
+        let resp = req.send().expect("the proxy answers");
+        if let Some(value) = room_cookie(&resp, &self.cookie_name) {
+            self.cookie = (value != "deleted").then_some(value);
+        }
+        resp
+    }
+
+    /// "allow" when the origin answered, else the room's JSON decision; and the JSON.
+    pub fn decision(&mut self, v: &Vestibule) -> (String, serde_json::Value) {
+        let body: serde_json::Value = self.get(v, "/__echo").json().expect("JSON");
+        (decision_in(&body), body)
+    }
+}
+
+/// "allow" for the demo origin's echo, else the `decision` of a room's JSON answer.
+pub fn decision_in(body: &serde_json::Value) -> String {
+    if body.get("headers").is_some() {
+        return "allow".into();
+    }
+    body["decision"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no decision in {body}"))
+        .to_owned()
+}
+
+/// An origin that answers every request with the same bytes, written as given (for answers the
+/// demo origin cannot give, such as informational responses). Serves until the test ends.
+pub fn canned_origin(answer: &'static [u8]) -> SocketAddr {
+    use std::io::Write;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let _ = s.write_all(answer);
+            });
+        }
+    });
+    addr
+}
+
+/// The ring the harness writes into every `keys.toml` ([`KEY1`] as `key1`).
+pub fn test_ring() -> vestibule::keys::KeyRing {
+    vestibule::keys::KeyRing::from_entries("key1", &[("key1", KEY1)]).expect("test ring")
+}
+
+/// A token signed with the harness's `key1`.
+pub fn mint(dec: vestibule::token::Dec, exp: u64, uid: &vestibule::identity::Identity) -> String {
+    vestibule::token::Claims::new(dec, exp, uid, "key1").sign(test_ring().active())
+}
+
+/// The identity of a test client talking straight to the proxy.
+pub fn localhost() -> vestibule::identity::Identity {
+    vestibule::identity::Identity::of_ip("127.0.0.1".parse().expect("ip"), 64)
+}

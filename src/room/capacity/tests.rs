@@ -290,8 +290,51 @@ fn revoke_frees_the_slot() {
         Client::new(2).request(&c, at(T0 + 1)).decision,
         Decision::Anon
     );
-    c.revoke(o.counted_minute, at(T0 + 2));
+    c.revoke(o.place.unwrap(), at(T0 + 2));
     assert_eq!(c.view(at(T0 + 3)).active, 0);
+}
+
+#[test]
+fn a_replayed_revoke_frees_the_place_once() {
+    let c = capacity(QueueOrder::Fifo, 0, 2);
+    let mut a = Client::new(1);
+    let mut b = Client::new(2);
+    assert_eq!(a.request(&c, at(T0)).decision, Decision::Allow);
+    // A minute later: a's token is renewed; keep a copy of it.
+    let o = a.request(&c, at(T0 + 65));
+    let saved = a.cookie.clone();
+    assert_eq!(b.request(&c, at(T0 + 66)).decision, Decision::Allow);
+    assert_eq!(c.view(at(T0 + 67)).active, 2);
+    c.revoke(o.place.unwrap(), at(T0 + 67));
+    assert_eq!(c.view(at(T0 + 68)).active, 1);
+    for i in 0..5 {
+        // The saved cookie comes back: it is a new arrival now (and gets the free place), and a
+        // revoke of what it presented frees nothing twice.
+        a.cookie = saved.clone();
+        let o = a.request(&c, at(T0 + 70 + i));
+        assert_eq!(o.rejected, Some(Reject::Revoked));
+        c.revoke(o.place.unwrap(), at(T0 + 70 + i));
+        c.revoke(
+            Place {
+                session: session_of(
+                    &Token::parse(saved.as_ref().unwrap().as_bytes())
+                        .unwrap()
+                        .claims,
+                ),
+                minute: at(T0 + 70).minute(),
+            },
+            at(T0 + 70 + i),
+        );
+    }
+    assert_eq!(c.view(at(T0 + 80)).active, 1, "only b is active");
+    let mut newcomers: Vec<Client> = (10..15).map(Client::new).collect();
+    let admitted = newcomers
+        .iter_mut()
+        .map(|u| u.request(&c, at(T0 + 81)).decision)
+        .filter(|d| *d == Decision::Allow)
+        .count();
+    assert_eq!(admitted, 1, "one place was free");
+    assert_eq!(c.view(at(T0 + 82)).active, 2);
 }
 
 #[test]

@@ -1,0 +1,357 @@
+//! Defects an attacker found, each shown through the real proxy: absolute-form targets, replayed
+//! revokes, encoded traversal, hoarded lottery tokens, framing tricks and header smuggling.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const VIP_AND_SITE: &str = "[[room]]\nname = \"vip\"\nhosts = [\"vip.example\"]\ncookie_name = \"wr_vip\"\npages = \"pages\"\nallow_percentage = 0\n\
+[[room]]\nname = \"site\"\npages = \"pages\"\nallow_percentage = 100\n";
+
+/// `GET http://vip.example/x` with no Host header must be routed by the target's authority.
+#[test]
+fn absolute_form_targets_are_routed_by_their_authority() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).extra(VIP_AND_SITE).start();
+    let before = origin.served();
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET http://vip.example/__echo HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.contains("closed right now"),
+        "the vip room's deny page, not the origin: {answer}"
+    );
+    // Case and port do not matter; with a matching Host as well, same room.
+    for request in [
+        &b"GET http://VIP.example:8080/__echo HTTP/1.1\r\nConnection: close\r\n\r\n"[..],
+        b"GET http://vip.example/__echo HTTP/1.1\r\nHost: vip.example\r\nConnection: close\r\n\r\n",
+    ] {
+        let answer = raw_exchange(v.proxy, request);
+        assert!(answer.contains("closed right now"), "{answer}");
+    }
+    // A Host that contradicts the target is refused, never routed by either.
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET http://vip.example/__echo HTTP/1.1\r\nHost: www.example\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(origin.served(), before, "nothing reached the origin");
+    // The catch-all room still serves other hosts.
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET http://www.example/__echo HTTP/1.1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.contains("\"host\""), "{answer}");
+    assert_eq!(origin.served(), before + 1);
+}
+
+/// A saved cookie replayed to a URL that answers `Vestibule-Command: revoke` frees one place,
+/// once: the cap holds.
+#[test]
+fn a_replayed_revoke_cannot_break_the_capacity_cap() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra("[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\ntotal_active_users = 2\nrefresh = \"5s\"")
+        .start();
+    let mut a = User::new(1);
+    let mut b = User::new(2);
+    assert_eq!(a.decision(&v).0, "allow");
+    assert_eq!(b.decision(&v).0, "allow");
+    let saved = a.cookie.clone();
+    assert_eq!(a.get(&v, "/__revoke").status(), 200);
+    assert_eq!(a.cookie, None, "the revoke deletes the cookie");
+    for _ in 0..5 {
+        a.cookie = saved.clone();
+        a.get(&v, "/__revoke");
+    }
+    let mut newcomers: Vec<User> = (10..17).map(User::new).collect();
+    let admitted = newcomers
+        .iter_mut()
+        .map(|u| u.decision(&v).0)
+        .filter(|d| d == "allow")
+        .count();
+    assert_eq!(admitted, 1, "b holds one of the two places");
+    let status = v.status();
+    assert_eq!(status["rooms"][0]["active_users"], 2);
+    let m = v.metrics();
+    assert!(
+        metric_value(
+            &m,
+            "vestibule_token_rejected_total{reason=\"revoked\",room=\"sale\"}"
+        ) >= 5.0,
+        "{m}"
+    );
+}
+
+/// An edit that moves the admin endpoint to loopback (which waits for a restart) and drops its
+/// token in the same breath must not leave the open listener without a token.
+#[test]
+fn a_reload_never_removes_the_token_of_an_open_admin_listener() {
+    let origin = Origin::start();
+    let port = free_port();
+    let token = "s3cret-admin-token-for-tests";
+    let mut setup = Setup::new(origin.addr);
+    setup.admin = Some(format!("listen = \"0.0.0.0:{port}\"\ntoken = \"{token}\""));
+    let v = setup.start();
+    let generation = v.generation();
+    let config = v.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let edited = text.replace(
+        &format!("listen = \"0.0.0.0:{port}\"\ntoken = \"{token}\""),
+        &format!("listen = \"127.0.0.1:{port}\""),
+    );
+    assert_ne!(text, edited);
+    std::fs::write(&config, edited).unwrap();
+    v.proc.signal("HUP");
+    assert!(eventually(Duration::from_secs(5), || {
+        v.metric("vestibule_config_reloads_total{result=\"failure\"}") >= 1.0
+    }));
+    assert_eq!(v.generation(), generation, "the edit was not applied");
+    let url = format!("http://127.0.0.1:{port}/status");
+    assert_eq!(client().get(&url).send().unwrap().status(), 401);
+    let error = v.status()["last_reload_error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        error.contains("admin.token") && error.contains("until a restart"),
+        "{error}"
+    );
+    // `bearer` is as good as `Bearer`: the scheme is case-insensitive (RFC 9110 §11.1).
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let resp = client()
+            .get(&url)
+            .header("Authorization", format!("{scheme} {token}"))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{scheme}");
+    }
+}
+
+/// Encoded and backslash traversal never walks out of a bypass prefix: the rooms see the path
+/// an origin that decodes it would serve.
+#[test]
+fn encoded_traversal_does_not_escape_a_bypass_prefix() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 0\nbypass_paths = [\"/static/\"]")
+        .start();
+    let before = origin.served();
+    for path in [
+        "/static/..%2fcheckout",
+        "/static/..%2Fcheckout",
+        "/static/%2e%2e%2fcheckout",
+        "/static/..%5ccheckout",
+        "/static/..%5Ccheckout",
+        "/static/..\\checkout",
+        "/static%2F..%2Fcheckout",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(
+            answer.starts_with("HTTP/1.1 400") || answer.contains("closed right now"),
+            "{path} must be held or refused: {answer}"
+        );
+    }
+    assert_eq!(origin.served(), before, "nothing reached the origin");
+    // A real static file still passes.
+    let resp = client().get(v.url("/static/app.css")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(origin.served(), before + 1);
+}
+
+/// A lottery wait token is drawn within one wait period after its exp; presented later it is a
+/// new arrival, so winners cannot be collected and replayed.
+#[test]
+fn old_lottery_wait_tokens_are_new_arrivals() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 99\nwait_period = \"1s\"\nqueue_all = true")
+        .start();
+    let mut u = User::at("127.0.0.1");
+    assert_eq!(u.decision(&v).0, "anon");
+    let token = u.cookie.clone().unwrap();
+    let exp: u64 = vestibule::token::Token::parse(token.as_bytes())
+        .unwrap()
+        .claims
+        .exp;
+    // Open the room, then come back more than a wait period after exp.
+    let config = v.config_path();
+    let generation = v.generation();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("queue_all = true", "queue_all = false"),
+    )
+    .unwrap();
+    v.wait_generation_above(generation);
+    let stale_at =
+        std::time::UNIX_EPOCH + Duration::from_secs(exp + 1) + Duration::from_millis(100);
+    if let Ok(d) = stale_at.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(d);
+    }
+    let (decision, _) = u.decision(&v);
+    assert_eq!(
+        decision, "anon",
+        "a stale token is a new arrival, whatever its draw"
+    );
+    assert_ne!(
+        u.cookie.as_deref(),
+        Some(token.as_str()),
+        "with a new token"
+    );
+    assert_eq!(
+        v.metric("vestibule_token_rejected_total{reason=\"expired\",room=\"shop\"}"),
+        1.0
+    );
+}
+
+/// Duplicate or listed `Content-Length` values are refused unless all equal; equal ones reach
+/// the origin as one value (SPEC §11).
+#[test]
+fn content_length_must_be_unambiguous() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).start();
+    let before = origin.served();
+    for framing in [
+        "Content-Length: 3\r\nContent-Length: 5",
+        "Content-Length: 3, 5",
+        "Content-Length: 3,",
+        "Content-Length: +3",
+    ] {
+        let request = format!(
+            "POST /__echo HTTP/1.1\r\nHost: x\r\n{framing}\r\nConnection: close\r\n\r\nabcde"
+        );
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 400"), "{framing}: {answer}");
+    }
+    assert_eq!(
+        origin.served(),
+        before,
+        "nothing ambiguous reached the origin"
+    );
+    for framing in [
+        "Content-Length: 3, 3",
+        "Content-Length: 3\r\nContent-Length: 3",
+    ] {
+        let request = format!(
+            "POST /__echo HTTP/1.1\r\nHost: x\r\n{framing}\r\nConnection: close\r\n\r\nabc"
+        );
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{framing}: {answer}");
+        let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+        let headers = echo_headers(body);
+        assert_eq!(
+            header_values(&headers, "content-length"),
+            ["3"],
+            "{framing}"
+        );
+    }
+}
+
+/// The origin's command header never reaches the client, on informational answers either.
+#[test]
+fn informational_answers_do_not_leak_the_command_header() {
+    let origin = canned_origin(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\nVestibule-Command: revoke\r\n\r\n\
+          HTTP/1.1 200 OK\r\nContent-Length: 2\r\nVestibule-Command: revoke\r\n\r\nok",
+    );
+    let v = Setup::new(origin)
+        .upstream_extra("health_check = \"0s\"\n")
+        .start();
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.contains("HTTP/1.1 200"), "{answer}");
+    assert!(
+        !answer.to_ascii_lowercase().contains("vestibule-command"),
+        "{answer}"
+    );
+}
+
+/// `Vestibule_X` is ours as much as `Vestibule-X`: it never reaches the origin.
+#[test]
+fn internal_headers_spelled_with_underscores_are_stripped() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).start();
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET /__echo HTTP/1.1\r\nHost: x\r\nVestibule_Command: revoke\r\nvestibule_x: 1\r\nX_Keep: 1\r\nConnection: close\r\n\r\n",
+    );
+    let body = &answer[answer.find("\r\n\r\n").expect("a body") + 4..];
+    let names: Vec<String> = echo_headers(body).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names.iter().all(|n| !n.starts_with("vestibule")),
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| n == "x_keep"), "{names:?}");
+}
+
+/// A user let in keeps the admission when the origin is down (the 502 page carries the allow
+/// token), and is counted once however often they retry.
+#[test]
+fn a_user_let_in_is_counted_once_and_keeps_access_on_an_error_page() {
+    let dead = free_addr();
+    let v = Setup::new(dead)
+        .upstream_extra("health_check = \"0s\"\n")
+        .extra(TRUST_LOCAL)
+        .extra("[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\nnew_users_per_minute = 100\n\
+                [[room]]\nname = \"shop\"\npaths = [\"/shop\"]\ncookie_name = \"wr_shop\"\npages = \"pages\"\nallow_percentage = 100\n")
+        .start();
+    let mut capacity = User::new(1);
+    let mut lottery = User::new(2).with_cookie_name("wr_shop");
+    let uid = vestibule::identity::Identity::of_ip("10.1.0.2".parse().unwrap(), 64);
+    let now = vestibule::time::Timestamp::now().secs();
+    // A lottery wait token that has come due: at 100 % it wins.
+    lottery.cookie = Some(mint(vestibule::token::Dec::Wait, now - 1, &uid));
+    for _ in 0..4 {
+        let resp = capacity.get(&v, "/__echo");
+        assert_eq!(resp.status(), 502);
+        assert!(capacity
+            .cookie
+            .as_deref()
+            .is_some_and(|c| c.starts_with("dec=allow&")));
+        let resp = lottery.get(&v, "/shop/x");
+        assert_eq!(resp.status(), 502);
+        assert!(lottery
+            .cookie
+            .as_deref()
+            .is_some_and(|c| c.starts_with("dec=allow&")));
+    }
+    let m = v.metrics();
+    assert_eq!(
+        metric_value(&m, "vestibule_room_admitted_total{room=\"sale\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric_value(&m, "vestibule_room_admitted_total{room=\"shop\"}"),
+        1.0
+    );
+}
+
+/// `identity.source = "header"` with nobody trusted to set the header is a config error.
+#[test]
+fn a_header_identity_without_trusted_proxies_fails_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("vestibule.toml");
+    std::fs::write(
+        &config,
+        "[upstream]\npeers = [\"127.0.0.1:1\"]\n[identity]\nsource = \"header\"\nheader = \"x-user\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = run_cli(&["--check", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "vestibule.toml:4: identity.source: \"header\" needs identity.trusted_proxies"
+        ),
+        "{err}"
+    );
+}
