@@ -13,6 +13,7 @@ pub mod demo;
 pub mod identity;
 pub mod inspect;
 pub mod keys;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod pages;

@@ -50,6 +50,9 @@ pub struct Metrics {
     pub room_wait_estimate: GaugeVec,
     pub ratelimit_decisions: IntCounterVec,
     pub ratelimit_penalty_box: IntGaugeVec,
+    /// Client connections the edge closed, by `Closed::ALL`.
+    pub downstream_closed: [IntCounter; 3],
+    downstream_closed_vec: IntCounterVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -77,6 +80,13 @@ impl Metrics {
         .unwrap_or_else(|e| unreachable!("{e}"));
         let by_class =
             ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| upstream_responses.with_label_values(&[c]));
+        let downstream_closed_vec = counter_vec(
+            "vestibule_downstream_closed_total",
+            "Client connections closed by the proxy for waiting too long or sending too much.",
+            &["reason"],
+        );
+        let downstream_closed = crate::listen::Closed::ALL
+            .map(|c| downstream_closed_vec.with_label_values(&[c.as_str()]));
         let m = Metrics {
             handles: arc_swap::ArcSwapOption::empty(),
             by_class,
@@ -158,6 +168,8 @@ impl Metrics {
                 &["rule"],
             )
             .unwrap_or_else(|e| unreachable!("{e}")),
+            downstream_closed,
+            downstream_closed_vec,
             registry,
         };
         m.register_all();
@@ -183,6 +195,7 @@ impl Metrics {
             Box::new(self.room_wait_estimate.clone()),
             Box::new(self.ratelimit_decisions.clone()),
             Box::new(self.ratelimit_penalty_box.clone()),
+            Box::new(self.downstream_closed_vec.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::Opt;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
@@ -16,6 +17,7 @@ use pingora::services::listening::Service;
 use crate::admin::Admin;
 use crate::app::App;
 use crate::demo::DemoOrigin;
+use crate::listen::Edge;
 use crate::proxy::Proxy;
 use crate::reload::Reloader;
 
@@ -43,13 +45,20 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     let mut server = Server::new_with_opt_and_conf(opt, config.pingora_conf());
     server.bootstrap();
 
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        Proxy::new(app.clone()),
-        "vestibule proxy",
+    let edge = Edge::new(
+        pingora::proxy::http_proxy(&server.configuration, Proxy::new(app.clone())),
+        app.clone(),
     );
+    let mut proxy = Service::new("vestibule proxy".into(), edge);
     for addr in &config.server.listen {
-        proxy.add_tcp(&addr.to_string());
+        // No L4 read buffer: the HTTP/1 parser reads into its own, and an idle connection then
+        // holds none (Pingora's default puts 64 KiB in front of every socket).
+        proxy.add_listener(
+            ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings {
+                read: Some(0),
+                write: None,
+            }),
+        );
     }
     server.add_service(proxy);
 

@@ -355,3 +355,116 @@ fn a_header_identity_without_trusted_proxies_fails_check() {
         "{err}"
     );
 }
+
+/// Reads from `s` until the server closes it or `limit` passes; returns what arrived and how
+/// long the server took to close (None if it did not).
+fn until_closed(s: &mut std::net::TcpStream, limit: Duration) -> (String, Option<Duration>) {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&got).into(), Some(start.elapsed())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return (String::from_utf8_lossy(&got).into(), Some(start.elapsed())),
+        }
+    }
+    (String::from_utf8_lossy(&got).into(), None)
+}
+
+/// Idle keep-alive connections close after keepalive_timeout; a request head must arrive whole
+/// within header_timeout however it trickles; a new connection that sends nothing is closed
+/// within header_timeout; an oversized head gets 431.
+#[test]
+fn idle_and_slow_connections_are_closed() {
+    use std::io::Write;
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .server("keepalive_timeout = \"2s\"\nheader_timeout = \"3s\"")
+        .start();
+    let connect = || std::net::TcpStream::connect(v.proxy).unwrap();
+
+    // Kept alive after a request, then idle: closed after ~2 s, not before.
+    let mut s = connect();
+    s.write_all(b"GET /__echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let (answer, closed) = until_closed(&mut s, Duration::from_secs(6));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let closed = closed.expect("the idle connection was closed");
+    assert!(
+        closed >= Duration::from_millis(1500) && closed < Duration::from_secs(4),
+        "{closed:?}"
+    );
+
+    // A head trickling in, one byte every 500 ms: closed ~3 s after its first byte.
+    let mut s = connect();
+    let start = std::time::Instant::now();
+    let mut closed_at = None;
+    for b in b"GET /__echo HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n" {
+        if s.write_all(&[*b]).is_err() {
+            closed_at = Some(start.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let mut probe = [0u8; 1];
+        s.set_nonblocking(true).unwrap();
+        let gone = matches!(std::io::Read::read(&mut s, &mut probe), Ok(0));
+        s.set_nonblocking(false).unwrap();
+        if gone {
+            closed_at = Some(start.elapsed());
+            break;
+        }
+    }
+    let closed_at = closed_at.expect("the slow head was cut off");
+    assert!(closed_at < Duration::from_secs(5), "{closed_at:?}");
+
+    // A connection that never sends a byte: closed within header_timeout.
+    let mut s = connect();
+    let (_, closed) = until_closed(&mut s, Duration::from_secs(6));
+    let closed = closed.expect("the silent connection was closed");
+    assert!(closed < Duration::from_secs(4), "{closed:?}");
+
+    // A 100 KiB head: 431.
+    let mut s = connect();
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    let _ = s.write_all(big.as_bytes());
+    let (answer, _) = until_closed(&mut s, Duration::from_secs(5));
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+
+    let m = v.metrics();
+    assert!(
+        metric_value(
+            &m,
+            "vestibule_downstream_closed_total{reason=\"keepalive_timeout\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        metric_value(
+            &m,
+            "vestibule_downstream_closed_total{reason=\"header_timeout\"}"
+        ) >= 2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "vestibule_downstream_closed_total{reason=\"header_too_large\"}"
+        ),
+        1.0
+    );
+    // Ordinary keep-alive still works: several requests on one connection.
+    let c = client();
+    for _ in 0..3 {
+        assert_eq!(c.get(v.url("/__echo")).send().unwrap().status(), 200);
+    }
+}

@@ -38,6 +38,10 @@ pub struct ServerFile {
     pub upgrade_sock: String,
     #[serde(with = "humantime_serde")]
     pub graceful_shutdown: Duration,
+    #[serde(with = "humantime_serde")]
+    pub keepalive_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
     /// Pages for requests outside every room (502 and 429); built-in pages when unset.
     pub pages: Option<String>,
 }
@@ -50,6 +54,8 @@ impl Default for ServerFile {
             pid_file: "/tmp/vestibule.pid".into(),
             upgrade_sock: "/tmp/vestibule_upgrade.sock".into(),
             graceful_shutdown: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(10),
             pages: None,
         }
     }

@@ -47,6 +47,11 @@ pub struct ServerConfig {
     pub upgrade_sock: PathBuf,
     /// SIGTERM: stop accepting, finish in-flight requests, and exit within this time.
     pub graceful_shutdown: Duration,
+    /// Idle client connections are closed after this.
+    pub keepalive_timeout: Duration,
+    /// A request head must arrive whole within this of its first byte (and a new connection
+    /// must send its first byte within it).
+    pub header_timeout: Duration,
     /// Pages (`error.html`, `ratelimited.html`) for requests outside every room; `None` uses
     /// the pages built into the binary.
     pub pages: Option<PathBuf>,

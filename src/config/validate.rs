@@ -150,6 +150,14 @@ impl Validator<'_> {
         if s.graceful_shutdown > Duration::from_secs(3600) {
             self.err("server.graceful_shutdown", "must be at most 1h");
         }
+        for (key, d) in [
+            ("server.keepalive_timeout", s.keepalive_timeout),
+            ("server.header_timeout", s.header_timeout),
+        ] {
+            if d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
+                self.err(key, "must be between 1s and 1h");
+            }
+        }
         let pages = s.pages.as_deref().map(|p| self.resolve(p));
         Some(ServerConfig {
             listen,
@@ -157,6 +165,8 @@ impl Validator<'_> {
             pid_file: PathBuf::from(&s.pid_file),
             upgrade_sock: PathBuf::from(&s.upgrade_sock),
             graceful_shutdown: s.graceful_shutdown,
+            keepalive_timeout: s.keepalive_timeout,
+            header_timeout: s.header_timeout,
             pages,
         })
     }

@@ -55,7 +55,9 @@ use crate::config::{CapacityConfig, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Estimates;
-use crate::store::{CounterKey, CounterKind, CounterStore, SessionId, WindowCounter, WindowSpec};
+use crate::store::{
+    CounterKey, CounterKind, CounterStore, Mark, MarkKind, WindowCounter, WindowSpec,
+};
 use crate::time::Timestamp;
 use crate::token::{unit_interval, Claims, Dec, Reject, Token};
 
@@ -326,7 +328,10 @@ impl Capacity {
     /// nothing.
     pub fn revoke(&self, place: Place, now: Timestamp) {
         let until = Timestamp::from_secs((now.minute() + self.session_minutes + 2) * 60);
-        if !self.store.revoke(&self.scope, place.session, until, now) {
+        if !self
+            .store
+            .mark(&self.scope, revoked_mark(place.session), until, now)
+        {
             return;
         }
         if place.minute >= self.first_active_minute(now.minute()) {
@@ -535,7 +540,7 @@ impl Capacity {
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
             if !self
                 .store
-                .is_revoked(&self.scope, session_of(&token.claims), now)
+                .is_marked(&self.scope, revoked_mark(session_of(&token.claims)), now)
             {
                 return self.keep_active(ring, uid, token, now);
             }
@@ -653,7 +658,7 @@ pub fn random_wait_minutes(p: f64, per_minute: f64) -> f64 {
 
 /// The session an allow token belongs to: every token of one admission carries the same
 /// identity, arrival and admission time, whichever minute it was renewed in.
-pub fn session_of(claims: &Claims) -> SessionId {
+pub fn session_of(claims: &Claims) -> u64 {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(claims.uid.as_bytes());
@@ -663,7 +668,14 @@ pub fn session_of(claims: &Claims) -> SessionId {
     let digest = h.finalize();
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
-    SessionId(u64::from_le_bytes(bytes))
+    u64::from_le_bytes(bytes)
+}
+
+fn revoked_mark(session: u64) -> Mark {
+    Mark {
+        kind: MarkKind::Revoked,
+        id: session,
+    }
 }
 
 /// A uniform draw fixed for an identity arriving in a given second (the jitter of a first

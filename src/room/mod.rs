@@ -16,7 +16,7 @@ use crate::config::{Admission, HostPattern, RoomConfig};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::{Estimates, PageContext, PageKind, Pages};
-use crate::store::{CounterStore, SessionId};
+use crate::store::{CounterStore, Mark, MarkKind};
 use crate::time::Timestamp;
 use crate::token::{Reject, Token};
 
@@ -108,7 +108,8 @@ pub struct Outcome {
 /// in now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Place {
-    pub session: SessionId,
+    /// A digest of what every token of the session carries (see `capacity::session_of`).
+    pub session: u64,
     pub minute: u64,
 }
 
@@ -174,11 +175,20 @@ enum Policy {
 }
 
 /// One `[[room]]`, ready to decide.
-#[derive(Debug)]
 pub struct Room {
     pub config: RoomConfig,
     pub pages: Arc<Pages>,
     policy: Policy,
+    store: Arc<dyn CounterStore>,
+}
+
+impl std::fmt::Debug for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Room")
+            .field("name", &self.config.name)
+            .field("policy", &self.policy)
+            .finish()
+    }
 }
 
 impl Room {
@@ -209,6 +219,7 @@ impl Room {
             config,
             pages,
             policy,
+            store: store.clone(),
         }
     }
 
@@ -233,7 +244,25 @@ impl Room {
             Policy::Capacity(c) => c.decide(ring, uid, &presented, now),
         };
         outcome.rejected = outcome.rejected.or(presented.rejected);
+        if let (Policy::Lottery(l), true, Some(t)) =
+            (&self.policy, outcome.admitted, &presented.valid)
+        {
+            outcome.admitted = self.first_win(l, t, now);
+        }
         outcome
+    }
+
+    /// A winning wait token may be presented again (a second tab, a double reload) within its
+    /// window and win again: it is one admission, counted once.
+    fn first_win(&self, lottery: &Lottery, token: &Token, now: Timestamp) -> bool {
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&token.signature()[..8]);
+        let mark = Mark {
+            kind: MarkKind::Admitted,
+            id: u64::from_le_bytes(id),
+        };
+        let until = Timestamp::from_secs(token.claims.exp.saturating_add(lottery.wait_period));
+        self.store.mark(&self.config.name, mark, until, now)
     }
 
     /// The chance, in percent, that an eligible waiting user gets in right now.

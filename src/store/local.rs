@@ -40,9 +40,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pingora_limits::estimator::Estimator;
 
-use super::{
-    CounterKey, CounterKind, CounterStore, SessionId, WindowCounter, WindowSample, WindowSpec,
-};
+use super::{CounterKey, CounterKind, CounterStore, Mark, WindowCounter, WindowSample, WindowSpec};
 use crate::time::Timestamp;
 
 const HASHES: usize = 4;
@@ -136,10 +134,9 @@ struct Exact {
     expire_ms: u64,
 }
 
-/// Revoked sessions remembered at most; beyond it the record closest to its expiry goes first
-/// (a session can only be revoked once it was admitted, so the cap bounds what capacity limits
-/// already bound).
-pub const MAX_REVOKED: usize = 100_000;
+/// Marks remembered at most; beyond it the mark closest to its expiry goes first. Marks are set
+/// by admissions and revokes, which capacity limits and the origin already bound.
+pub const MAX_MARKS: usize = 100_000;
 
 /// The in-process store.
 #[derive(Default)]
@@ -147,8 +144,8 @@ pub struct LocalStore {
     /// Weak: a counter lives as long as some snapshot's rule uses it.
     windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
     exact: Mutex<HashMap<CounterKey, Exact>>,
-    /// (scope, session) -> when the record may be forgotten, in ms.
-    revoked: Mutex<HashMap<(Arc<str>, SessionId), u64>>,
+    /// (scope, mark) -> when it may be forgotten, in ms.
+    marks: Mutex<HashMap<(Arc<str>, Mark), u64>>,
 }
 
 impl LocalStore {
@@ -203,35 +200,35 @@ impl CounterStore for LocalStore {
         out
     }
 
-    fn revoke(&self, scope: &str, session: SessionId, until: Timestamp, now: Timestamp) -> bool {
-        let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (Arc::<str>::from(scope), session);
-        if revoked.get(&key).is_some_and(|&at| at > now.millis()) {
+    fn mark(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
+        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (Arc::<str>::from(scope), mark);
+        if marks.get(&key).is_some_and(|&at| at > now.millis()) {
             return false;
         }
-        if revoked.len() >= MAX_REVOKED {
-            revoked.retain(|_, &mut at| at > now.millis());
-            if revoked.len() >= MAX_REVOKED {
-                if let Some(oldest) = revoked
+        if marks.len() >= MAX_MARKS {
+            marks.retain(|_, &mut at| at > now.millis());
+            if marks.len() >= MAX_MARKS {
+                let oldest = marks
                     .iter()
                     .min_by_key(|(_, &at)| at)
-                    .map(|(k, _)| k.clone())
-                {
-                    revoked.remove(&oldest);
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    marks.remove(&oldest);
                 }
             }
         }
-        revoked.insert(key, until.millis());
+        marks.insert(key, until.millis());
         true
     }
 
-    fn is_revoked(&self, scope: &str, session: SessionId, now: Timestamp) -> bool {
-        let revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
-        if revoked.is_empty() {
+    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {
+        let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        if marks.is_empty() {
             return false;
         }
-        revoked
-            .get(&(Arc::<str>::from(scope), session))
+        marks
+            .get(&(Arc::<str>::from(scope), mark))
             .is_some_and(|&at| at > now.millis())
     }
 
@@ -239,9 +236,9 @@ impl CounterStore for LocalStore {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
         exact.retain(|_, e| e.expire_ms > now.millis());
         drop(exact);
-        let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
-        revoked.retain(|_, &mut at| at > now.millis());
-        drop(revoked);
+        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        marks.retain(|_, &mut at| at > now.millis());
+        drop(marks);
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         windows.retain(|_, w| w.strong_count() > 0);
     }
@@ -250,6 +247,7 @@ impl CounterStore for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MarkKind;
 
     fn at(ms: u64) -> Timestamp {
         Timestamp::from_millis(ms)
@@ -354,33 +352,45 @@ mod tests {
     }
 
     #[test]
-    fn a_session_is_revoked_once_until_its_record_expires() {
+    fn a_mark_is_set_once_until_it_expires() {
         let store = LocalStore::new();
-        let s = SessionId(42);
-        assert!(!store.is_revoked("room", s, at(0)));
-        assert!(store.revoke("room", s, at(60_000), at(0)));
+        let m = Mark {
+            kind: MarkKind::Revoked,
+            id: 42,
+        };
+        assert!(!store.is_marked("room", m, at(0)));
+        assert!(store.mark("room", m, at(60_000), at(0)));
         assert!(
-            !store.revoke("room", s, at(60_000), at(1)),
-            "a replay frees nothing"
+            !store.mark("room", m, at(60_000), at(1)),
+            "a replay changes nothing"
         );
-        assert!(store.is_revoked("room", s, at(59_999)));
-        assert!(!store.is_revoked("other", s, at(1)), "rooms are apart");
-        assert!(!store.is_revoked("room", s, at(60_000)));
+        assert!(store.is_marked("room", m, at(59_999)));
+        assert!(!store.is_marked("other", m, at(1)), "rooms are apart");
+        let admitted = Mark {
+            kind: MarkKind::Admitted,
+            id: 42,
+        };
+        assert!(!store.is_marked("room", admitted, at(1)), "kinds are apart");
+        assert!(!store.is_marked("room", m, at(60_000)));
         store.sweep(at(60_000));
-        assert!(store.revoked.lock().unwrap().is_empty());
+        assert!(store.marks.lock().unwrap().is_empty());
     }
 
     #[test]
-    fn revoked_records_are_capped() {
+    fn marks_are_capped() {
         let store = LocalStore::new();
-        for i in 0..MAX_REVOKED as u64 + 10 {
-            assert!(store.revoke("room", SessionId(i), at(1_000_000 + i), at(0)));
+        let mark = |id| Mark {
+            kind: MarkKind::Revoked,
+            id,
+        };
+        for i in 0..MAX_MARKS as u64 + 10 {
+            assert!(store.mark("room", mark(i), at(1_000_000 + i), at(0)));
         }
-        let revoked = store.revoked.lock().unwrap();
-        assert_eq!(revoked.len(), MAX_REVOKED);
-        // The records closest to expiry went first.
-        assert!(!revoked.contains_key(&(Arc::from("room"), SessionId(0))));
-        assert!(revoked.contains_key(&(Arc::from("room"), SessionId(MAX_REVOKED as u64 + 9))));
+        let marks = store.marks.lock().unwrap();
+        assert_eq!(marks.len(), MAX_MARKS);
+        // The marks closest to expiry went first.
+        assert!(!marks.contains_key(&(Arc::from("room"), mark(0))));
+        assert!(marks.contains_key(&(Arc::from("room"), mark(MAX_MARKS as u64 + 9))));
     }
 
     #[test]

@@ -78,10 +78,23 @@ pub enum CounterKind {
     Waiting,
 }
 
-/// An admitted user's session, as a revoke names it: a digest of what every token of that
-/// session carries (identity, arrival, admission time), the same on every node.
+/// Something that happens once and is remembered until it cannot matter any more: a mark.
+/// Marks are what stateless tokens cannot carry themselves (a token cannot know it was revoked,
+/// or already counted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(pub u64);
+pub struct Mark {
+    pub kind: MarkKind,
+    /// A digest naming the thing marked (the same on every node).
+    pub id: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MarkKind {
+    /// An admitted user's session the origin ended: its tokens are refused from then on.
+    Revoked,
+    /// A waiting token that already won its draw: presenting it again is not a new admission.
+    Admitted,
+}
 
 pub trait CounterStore: Send + Sync {
     /// The window counter for `spec`. Calling again with an equal spec returns the same counter.
@@ -99,13 +112,13 @@ pub trait CounterStore: Send + Sync {
     /// queue; a shared store may answer from an index of keys.
     fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)>;
 
-    /// Records that `session` of `scope` was revoked, until `until` (when every token of the
-    /// session has expired anyway). Returns true only for the first revoke of a session, so a
-    /// replayed revoke frees nothing twice.
-    fn revoke(&self, scope: &str, session: SessionId, until: Timestamp, now: Timestamp) -> bool;
+    /// Sets `mark` in `scope` until `until` (when it can no longer matter). Returns true only
+    /// when it was not set already, so whatever it guards happens once: a replayed revoke frees
+    /// nothing twice, a re-presented winning token is not counted twice.
+    fn mark(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool;
 
-    /// Whether `session` of `scope` was revoked (and the record has not expired).
-    fn is_revoked(&self, scope: &str, session: SessionId, now: Timestamp) -> bool;
+    /// Whether `mark` is set in `scope` (and has not expired).
+    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool;
 
     /// Drops what has expired. The in-process store calls this from a background task; a
     /// shared store with native expiry may do nothing.

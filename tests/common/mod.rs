@@ -149,6 +149,8 @@ impl Origin {
 
 /// How to start a proxy for a test.
 pub struct Setup {
+    /// Lines added to `[server]`.
+    pub server_extra: String,
     pub upstream: String,
     pub upstream_extra: String,
     pub extra: String,
@@ -160,6 +162,7 @@ pub struct Setup {
 impl Setup {
     pub fn new(origin: SocketAddr) -> Setup {
         Setup {
+            server_extra: String::new(),
             upstream: format!("[\"{origin}\"]"),
             upstream_extra: "health_check = \"1s\"\n".into(),
             extra: String::new(),
@@ -172,6 +175,13 @@ impl Setup {
     pub fn extra(mut self, toml: &str) -> Setup {
         self.extra.push_str(toml);
         self.extra.push('\n');
+        self
+    }
+
+    /// Adds lines to the `[server]` table.
+    pub fn server(mut self, toml: &str) -> Setup {
+        self.server_extra.push_str(toml);
+        self.server_extra.push('\n');
         self
     }
 
@@ -197,12 +207,13 @@ pub struct Vestibule {
 impl Vestibule {
     pub fn config_text(setup: &Setup, proxy: SocketAddr, admin: &str) -> String {
         format!(
-            "[server]\nlisten = [\"{proxy}\"]\nthreads = 2\ngraceful_shutdown = \"2s\"\npid_file = \"/tmp/vestibule-test-{port}.pid\"\nupgrade_sock = \"/tmp/vestibule-test-{port}.sock\"\n\
+            "[server]\nlisten = [\"{proxy}\"]\nthreads = 2\ngraceful_shutdown = \"2s\"\npid_file = \"/tmp/vestibule-test-{port}.pid\"\nupgrade_sock = \"/tmp/vestibule-test-{port}.sock\"\n{server_extra}\
              [admin]\n{admin}\n\
              [upstream]\npeers = {peers}\n{upstream_extra}\n\
              {extra}",
             port = proxy.port(),
             peers = setup.upstream,
+            server_extra = setup.server_extra,
             upstream_extra = setup.upstream_extra,
             extra = setup.extra,
         )

@@ -1,0 +1,258 @@
+//! The edge of the proxy: what happens on a client connection before Pingora's HTTP code sees a
+//! request.
+//!
+//! [`Edge`] wraps the Pingora proxy app and owns the HTTP/1 connection loop, so that time spent
+//! *waiting for a client* is bounded (SPEC §11):
+//!
+//! - between requests, a connection may stay idle for `keepalive_timeout`; a new connection must
+//!   send its first byte within `header_timeout`;
+//! - once a request has started, its whole head must arrive within `header_timeout`, however
+//!   slowly it trickles in (a per-read timeout would let a client reset it byte by byte);
+//! - a head larger than [`MAX_HEAD`] is refused with 431.
+//!
+//! The head is read here and handed to Pingora as the session's pipelined prefix, so Pingora
+//! parses it without another read: the syscalls per request stay those of a plain proxy. HTTP/2
+//! connections (ALPN `h2`) go to Pingora's own loop, which has its own stream limits.
+//!
+//! An idle connection holds only its socket, this small future and the head buffer it is about
+//! to fill: the L4 read buffer Pingora puts in front of plain sockets (64 KiB by default) is
+//! left out for plain listeners, where the HTTP parser reads into its own buffer anyway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora::protocols::http::ServerSession;
+use pingora::protocols::{Stream, ALPN};
+use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::app::App;
+
+/// The largest request head accepted (request line and headers). Browsers send a few KiB;
+/// nginx's default allows 4 × 8 KiB.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// What the head buffer starts with (Pingora's own initial size).
+const HEAD_BUF: usize = 4096;
+
+/// Why the edge closed a connection (the `reason` label of
+/// `vestibule_downstream_closed_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Idle longer than `keepalive_timeout` between requests.
+    KeepaliveTimeout,
+    /// A request head (or a new connection's first byte) took longer than `header_timeout`.
+    HeaderTimeout,
+    /// A request head larger than [`MAX_HEAD`].
+    HeaderTooLarge,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 3] = [
+        Closed::KeepaliveTimeout,
+        Closed::HeaderTimeout,
+        Closed::HeaderTooLarge,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::KeepaliveTimeout => "keepalive_timeout",
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::HeaderTooLarge => "header_too_large",
+        }
+    }
+}
+
+/// How long the edge waits for a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waits {
+    pub keepalive: Duration,
+    pub header: Duration,
+}
+
+/// The proxy app behind the edge's connection handling.
+pub struct Edge<A> {
+    inner: Arc<A>,
+    app: Arc<App>,
+}
+
+impl<A> Edge<A> {
+    pub fn new(inner: A, app: Arc<App>) -> Edge<A> {
+        Edge {
+            inner: Arc::new(inner),
+            app,
+        }
+    }
+
+    fn waits(&self) -> Waits {
+        let snapshot = self.app.snapshot();
+        Waits {
+            keepalive: snapshot.config.server.keepalive_timeout,
+            header: snapshot.config.server.header_timeout,
+        }
+    }
+
+    fn closed(&self, why: Closed) {
+        self.app.metrics.downstream_closed[why.index()].inc();
+    }
+}
+
+#[async_trait]
+impl<A> ServerApp for Edge<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+            return ServerApp::process_new(&self.inner, stream, shutdown).await;
+        }
+        let mut settings: Option<HttpPersistentSettings> = None;
+        let mut first = true;
+        loop {
+            let waits = self.waits();
+            // A new connection gets header_timeout for its first byte; a kept-alive one may
+            // idle for keepalive_timeout.
+            let idle = if first { waits.header } else { waits.keepalive };
+            let head = match read_head(&mut stream, idle, waits.header, shutdown).await {
+                Head::Complete(head) => head,
+                Head::Closed => return None,
+                Head::TimedOut { started } => {
+                    self.closed(match (started, first) {
+                        (false, false) => Closed::KeepaliveTimeout,
+                        _ => Closed::HeaderTimeout,
+                    });
+                    return None;
+                }
+                Head::TooLarge => {
+                    self.closed(Closed::HeaderTooLarge);
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .await;
+                    let _ = stream.flush().await;
+                    return None;
+                }
+            };
+            let mut session = ServerSession::new_http1(stream);
+            match settings.take() {
+                Some(s) => s.apply_to_session(&mut session),
+                None => session.set_keepalive(Some(waits.keepalive.as_secs().max(1))),
+            }
+            session.set_pipelined_prefix(head);
+            let reused = self.inner.process_new_http(session, shutdown).await?;
+            let (next, next_settings) = reused.consume();
+            stream = next;
+            settings = next_settings;
+            first = false;
+        }
+    }
+
+    async fn cleanup(&self) {
+        ServerApp::cleanup(&*self.inner).await;
+    }
+}
+
+/// What reading a request head came to.
+#[derive(Debug)]
+enum Head {
+    /// A whole head (and whatever followed it in the same reads).
+    Complete(BytesMut),
+    /// The client closed the connection (or the server is shutting down) between requests.
+    Closed,
+    /// Nothing complete in time; `started` says whether any byte of a request had arrived.
+    TimedOut {
+        started: bool,
+    },
+    TooLarge,
+}
+
+/// Reads until a whole request head is buffered: the first byte within `idle`, the whole head
+/// within `header` of that first byte.
+async fn read_head(
+    stream: &mut Stream,
+    idle: Duration,
+    header: Duration,
+    shutdown: &ShutdownWatch,
+) -> Head {
+    let mut buf = BytesMut::with_capacity(HEAD_BUF);
+    let mut shutdown = shutdown.clone();
+    // The first byte: an idle connection is closed at once when the server shuts down.
+    let first = tokio::select! {
+        biased;
+        read = tokio::time::timeout(idle, stream.read_buf(&mut buf)) => read,
+        _ = shutdown.wait_for(|down| *down) => return Head::Closed,
+    };
+    match first {
+        Err(_) => return Head::TimedOut { started: false },
+        Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
+        Ok(Ok(_)) => {}
+    }
+    let deadline = tokio::time::Instant::now() + header;
+    loop {
+        match head_end(&buf) {
+            Some(end) if end > MAX_HEAD => return Head::TooLarge,
+            Some(_) => return Head::Complete(buf),
+            None => {}
+        }
+        if buf.len() > MAX_HEAD {
+            return Head::TooLarge;
+        }
+        if buf.capacity() == buf.len() {
+            buf.reserve(buf.len());
+        }
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Err(_) => return Head::TimedOut { started: true },
+            // Closed or broken mid-head: nothing to answer.
+            Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Where the head in `buf` ends (just past its blank line), if it has ended: `\r\n\r\n`, or a
+/// bare `\n\n` as the parser also accepts. Empty lines before the request line (which RFC 9112
+/// §2.2 lets a server ignore) are skipped, so they cannot pass for a whole head.
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    let start = buf
+        .iter()
+        .position(|b| *b != b'\r' && *b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &rest[from..]) {
+        let at = from + i;
+        match rest.get(at + 1) {
+            Some(b'\n') => return Some(start + at + 2),
+            Some(b'\r') if rest.get(at + 2) == Some(&b'\n') => return Some(start + at + 3),
+            _ => from = at + 1,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_end_of_a_head() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Some(27));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nbody"), Some(27));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\n"), Some(24));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), None);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r"), None);
+        assert_eq!(head_end(b""), None);
+        // Leading empty lines are not a head.
+        assert_eq!(head_end(b"\r\n\r\n"), None);
+        assert_eq!(head_end(b"\r\n\r\nGET / HTTP/1.1\r\n\r\n"), Some(22));
+    }
+}
