@@ -6,6 +6,7 @@
 //! configuration; [`app`] what lives as long as the process.
 
 pub mod admin;
+pub mod alloc;
 pub mod app;
 pub mod config;
 pub mod cookie;

@@ -262,12 +262,22 @@ fn start(path: &Path) -> Option<std::sync::Arc<App>> {
     }
 }
 
+/// Every client connection is a file descriptor: take all the hard limit allows (as nginx's
+/// `worker_rlimit_nofile` does), so a flood of connections meets the timeouts, not `EMFILE`.
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => log::info!("file descriptors: up to {n}"),
+        Err(e) => log::warn!("cannot raise the file descriptor limit: {e}"),
+    }
+}
+
 fn run(path: &Path, options: RunOptions) -> ExitCode {
     let Some(app) = start(path) else {
         return ExitCode::FAILURE;
     };
     let snapshot = app.snapshot();
     vestibule::logging::init(&snapshot.config.log);
+    raise_fd_limit();
     for w in &snapshot.warnings {
         log::warn!("{w}");
     }
@@ -323,6 +333,7 @@ fn run_demo(path: &Path) -> ExitCode {
         path.display()
     );
     vestibule::logging::init(&config.log);
+    raise_fd_limit();
     let server = server::build(app.clone(), &options);
     drop(snapshot);
     server.run_forever()

@@ -141,7 +141,10 @@ impl BackgroundService for Housekeeping {
                     crate::logging::set_buffering(false);
                     return;
                 }
-                _ = sweep.tick() => self.app.state.store.sweep(crate::time::Timestamp::now()),
+                _ = sweep.tick() => {
+                    self.app.state.store.sweep(crate::time::Timestamp::now());
+                    crate::alloc::collect();
+                }
                 _ = flush.tick() => crate::logging::flush(),
             }
         }

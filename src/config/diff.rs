@@ -25,6 +25,11 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
         new.server.threads.to_string(),
     );
     check(
+        "server.work_stealing",
+        old.server.work_stealing.to_string(),
+        new.server.work_stealing.to_string(),
+    );
+    check(
         "server.pid_file",
         old.server.pid_file.display().to_string(),
         new.server.pid_file.display().to_string(),
@@ -57,6 +62,7 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
 pub fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.server.listen = serving.server.listen.clone();
     new.server.threads = serving.server.threads;
+    new.server.work_stealing = serving.server.work_stealing;
     new.server.pid_file = serving.server.pid_file.clone();
     new.server.upgrade_sock = serving.server.upgrade_sock.clone();
     new.server.graceful_shutdown = serving.server.graceful_shutdown;

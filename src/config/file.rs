@@ -38,6 +38,7 @@ pub struct ServerFile {
     pub upgrade_sock: String,
     #[serde(with = "humantime_serde")]
     pub graceful_shutdown: Duration,
+    pub work_stealing: bool,
     #[serde(with = "humantime_serde")]
     pub keepalive_timeout: Duration,
     #[serde(with = "humantime_serde")]
@@ -54,6 +55,7 @@ impl Default for ServerFile {
             pid_file: "/tmp/vestibule.pid".into(),
             upgrade_sock: "/tmp/vestibule_upgrade.sock".into(),
             graceful_shutdown: Duration::from_secs(5),
+            work_stealing: false,
             keepalive_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(10),
             pages: None,

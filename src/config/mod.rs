@@ -47,6 +47,10 @@ pub struct ServerConfig {
     pub upgrade_sock: PathBuf,
     /// SIGTERM: stop accepting, finish in-flight requests, and exit within this time.
     pub graceful_shutdown: Duration,
+    /// Tokio work stealing between the worker threads. Off, each connection stays on the
+    /// thread that accepted it: its memory is freed where it was taken (so it goes back to the
+    /// OS after a surge), and no cache lines move between cores.
+    pub work_stealing: bool,
     /// Idle client connections are closed after this.
     pub keepalive_timeout: Duration,
     /// A request head must arrive whole within this of its first byte (and a new connection
@@ -322,6 +326,7 @@ impl Config {
         let slack = u64::from(total >= 3);
         conf.grace_period_seconds = Some(total - timeout - slack);
         conf.graceful_shutdown_timeout_seconds = Some(timeout);
+        conf.work_stealing = self.server.work_stealing;
         conf.ca_file = self
             .upstream
             .ca_file

@@ -165,6 +165,7 @@ impl Validator<'_> {
             pid_file: PathBuf::from(&s.pid_file),
             upgrade_sock: PathBuf::from(&s.upgrade_sock),
             graceful_shutdown: s.graceful_shutdown,
+            work_stealing: s.work_stealing,
             keepalive_timeout: s.keepalive_timeout,
             header_timeout: s.header_timeout,
             pages,
