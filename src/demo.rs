@@ -1,7 +1,7 @@
 //! The built-in demo origin: what `vestibule demo` puts behind the proxy when no origin is
 //! reachable, and what the integration tests use as a real origin on loopback.
 //!
-//! Routes:
+//! Routes (each also under any prefix, e.g. `/sale/__revoke`):
 //! - `/__echo` (any method): JSON of the request the origin received (method, path, headers in
 //!   order), so tests can see exactly what reached the origin;
 //! - `/__slow?ms=N`: answers after N milliseconds (at most 30 s);
@@ -60,7 +60,9 @@ impl ServeHttp for DemoOrigin {
         }
         let served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
         let query = req.uri.query().unwrap_or("").to_owned();
-        if path == "/__echo" {
+        // Routes work under any prefix (`/sale/__revoke`), so rooms on sub-paths can use them.
+        let route = path.rfind("/__").map_or(path.as_str(), |i| &path[i..]);
+        if route == "/__echo" {
             let headers: Vec<(String, String)> = req
                 .headers
                 .iter()
@@ -80,7 +82,7 @@ impl ServeHttp for DemoOrigin {
             .unwrap_or_default();
             return finish(build(StatusCode::OK, "application/json"), body);
         }
-        if path == "/__slow" {
+        if route == "/__slow" {
             let ms = query
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("ms="))
@@ -91,7 +93,7 @@ impl ServeHttp for DemoOrigin {
             let body = format!("slept {ms} ms\n").into_bytes();
             return finish(build(StatusCode::OK, "text/plain"), body);
         }
-        if let Some(code) = path.strip_prefix("/__status/") {
+        if let Some(code) = route.strip_prefix("/__status/") {
             let status = code
                 .parse::<u16>()
                 .ok()
@@ -100,11 +102,11 @@ impl ServeHttp for DemoOrigin {
             let body = format!("status {}\n", status.as_u16()).into_bytes();
             return finish(build(status, "text/plain"), body);
         }
-        if path == "/__revoke" {
+        if route == "/__revoke" {
             let b = build(StatusCode::OK, "text/plain").header("vestibule-command", "revoke");
             return finish(b, b"signed out\n".to_vec());
         }
-        if path == "/__set-cookie" {
+        if route == "/__set-cookie" {
             let b = build(StatusCode::OK, "text/plain").header(
                 header::SET_COOKIE,
                 "origin_session=abc123; Path=/; HttpOnly",

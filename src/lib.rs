@@ -19,6 +19,7 @@ pub mod logging;
 pub mod metrics;
 pub mod pages;
 pub mod path;
+pub mod plot;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;

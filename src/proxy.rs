@@ -276,6 +276,9 @@ impl ProxyHttp for Proxy {
         if code == 502 {
             self.app.metrics.upstream_unavailable.inc();
         }
+        // The connection is not reused after an error: say so (`Connection: close`), or a
+        // client would send its next request on a connection that is about to close.
+        session.set_keepalive(None);
         ctx.slots.clear();
         // A user let in by this request keeps the admission: a retry presents the allow token
         // instead of arriving (and being counted) again.

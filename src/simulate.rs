@@ -460,35 +460,6 @@ pub fn write_csv(report: &Report, dir: &Path) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Loads a system font for labels, once. Without one the heatmap is drawn without text.
-fn font_available() -> bool {
-    static LOADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *LOADED.get_or_init(|| {
-        let candidates = [
-            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/TTF/DejaVuSans.ttf",
-            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-            "/System/Library/Fonts/Supplemental/Arial.ttf",
-        ];
-        for path in candidates {
-            if let Ok(bytes) = std::fs::read(path) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font(
-                    "sans-serif",
-                    plotters::style::FontStyle::Normal,
-                    bytes,
-                )
-                .is_ok()
-                {
-                    return true;
-                }
-            }
-        }
-        false
-    })
-}
-
 /// A viridis-like ramp from dark blue (few) to yellow (many).
 fn heat(v: f64) -> plotters::style::RGBColor {
     const STOPS: [(f64, (u8, u8, u8)); 5] = [
@@ -532,7 +503,7 @@ pub fn write_heatmap(report: &Report, dir: &Path) -> Result<PathBuf, String> {
     let root = BitMapBackend::new(&path, (900, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let labels = font_available();
+    let labels = crate::plot::font_available();
     let mut chart = ChartBuilder::on(&root)
         .margin(16)
         .x_label_area_size(if labels { 40 } else { 8 })

@@ -314,6 +314,8 @@ fn a_user_let_in_is_counted_once_and_keeps_access_on_an_error_page() {
     for _ in 0..4 {
         let resp = capacity.get(&v, "/__echo");
         assert_eq!(resp.status(), 502);
+        // Not reused after an error, and the client is told so.
+        assert_eq!(resp.headers()["connection"], "close");
         assert!(capacity
             .cookie
             .as_deref()
