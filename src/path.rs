@@ -84,6 +84,13 @@ fn decode_unreserved(path: &str) -> String {
             i += 1;
             continue;
         }
+        if bytes[i] == b'%' {
+            // Not an escape: written as one, so that no escape can be spliced together from
+            // what the decoding leaves (`%f%44` is `%25fD`, not `%fD`).
+            out.push_str("%25");
+            i += 1;
+            continue;
+        }
         // `path` is a &str, so slicing at char boundaries keeps it valid.
         let ch_len = path[i..].chars().next().map_or(1, char::len_utf8);
         out.push_str(&path[i..i + ch_len]);
@@ -132,12 +139,15 @@ mod tests {
         assert_eq!(normalize("/../../etc"), "/etc");
         assert_eq!(normalize("/static/.."), "/");
         assert_eq!(normalize("/static/x/.."), "/static/");
-        assert_eq!(normalize("/a%"), "/a%");
-        assert_eq!(normalize("/a%zz"), "/a%zz");
-        assert_eq!(normalize("/é/%"), "/é/%");
+        assert_eq!(normalize("/a%"), "/a%25");
+        assert_eq!(normalize("/a%zz"), "/a%25zz");
+        assert_eq!(normalize("/é/%"), "/é/%25");
         assert_eq!(normalize("relative"), "/relative");
-        assert_eq!(normalize("/%aé"), "/%aé");
-        assert_eq!(normalize("/%"), "/%");
+        assert_eq!(normalize("/%aé"), "/%25aé");
+        assert_eq!(normalize("/%"), "/%25");
+        // Found by the fuzzer: decoding must not splice a new escape together.
+        assert_eq!(normalize("./f%f%44\0"), "/f%25fD\0");
+        assert_eq!(normalize(&normalize("./f%f%44\0")), "/f%25fD\0");
         assert_eq!(normalize(""), "/");
     }
 }

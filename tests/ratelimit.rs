@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -18,13 +18,14 @@ fn get(v: &Vestibule, path: &str, xff: &str) -> reqwest::blocking::Response {
 
 const TRUST_LOCAL: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]";
 
-/// vsthrottle's example: 15 requests per 10 s, then blocked for 30 s.
+/// vsthrottle's example, 15 requests per 10 s, with a 3 s penalty (its 30 s would only make the
+/// test slower): the sixteenth is blocked for the penalty, however the bucket refills.
 #[test]
-fn token_bucket_blocks_the_sixteenth_for_thirty_seconds() {
+fn token_bucket_blocks_the_sixteenth_for_its_penalty() {
     let origin = Origin::start();
     let v = Setup::new(origin.addr)
         .extra(TRUST_LOCAL)
-        .extra("[[rate_limit]]\nname = \"api\"\nalgorithm = \"token_bucket\"\nlimit = 15\nperiod = \"10s\"\npenalty = \"30s\"")
+        .extra("[[rate_limit]]\nname = \"api\"\nalgorithm = \"token_bucket\"\nlimit = 15\nperiod = \"10s\"\npenalty = \"3s\"")
         .start();
     let user = "198.51.100.7";
     for i in 0..15u64 {
@@ -41,37 +42,39 @@ fn token_bucket_blocks_the_sixteenth_for_thirty_seconds() {
     let blocked_at = Instant::now();
     let resp = get(&v, "/__echo", user);
     assert_eq!(resp.status(), 429);
-    assert_eq!(resp.headers()["retry-after"], "30");
+    assert_eq!(resp.headers()["retry-after"], "3");
     assert_eq!(resp.headers()["ratelimit-policy"], "\"api\";q=15;w=10");
-    assert_eq!(resp.headers()["ratelimit"], "\"api\";r=0;t=30");
+    assert_eq!(resp.headers()["ratelimit"], "\"api\";r=0;t=3");
     assert_eq!(resp.headers()["cache-control"], "no-store, private");
     assert!(resp.text().unwrap().contains("Too many requests"));
     // Another identity is unaffected.
     assert_eq!(get(&v, "/__echo", "198.51.100.8").status(), 200);
-    // Still blocked through the penalty, with Retry-After counting down, even though the
-    // bucket has long refilled.
-    for wait in [5u64, 15, 25, 29] {
-        let target = blocked_at + Duration::from_secs(wait);
+    // Still blocked through the penalty, with Retry-After counting down.
+    for wait_ms in [1_000u64, 2_000] {
+        let target = blocked_at + Duration::from_millis(wait_ms);
         std::thread::sleep(target.saturating_duration_since(Instant::now()));
         let resp = get(&v, "/__echo", user);
-        assert_eq!(resp.status(), 429, "at +{wait}s");
+        let elapsed = blocked_at.elapsed();
+        assert_eq!(resp.status(), 429, "at +{wait_ms} ms");
         let retry: u64 = resp.headers()["retry-after"]
             .to_str()
             .unwrap()
             .parse()
             .unwrap();
+        // Whole seconds left, rounded up.
+        let left = Duration::from_secs(3).saturating_sub(elapsed).as_secs_f64();
         assert!(
-            retry <= 30 - wait + 1 && retry >= 30 - wait - 1,
-            "at +{wait}s: Retry-After {retry}"
+            (retry as f64 - left).abs() <= 1.0,
+            "at +{wait_ms} ms: Retry-After {retry}, {left:.2} s left"
         );
     }
     std::thread::sleep(
-        (blocked_at + Duration::from_millis(30_300)).saturating_duration_since(Instant::now()),
+        (blocked_at + Duration::from_millis(3_300)).saturating_duration_since(Instant::now()),
     );
     assert_eq!(
         get(&v, "/__echo", user).status(),
         200,
-        "free again after 30 s"
+        "free again after the penalty"
     );
     let m = v.metrics();
     assert!(
@@ -84,7 +87,7 @@ fn token_bucket_blocks_the_sixteenth_for_thirty_seconds() {
         metric_value(
             &m,
             "vestibule_ratelimit_decisions_total{outcome=\"penalized\",rule=\"api\"}"
-        ) >= 4.0
+        ) >= 2.0
     );
     assert!(
         metric_value(
@@ -205,10 +208,11 @@ fn concurrency_cap_in_front_of_a_slow_origin() {
         200
     );
 
-    // A client that gives up mid-request returns its slot too.
+    // A client that gives up mid-request returns its slot too: the origin takes 30 s, far
+    // longer than the wait below, so only the client's abort can free the slots.
     for _ in 0..2 {
         let mut s = TcpStream::connect(v.proxy).unwrap();
-        s.write_all(b"GET /__slow?ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /__slow?ms=30000 HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
         std::thread::sleep(Duration::from_millis(200));
         drop(s);
@@ -255,101 +259,4 @@ fn origin_scope_ignores_waiting_room_check_ins() {
     assert_eq!(resp.status(), 429);
     // With no penalty, Retry-After is the time until the next token (1800 s at 2 per hour).
     assert_eq!(resp.headers()["retry-after"], "1800");
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
-/// Sends `count` keep-alive requests with distinct `X-Key` values on one connection, one after
-/// the other, reading each response; returns how many were 429.
-fn flood(addr: std::net::SocketAddr, first: u64, count: u64) -> u64 {
-    let stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream.set_nodelay(true).unwrap();
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut limited = 0;
-    let mut line = String::new();
-    let mut request = Vec::with_capacity(128);
-    for k in first..first + count {
-        request.clear();
-        write!(
-            request,
-            "GET / HTTP/1.1\r\nHost: flood\r\nX-Key: key-{k}\r\n\r\n"
-        )
-        .unwrap();
-        writer.write_all(&request).unwrap();
-        let mut length = 0usize;
-        let mut status_line = true;
-        loop {
-            line.clear();
-            reader.read_line(&mut line).unwrap();
-            if status_line {
-                assert!(line.starts_with("HTTP/1.1 "), "{line:?}");
-                if line.starts_with("HTTP/1.1 429") {
-                    limited += 1;
-                }
-                status_line = false;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap();
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-    }
-    limited
-}
-
-/// A flood of distinct keys never grows memory past what `max_keys` allows.
-#[test]
-fn a_million_distinct_keys_stay_within_the_memory_bound() {
-    let keys: u64 = std::env::var("VESTIBULE_FLOOD_KEYS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let origin = Origin::start();
-    // Answers come from memory (a closed room), so only the rules do work per key.
-    let v = Setup::new(origin.addr)
-        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
-        .extra("[[rate_limit]]\nname = \"per-key-window\"\nkey = [\"header:x-key\"]\nwindow = \"10s\"\nlimit = 1000\nmax_keys = 10000")
-        .extra("[[rate_limit]]\nname = \"per-key-bucket\"\nkey = [\"header:x-key\"]\nalgorithm = \"token_bucket\"\nlimit = 10\nperiod = \"1m\"\nmax_keys = 10000")
-        .start();
-    // Warm up, so allocator arenas and pools exist before measuring.
-    flood(v.proxy, u64::MAX / 2, 20_000);
-    let before = rss_kib(v.proc.pid());
-    let start = Instant::now();
-    let connections = 16;
-    std::thread::scope(|s| {
-        for c in 0..connections {
-            let addr = v.proxy;
-            s.spawn(move || flood(addr, c * keys / connections, keys / connections));
-        }
-    });
-    let after = rss_kib(v.proc.pid());
-    let grew = after.saturating_sub(before);
-    eprintln!(
-        "{keys} distinct keys in {:.1} s: RSS {before} KiB -> {after} KiB (+{grew} KiB)",
-        start.elapsed().as_secs_f64()
-    );
-    // Bound: two 10,000-entry tables (~1.5 MB) plus allocator slack; the window sketch was
-    // allocated at start. Anything that grew per key would add 100+ MB here.
-    assert!(grew < 24 * 1024, "RSS grew by {grew} KiB for {keys} keys");
-    let m = v.metrics();
-    let passes = metric_value(
-        &m,
-        "vestibule_ratelimit_decisions_total{outcome=\"pass\",rule=\"per-key-bucket\"}",
-    );
-    assert!(passes >= keys as f64, "every key was checked: {passes}");
 }

@@ -135,15 +135,17 @@ impl Origin {
         }
     }
 
-    /// Requests the origin has served so far (`/__stats` does not count itself).
+    /// Requests the origin has served so far (`/__stats` does not count itself). Panics when the
+    /// origin does not answer: a count that reads 0 on error would let "nothing reached the
+    /// origin" pass whenever the origin is down.
     pub fn served(&self) -> u64 {
-        let body = client()
+        let resp = client()
             .get(format!("http://{}/__stats", self.addr))
             .send()
-            .and_then(|r| r.text())
-            .unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        v["served"].as_u64().unwrap_or(0)
+            .expect("the origin answers /__stats");
+        assert_eq!(resp.status(), 200, "/__stats");
+        let v: serde_json::Value = resp.json().expect("/__stats is JSON");
+        v["served"].as_u64().expect("/__stats has a served count")
     }
 }
 
@@ -318,11 +320,14 @@ impl Vestibule {
         g
     }
 
+    /// The text of `/metrics`; panics unless it answers 200.
     pub fn metrics(&self) -> String {
-        self.admin_get("/metrics").1
+        let (code, body) = self.admin_get("/metrics");
+        assert_eq!(code, 200, "/metrics: {body}");
+        body
     }
 
-    /// The value of one sample line of `/metrics` (`name{labels}`), 0 when absent.
+    /// The value of one sample line of `/metrics` (`name{labels}`); panics when it is absent.
     pub fn metric(&self, series: &str) -> f64 {
         metric_value(&self.metrics(), series)
     }
@@ -332,14 +337,24 @@ impl Vestibule {
     }
 }
 
+/// The value of the sample `series` (`name{labels}`, labels in exposition order) in a
+/// `/metrics` text. Panics when there is no such sample, naming the samples of that family, so a
+/// renamed series or label fails loudly instead of reading as 0.
 pub fn metric_value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.strip_prefix(' '))
-        })
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    metric_sample(text, series).unwrap_or_else(|| {
+        let family = series.split('{').next().unwrap_or(series);
+        let seen: Vec<&str> = text.lines().filter(|l| l.starts_with(family)).collect();
+        panic!("no sample {series} in /metrics; the family has: {seen:#?}")
+    })
+}
+
+/// The value of the sample `series`, or `None` when it is absent (for tests where absence is
+/// the point).
+pub fn metric_sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let value = l.strip_prefix(series)?.strip_prefix(' ')?;
+        Some(value.trim().parse().expect("a sample value is a number"))
+    })
 }
 
 /// The shipped pages, copied so a test may edit its own.
