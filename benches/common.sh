@@ -104,11 +104,13 @@ limit = 100000'
 RULES_API_KEY=${RULES/'"path"'/'"header:x-api-key"'}
 RULES_API_KEY=${RULES_API_KEY/per-path/api-key}
 
-# Writes $OUT/<name>/vestibule.toml with <extra> after the common sections; sets VPORT.
+# Writes $OUT/<name>/vestibule.toml with <extra> after the common sections; sets VPORT and
+# VADMIN (its admin port).
 write_vestibule() { # name extra
   local name=$1 text=$2
   VPORT=$(free_port)
-  local admin; admin=$(free_port)
+  VADMIN=$(free_port)
+  local admin=$VADMIN
   mkdir -p "$OUT/$name"
   cp -r "$ROOT/pages" "$OUT/$name/pages"
   printf 'active = "bench"\n[ring]\nbench = "%s"\n' "$BENCH_KEY" > "$OUT/$name/keys.toml"
@@ -138,6 +140,15 @@ start_vestibule() { # name extra [wrapper...]
   VPID=$!
   PIDS+=("$VPID")
   wait_port "$VPORT"
+}
+
+# What a vestibule did so far, from its admin endpoint: answers it forwarded from the origin
+# (2xx) and room pages it wrote itself (anon, wait and deny decisions).
+forwarded() { # admin-port
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_upstream_responses_total\{status_class="2xx"\}/ { n += $2 } END { printf "%d", n }'
+}
+room_pages() { # admin-port
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|deny)"/ { n += $2 } END { printf "%d", n }'
 }
 
 # An allow cookie for 127.0.0.1, from a room that admits everyone; sets COOKIE.

@@ -7,17 +7,12 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 use vestibule::config::Config;
 use vestibule::identity::Identity;
-use vestibule::keys::KeyRing;
 use vestibule::pages::Pages;
 use vestibule::room::{Room, RoomSet};
 use vestibule::time::Timestamp;
 use vestibule::token::{Claims, Dec, Token};
 
-const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
-
-fn ring() -> KeyRing {
-    KeyRing::from_entries("key1", &[("key1", KEY)]).expect("ring")
-}
+use vestibule::keys::testing::ring;
 
 fn rooms(toml: &str) -> RoomSet {
     let config = Config::parse(

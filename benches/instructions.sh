@@ -17,11 +17,14 @@ build
 start_origin
 get_cookie
 
-# Sends N sequential keep-alive requests (with optional headers) and reads every response.
-drive() { # port n [header...]
+# Sends N sequential keep-alive requests (with optional headers) and reads every response;
+# fails unless every answer took the path the scenario claims: the origin's ("origin"), or a
+# room page vestibule wrote itself ("page").
+drive() { # port n expect [header...]
   python3 - "$@" <<'PY'
 import socket, sys
-port, n, headers = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+port, n, expect, headers = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+ORIGIN_TEXT = (b"hello from the origin", b"demo origin")
 s = socket.create_connection(("127.0.0.1", port))
 req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
 buf = b""
@@ -35,6 +38,10 @@ for _ in range(n):
                 if line.lower().startswith("content-length:"):
                     length = int(line.split(":", 1)[1])
             if len(buf) >= i + 4 + length:
+                head, body = buf[:i], buf[i + 4:i + 4 + length]
+                from_origin = any(t in body for t in ORIGIN_TEXT)
+                if not head.startswith(b"HTTP/1.1 200") or from_origin != (expect == "origin"):
+                    sys.exit(f"an answer did not take the {expect} path: {head[:200]!r}")
                 buf = buf[i + 4 + length:]
                 break
         data = s.recv(65536)
@@ -47,8 +54,8 @@ PY
 total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'; }
 
 declare -A PER
-measure() { # name kind(plain|vestibule) extra-config [header...]
-  local name=$1 kind=$2 extra=$3; shift 3
+measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [header...]
+  local name=$1 kind=$2 expect=$3 extra=$4; shift 4
   local counts=()
   for n in $N1 $N2; do
     local out="$OUT/$name.$n.callgrind"
@@ -61,7 +68,7 @@ measure() { # name kind(plain|vestibule) extra-config [header...]
       start_vestibule "$name" "$extra" "${vg[@]}"
       local pid=$VPID port=$VPORT
     fi
-    drive "$port" "$n" "$@"
+    drive "$port" "$n" "$expect" "$@"
     kill -INT "$pid"; wait "$pid" 2>/dev/null || true
     counts+=("$(total "$out")")
   done
@@ -70,15 +77,15 @@ measure() { # name kind(plain|vestibule) extra-config [header...]
 }
 
 echo "== callgrind, $N1 and $N2 requests per scenario (origin: $ORIGIN_KIND)"
-measure plain_proxy plain ""
-measure vestibule_allowed vestibule "$ROOM" "Cookie: $COOKIE"
-measure vestibule_3_rules vestibule "$ROOM
+measure plain_proxy plain origin ""
+measure vestibule_allowed vestibule origin "$ROOM" "Cookie: $COOKIE"
+measure vestibule_3_rules vestibule origin "$ROOM
 $RULES" "Cookie: $COOKIE"
-measure vestibule_waiting_page vestibule "$ROOM"
+measure vestibule_waiting_page vestibule page "$ROOM"
 # A bucket keyed by a header the client sends: that header costs a proxy on its own, so it is
 # compared with the plain proxy fed the same header too.
-measure plain_proxy_api_key_header plain "" "X-Api-Key: k-123"
-measure vestibule_3_rules_api_key_header vestibule "$ROOM
+measure plain_proxy_api_key_header plain origin "" "X-Api-Key: k-123"
+measure vestibule_3_rules_api_key_header vestibule origin "$ROOM
 $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
 
 {

@@ -36,9 +36,28 @@ to_ms() { # wrk prints 1.23ms / 456.00us / 1.20s
 }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-measure() { # name url pid [wrk args...]
+FAILED=()
+# Checks that a scenario measured the path its name claims: every request of the run was
+# forwarded to the origin ("origin"), or answered with a room page ("page"). A rejected cookie
+# would otherwise make "allowed" time the cheaper waiting page.
+check_path() { # name expect admin-port before-count requests
+  local name=$1 expect=$2 admin=$3 before=$4 requests=$5 after
+  if [ "$expect" = origin ]; then after=$(forwarded "$admin"); else after=$(room_pages "$admin"); fi
+  local got=$((after - before))
+  # wrk counts answers it read; the proxy may finish a few more as the run is cut.
+  if [ "$got" -lt $((requests * 99 / 100)) ] || [ "$got" -gt $((requests + CONNECTIONS * 2)) ]; then
+    echo "!! $name: $requests requests, but $got took the '$expect' path" >&2
+    FAILED+=("$name (round $ROUND): $got of $requests on the $expect path")
+  fi
+}
+
+measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check the path
   local name=$1 url=$2 pid=$3; shift 3
   $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" "$@" "$url" >/dev/null
+  local counted=0
+  if [ -n "${EXPECT:-}" ]; then
+    if [ "$EXPECT" = origin ]; then counted=$(forwarded "$ADMIN"); else counted=$(room_pages "$ADMIN"); fi
+  fi
   local before; before=$(ticks "$pid")
   local w="$OUT/$name.round$ROUND.wrk"
   $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" > "$w"
@@ -51,7 +70,11 @@ measure() { # name url pid [wrk args...]
   cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
   rss=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
   if grep -q "Non-2xx" "$w"; then
-    echo "warning: $name had non-2xx answers: $(grep Non-2xx "$w")" >&2
+    echo "!! $name had non-2xx answers: $(grep Non-2xx "$w")" >&2
+    FAILED+=("$name (round $ROUND): $(grep Non-2xx "$w")")
+  fi
+  if [ -n "${EXPECT:-}" ]; then
+    check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
   printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" >> "$RESULTS"
   echo "   $name: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu us CPU/req, RSS $rss KiB"
@@ -66,20 +89,20 @@ $PROXY_PIN "$PLAIN" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THR
 PLAIN_PID=$!
 PIDS+=("$PLAIN_PID")
 wait_port "$PLAIN_PORT"
-start_vestibule allowed "$ROOM"; ALLOWED_PID=$VPID; ALLOWED_PORT=$VPORT
+start_vestibule allowed "$ROOM"; ALLOWED_PID=$VPID; ALLOWED_PORT=$VPORT; ALLOWED_ADMIN=$VADMIN
 start_vestibule rules "$ROOM
-$RULES"; RULES_PID=$VPID; RULES_PORT=$VPORT
-start_vestibule waiting "$ROOM"; WAITING_PID=$VPID; WAITING_PORT=$VPORT
-ACCESS_LOG=true start_vestibule access_log "$ROOM"; LOG_PID=$VPID; LOG_PORT=$VPORT
+$RULES"; RULES_PID=$VPID; RULES_PORT=$VPORT; RULES_ADMIN=$VADMIN
+start_vestibule waiting "$ROOM"; WAITING_PID=$VPID; WAITING_PORT=$VPORT; WAITING_ADMIN=$VADMIN
+ACCESS_LOG=true start_vestibule access_log "$ROOM"; LOG_PID=$VPID; LOG_PORT=$VPORT; LOG_ADMIN=$VADMIN
 
 for ROUND in $(seq 1 "$ROUNDS"); do
   echo "== round $ROUND/$ROUNDS"
   measure origin "http://127.0.0.1:$ORIGIN_PORT/" "$ORIGIN_PID"
   measure plain_proxy "http://127.0.0.1:$PLAIN_PORT/" "$PLAIN_PID"
-  measure vestibule_allowed "http://127.0.0.1:$ALLOWED_PORT/" "$ALLOWED_PID" -H "Cookie: $COOKIE"
-  measure vestibule_3_rules "http://127.0.0.1:$RULES_PORT/" "$RULES_PID" -H "Cookie: $COOKIE"
-  measure vestibule_waiting_page "http://127.0.0.1:$WAITING_PORT/" "$WAITING_PID"
-  measure vestibule_allowed_with_access_log "http://127.0.0.1:$LOG_PORT/" "$LOG_PID" -H "Cookie: $COOKIE"
+  EXPECT=origin ADMIN=$ALLOWED_ADMIN measure vestibule_allowed "http://127.0.0.1:$ALLOWED_PORT/" "$ALLOWED_PID" -H "Cookie: $COOKIE"
+  EXPECT=origin ADMIN=$RULES_ADMIN measure vestibule_3_rules "http://127.0.0.1:$RULES_PORT/" "$RULES_PID" -H "Cookie: $COOKIE"
+  EXPECT=page ADMIN=$WAITING_ADMIN measure vestibule_waiting_page "http://127.0.0.1:$WAITING_PORT/" "$WAITING_PID"
+  EXPECT=origin ADMIN=$LOG_ADMIN measure vestibule_allowed_with_access_log "http://127.0.0.1:$LOG_PORT/" "$LOG_PID" -H "Cookie: $COOKIE"
 done
 
 # --- the table ------------------------------------------------------------------------------
@@ -127,3 +150,8 @@ PY
 echo
 echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page <= 0.60x plain CPU/req; RSS <= 2x."
 echo "Raw results in $OUT"
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "!! these runs did not measure what their row claims; the table above is not valid:" >&2
+  printf '   %s\n' "${FAILED[@]}" >&2
+  exit 1
+fi

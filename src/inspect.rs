@@ -126,7 +126,7 @@ mod tests {
     use super::*;
     use crate::token::Claims;
 
-    const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+    use crate::keys::testing::KEY1 as KEY;
 
     #[test]
     fn reports_fields_and_verdicts() {

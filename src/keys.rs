@@ -16,7 +16,7 @@ use serde::Deserialize;
 use sha2::{Sha256, Sha512};
 
 use crate::config::error::{from_toml, ConfigError, ConfigErrors};
-use crate::config::locate::line_of_key;
+use crate::config::locate::Locator;
 
 /// Shortest accepted key, decoded.
 pub const MIN_KEY_BYTES: usize = 32;
@@ -149,8 +149,9 @@ impl KeyRing {
         let file: KeyFile = toml::from_str(text).map_err(|e| from_toml(path, text, &e, true))?;
         let mut errors = Vec::new();
         let mut keys = BTreeMap::new();
+        let locator = std::cell::OnceCell::new();
         let err = |key: String, message: String| {
-            let line = line_of_key(text, &key);
+            let line = locator.get_or_init(|| Locator::new(text)).line(&key);
             ConfigError::new(path, Some(key), message).at_line(line)
         };
         if file.ring.is_empty() {
@@ -287,11 +288,26 @@ pub fn generate() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The key of unit tests and benchmarks (never of a real ring: `--check` would not warn about
+/// it, so it must stay out of config files).
+#[doc(hidden)]
+pub mod testing {
+    use super::KeyRing;
+
+    /// base64 of "0123456789abcdef0123456789abcdef0123456789abcdef" (48 bytes).
+    pub const KEY1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+
+    /// A ring holding [`KEY1`] as `key1`, active.
+    pub fn ring() -> KeyRing {
+        KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const GOOD: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+    const GOOD: &str = testing::KEY1;
 
     fn parse(text: &str) -> Result<KeyRing, ConfigErrors> {
         KeyRing::parse(text, Path::new("keys.toml"))

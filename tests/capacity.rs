@@ -5,54 +5,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use reqwest::blocking::Response;
-
-const TRUST_LOCAL: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]";
 
 fn room(extra: &str) -> String {
     format!("[[room]]\nname = \"sale\"\npages = \"pages\"\nrefresh = \"5s\"\n{extra}")
-}
-
-struct User {
-    ip: String,
-    cookie: Option<String>,
-}
-
-impl User {
-    fn new(i: u32) -> User {
-        User {
-            ip: format!("10.1.{}.{}", i / 256, i % 256),
-            cookie: None,
-        }
-    }
-
-    fn get(&mut self, v: &Vestibule, path: &str) -> Response {
-        let mut req = client()
-            .get(v.url(path))
-            .header("X-Forwarded-For", &self.ip)
-            .header("Accept", "application/json");
-        if let Some(c) = &self.cookie {
-            req = req.header("Cookie", format!("waiting_room={c}"));
-        }
-        let resp = req.send().unwrap();
-        for h in resp.headers().get_all("set-cookie") {
-            let h = h.to_str().unwrap();
-            if let Some(v) = h.strip_prefix("waiting_room=") {
-                let v = v.split(';').next().unwrap();
-                self.cookie = (v != "deleted").then(|| v.to_owned());
-            }
-        }
-        resp
-    }
-
-    /// "allow" when the origin answered, else the room's JSON decision (and the JSON).
-    fn decision(&mut self, v: &Vestibule) -> (String, serde_json::Value) {
-        let body: serde_json::Value = self.get(v, "/__echo").json().unwrap();
-        match body.get("decision") {
-            Some(d) => (d.as_str().unwrap().to_owned(), body),
-            None => ("allow".into(), body),
-        }
-    }
 }
 
 fn room_status(v: &Vestibule) -> serde_json::Value {

@@ -16,8 +16,6 @@ fn get(v: &Vestibule, path: &str, xff: &str) -> reqwest::blocking::Response {
         .unwrap()
 }
 
-const TRUST_LOCAL: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]";
-
 /// vsthrottle's example, 15 requests per 10 s, with a 3 s penalty (its 30 s would only make the
 /// test slower): the sixteenth is blocked for the penalty, however the bucket refills.
 #[test]

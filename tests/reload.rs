@@ -14,27 +14,11 @@ fn edit(v: &Vestibule, f: impl FnOnce(&str) -> String) {
     std::fs::write(&path, f(&text)).unwrap();
 }
 
+/// The decision for a request carrying `cookie` as the room cookie.
 fn decision(v: &Vestibule, cookie: Option<&str>) -> String {
-    let mut req = client()
-        .get(v.url("/__echo"))
-        .header("Accept", "application/json");
-    if let Some(c) = cookie {
-        req = req.header("Cookie", format!("waiting_room={c}"));
-    }
-    let body: serde_json::Value = req.send().unwrap().json().unwrap();
-    body.get("decision")
-        .and_then(|d| d.as_str())
-        .unwrap_or("allow")
-        .to_owned()
-}
-
-fn room_cookie(resp: &reqwest::blocking::Response) -> Option<String> {
-    resp.headers()
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| v.strip_prefix("waiting_room="))
-        .map(|v| v.split(';').next().unwrap().to_owned())
+    let mut u = User::at("127.0.0.1");
+    u.cookie = cookie.map(str::to_owned);
+    u.decision(v).0
 }
 
 #[test]
@@ -174,7 +158,7 @@ fn key_rotation_end_to_end() {
         .start();
     // 1. An allow cookie signed by key1.
     let resp = client().get(v.url("/__echo")).send().unwrap();
-    let old_cookie = room_cookie(&resp).unwrap();
+    let old_cookie = room_cookie(&resp, "waiting_room").unwrap();
     assert!(old_cookie.contains("&kid=key1&"), "{old_cookie}");
     // Lower the percentage so that only valid allow cookies get in.
     let g = v.generation();
@@ -208,7 +192,9 @@ fn key_rotation_end_to_end() {
     );
     let resp = client().get(v.url("/")).send().unwrap();
     assert!(
-        room_cookie(&resp).unwrap().contains("&kid=key2&"),
+        room_cookie(&resp, "waiting_room")
+            .unwrap()
+            .contains("&kid=key2&"),
         "new cookies are signed by key2"
     );
     assert_eq!(v.status()["keys"]["active"], "key2");

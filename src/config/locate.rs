@@ -7,8 +7,33 @@ use super::error::line_of;
 
 /// The 1-based line where `path` is written, or where its nearest written parent is.
 pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
-    let doc = ImDocument::parse(text).ok()?;
-    let mut item: &Item = doc.as_item();
+    Locator::new(text).line(path)
+}
+
+/// A text parsed once, to locate many keys in it (a file with many problems is not parsed once
+/// per problem).
+pub struct Locator<'a> {
+    text: &'a str,
+    doc: Option<ImDocument<&'a str>>,
+}
+
+impl<'a> Locator<'a> {
+    pub fn new(text: &'a str) -> Locator<'a> {
+        Locator {
+            text,
+            doc: ImDocument::parse(text).ok(),
+        }
+    }
+
+    /// The 1-based line where `path` is written, or where its nearest written parent is.
+    pub fn line(&self, path: &str) -> Option<usize> {
+        let doc = self.doc.as_ref()?;
+        locate(doc.as_item(), path).map(|offset| line_of(self.text, offset))
+    }
+}
+
+fn locate(root: &Item, path: &str) -> Option<usize> {
+    let mut item: &Item = root;
     let mut best: Option<usize> = None;
     for segment in segments(path) {
         let next = match segment {
@@ -34,7 +59,7 @@ pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
             None => break,
         }
     }
-    best.map(|offset| line_of(text, offset))
+    best
 }
 
 fn key_span(item: &Item, key: &str) -> Option<usize> {

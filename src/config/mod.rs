@@ -290,7 +290,13 @@ impl Config {
 
     /// Validates a config text; `path` labels errors and anchors relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
-        validate::parse(text, path)
+        validate::parse(text, path, validate::Resolve::System)
+    }
+
+    /// As [`Config::parse`], but never touching the network: peers must be literal addresses
+    /// (for fuzzing and tools).
+    pub fn parse_offline(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+        validate::parse(text, path, validate::Resolve::Offline)
     }
 
     /// Takes the restart-only settings of `serving` (the sockets already open) and checks that

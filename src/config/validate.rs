@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 use super::error::{from_toml, ConfigError, ConfigErrors};
 use super::file::{FileConfig, RateLimitFile, RoomFile, UpstreamFile};
-use super::locate::line_of_key;
+use super::locate::{line_of_key, Locator};
 use super::*;
 use crate::identity::{IdentityPolicy, Source};
 
@@ -17,9 +17,21 @@ const WINDOWS: [u64; 3] = [1, 10, 60];
 const DEFAULT_MAX_KEYS: i64 = 16_384;
 const MAX_MAX_KEYS: i64 = 50_000_000;
 
-pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+/// How `upstream.peers` names become addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolve {
+    /// The system resolver (DNS), as a running proxy needs.
+    System,
+    /// Literal addresses only; a host name is an error. For fuzzing and tools that must not
+    /// touch the network.
+    Offline,
+}
+
+pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config, ConfigErrors> {
     let file: FileConfig = toml::from_str(text).map_err(|e| from_toml(path, text, &e, false))?;
     let mut v = Validator {
+        resolve,
+        locator: std::cell::OnceCell::new(),
         text,
         path,
         dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
@@ -35,6 +47,9 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
 }
 
 struct Validator<'a> {
+    resolve: Resolve,
+    /// Parsed on the first error only: a good file is never parsed twice.
+    locator: std::cell::OnceCell<Locator<'a>>,
     text: &'a str,
     path: &'a Path,
     dir: PathBuf,
@@ -44,7 +59,8 @@ struct Validator<'a> {
 impl Validator<'_> {
     fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
         let key = key.into();
-        let line = line_of_key(self.text, &key);
+        let text = self.text;
+        let line = self.locator.get_or_init(|| Locator::new(text)).line(&key);
         self.errors
             .push(ConfigError::new(self.path, Some(key), message).at_line(line));
     }
@@ -248,9 +264,15 @@ impl Validator<'_> {
                 self.err(key, format!("\"{p}\" has an invalid port"));
                 continue;
             }
-            match name.to_socket_addrs() {
-                Ok(addrs) => {
-                    let mut addrs: Vec<SocketAddr> = addrs.collect();
+            let resolved = match self.resolve {
+                Resolve::System => name.to_socket_addrs().map(|a| a.collect::<Vec<_>>()),
+                Resolve::Offline => name
+                    .parse::<SocketAddr>()
+                    .map(|a| vec![a])
+                    .map_err(|_| std::io::Error::other("host names are not resolved offline")),
+            };
+            match resolved {
+                Ok(mut addrs) => {
                     addrs.dedup();
                     if addrs.is_empty() {
                         self.err(key, format!("\"{p}\" resolves to no address"));

@@ -414,11 +414,7 @@ pub(crate) mod tests {
     use crate::config::Config;
     use std::path::Path;
 
-    pub const KEY1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
-
-    pub fn ring() -> KeyRing {
-        KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap()
-    }
+    pub use crate::keys::testing::ring;
 
     pub fn store() -> Arc<dyn CounterStore> {
         Arc::new(crate::store::local::LocalStore::new())
