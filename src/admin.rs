@@ -155,6 +155,7 @@ fn room_status(room: &Room, now: crate::time::Timestamp) -> Value {
             v["total_active_users"] = json!(cap.total_active_users);
             v["session_duration_seconds"] = json!(secs(cap.session_duration));
             v["refresh_seconds"] = json!(secs(cap.refresh));
+            v["rejoin_grace_seconds"] = json!(secs(cap.rejoin_grace));
         }
     }
     if let Some(f) = room.figures(now) {

@@ -106,6 +106,9 @@ struct SimulateArgs {
     /// Seed of the arrival times.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Share (0-1) of arrivals who leave after their first page and never come back.
+    #[arg(long, default_value_t = 0.0)]
+    abandon: f64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -219,6 +222,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         orders,
         out: args.out,
         seed: args.seed,
+        abandon: args.abandon,
     };
     println!(
         "simulating {} users arriving over {} min; room: new_users_per_minute {}, total_active_users {}, session {}, refresh {}; browsing {}",

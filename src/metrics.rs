@@ -151,9 +151,9 @@ impl Metrics {
                 &["room"],
             ),
             room_wait_estimate: gauge_vec(
-                "vestibule_room_wait_estimate_minutes",
-                "Estimated wait for a user joining now, by quantile (fifo: median only).",
-                &["room", "quantile"],
+                "vestibule_room_wait_estimate_seconds",
+                "Estimated wait of a user joining now, seconds, by percentile.",
+                &["room", "percentile"],
             ),
             ratelimit_decisions: counter_vec(
                 "vestibule_ratelimit_decisions_total",
@@ -242,9 +242,11 @@ impl Metrics {
                     .with_label_values(&[name])
                     .set(f.waiting as i64);
                 let e = f.estimates;
-                for (q, v) in [("0.25", e.p25), ("0.5", e.p50), ("0.75", e.p75)] {
-                    if let Some(v) = v {
-                        self.room_wait_estimate.with_label_values(&[name, q]).set(v);
+                for (q, v) in [("25", e.p25), ("50", e.p50), ("75", e.p75)] {
+                    if let Some(minutes) = v {
+                        self.room_wait_estimate
+                            .with_label_values(&[name, q])
+                            .set(minutes * 60.0);
                     }
                 }
             }

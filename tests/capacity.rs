@@ -145,6 +145,8 @@ fn revoke_in_a_lottery_room_deletes_the_cookie() {
     assert!(cookies[0].starts_with("waiting_room=deleted;"));
 }
 
+/// A non-empty fifo queue end to end: the exact place and estimates its JSON gives (SPEC §4,
+/// the `estimates` of `room::capacity`).
 #[test]
 fn json_carries_the_estimates() {
     let origin = Origin::start();
@@ -152,18 +154,60 @@ fn json_carries_the_estimates() {
         .extra(TRUST_LOCAL)
         .extra(&room("admission = \"fifo\"\nnew_users_per_minute = 2"))
         .start();
-    let mut users: Vec<User> = (0..6).map(User::new).collect();
-    let mut last = serde_json::Value::Null;
-    for u in &mut users {
-        last = u.decision(&v).1;
-    }
-    // Six users at two a minute: the last one has three (or more) ahead of them.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    // Two get in at once, three more queue up (new arrivals, not back yet).
+    let first = now();
+    let mut users: Vec<User> = (0..5).map(User::new).collect();
+    let decisions: Vec<String> = users.iter_mut().map(|u| u.decision(&v).0).collect();
+    let straight_in = decisions.iter().filter(|d| *d == "allow").count();
+    assert!(straight_in >= 2, "{decisions:?}");
+    let queued = 5 - straight_in as u64;
+    // Buckets are half the 5 s refresh: three seconds on, the next user is in a later one.
+    std::thread::sleep(Duration::from_secs(3));
+    let before = now();
+    let (decision, mut last) = User::new(9).decision(&v);
+    let after = now();
+    assert_eq!(decision, "anon", "{last}");
     assert_eq!(last["queueing"], "fifo");
     assert_eq!(last["in_waiting_room"], true);
-    let ahead = last["users_ahead"].as_u64().expect("users_ahead");
-    let p50 = last["wait_estimate_minutes"]["p50"].as_f64().expect("p50");
-    assert!(ahead <= 3, "{last}");
-    assert!((p50 - ahead as f64 / 2.0).abs() < 1e-9, "{last}");
+    // The queued users are ahead (nobody has walked away yet: all count).
+    assert_eq!(last["users_ahead"].as_u64(), Some(queued), "{last}");
+    // The minute's slots are gone unless it turned since the first two got in (then two are
+    // free again). The pace is the configured 2 a minute. The rest of this minute, the minutes
+    // the users ahead fill beyond the free slots, then a check-in into the next: 0.9, 1.0 and
+    // 1.1 refresh at the quartiles.
+    let free_now = if (first / 60.0).floor() == (before / 60.0).floor() {
+        0.0
+    } else {
+        2.0
+    };
+    let estimate = |at: f64, q: f64| {
+        let position = queued as f64 + q;
+        let check_in = (0.8 + 0.4 * q) * 5.0 / 60.0;
+        if position < free_now {
+            return check_in;
+        }
+        let to_next = (60.0 - at.floor() % 60.0) / 60.0;
+        to_next + ((position - free_now) / 2.0).floor() + check_in
+    };
+    for (q, key) in [(0.25, "p25"), (0.5, "p50"), (0.75, "p75")] {
+        let got = last["wait_estimate_minutes"][key].as_f64().expect(key);
+        assert!(
+            [before, after]
+                .iter()
+                .any(|t| (got - estimate(*t, q)).abs() < 1e-9),
+            "{key}: {got} vs {} or {} ({last})",
+            estimate(before, q),
+            estimate(after, q)
+        );
+        // Nobody still waiting is told less than a check-in.
+        assert!(got >= 4.0 / 60.0, "{key}: {got}");
+    }
     let refresh = last["refresh_seconds"].as_u64().unwrap();
     assert!(
         (4..=6).contains(&refresh),
@@ -198,7 +242,9 @@ fn json_carries_the_estimates() {
         .text()
         .unwrap();
     assert!(html.contains("get in within"), "{html}");
-    assert!(v.metric("vestibule_room_wait_estimate_minutes{quantile=\"0.5\",room=\"sale\"}") > 0.0);
+    assert!(
+        v.metric("vestibule_room_wait_estimate_seconds{percentile=\"50\",room=\"sale\"}") > 0.0
+    );
 }
 
 #[test]
@@ -231,7 +277,9 @@ fn simulate_writes_csv_heatmaps_and_a_summary() {
     let png = std::fs::read(out.join("heatmap-fifo.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let csv = std::fs::read_to_string(out.join("simulate-fifo.csv")).unwrap();
-    assert!(csv.starts_with("user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins\n"));
+    assert!(csv.starts_with(
+        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min\n"
+    ));
     assert_eq!(csv.lines().count(), 2001);
     assert!(
         stdout.contains("== fifo ==") && stdout.contains("== random =="),

@@ -242,6 +242,7 @@ fn room_fields(r: &RoomConfig) -> Fields {
             f.push(("total_active_users", c.total_active_users.to_string()));
             f.push(("session_duration", duration(c.session_duration)));
             f.push(("refresh", duration(c.refresh)));
+            f.push(("rejoin_grace", duration(c.rejoin_grace)));
         }
     }
     f

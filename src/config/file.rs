@@ -171,6 +171,8 @@ pub struct RoomFile {
     pub session_duration: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub refresh: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub rejoin_grace: Option<Duration>,
     pub queue_all: Option<bool>,
 }
 

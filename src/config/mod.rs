@@ -141,6 +141,8 @@ pub struct CapacityConfig {
     pub total_active_users: u32,
     pub session_duration: Duration,
     pub refresh: Duration,
+    /// A waiting visitor who stops checking in and comes back within this keeps their place.
+    pub rejoin_grace: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

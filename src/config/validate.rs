@@ -495,6 +495,7 @@ impl Validator<'_> {
             ("total_active_users", r.total_active_users.is_some()),
             ("session_duration", r.session_duration.is_some()),
             ("refresh", r.refresh.is_some()),
+            ("rejoin_grace", r.rejoin_grace.is_some()),
         ];
         match method {
             "lottery" => {
@@ -572,6 +573,14 @@ impl Validator<'_> {
                 if refresh < Duration::from_secs(5) || refresh > Duration::from_secs(300) {
                     self.err(k("refresh"), "must be between 5s and 5m");
                 }
+                let rejoin_grace = r.rejoin_grace.unwrap_or(Duration::from_secs(300));
+                if rejoin_grace < refresh.mul_f64(2.0) || rejoin_grace > Duration::from_secs(86_400)
+                {
+                    self.err(
+                        k("rejoin_grace"),
+                        "must be between twice the refresh and 24h (a visitor checks in every refresh)",
+                    );
+                }
                 Some(Admission::Capacity(CapacityConfig {
                     order: if method == "fifo" {
                         QueueOrder::Fifo
@@ -582,6 +591,7 @@ impl Validator<'_> {
                     total_active_users,
                     session_duration,
                     refresh,
+                    rejoin_grace,
                 }))
             }
             other => {

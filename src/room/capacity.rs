@@ -3,19 +3,31 @@
 //!
 //! ## Accounting without per-user server state
 //!
-//! The signed token carries what the accounting needs: `arr` (the minute of first arrival),
-//! `acc` (when the user was admitted), `chk` (the minute the user was last counted) and `ref`
-//! (the jittered refresh granted). Counters live in the [`CounterStore`], per minute:
+//! The signed token carries what the accounting needs: `arr` (when the user first arrived, Unix
+//! seconds), `acc` (when they were admitted, Unix milliseconds), `chk` (when they were last
+//! counted, Unix seconds) and `ref` (the jittered refresh granted). Tokens written before these
+//! were seconds carry minutes there; values below 10⁹ are read as minutes. Counters live in the
+//! [`CounterStore`]:
 //!
 //! - `Active(m)`: admitted users whose last counted minute is `m`. On a user's first request in
 //!   a new minute, `Active(now)` goes up and `Active(chk)` down (up first, so a race only ever
 //!   over-counts), and the cookie is re-issued with `chk = now`. Active users are the sum over
 //!   the last `session_minutes + 1` minutes: a user idle for `session_duration` drops out, and
 //!   their allow token expires at the same moment.
-//! - `Waiting(m, b)`: users of arrival bucket `b` whose last counted check-in is minute `m`,
-//!   moved the same way at each check-in. A user who stops checking in drops out after the
-//!   grace period (`grace_minutes`, about twice the refresh).
+//! - `Waiting(t, b)`: users of arrival bucket `b` whose last check-in fell in tick `t` (a tick is
+//!   [`TICK_SECS`]), moved to the current tick at every check-in. A user who stops checking in
+//!   drops out [`Capacity::live_window`] after their last check-in: their longest jittered
+//!   interval (1.2 × `refresh`) plus a browser's latency, rounded up to ticks. No slot is held for
+//!   them any longer than that (SPEC §4, liveness).
 //! - `Admitted(m)`: users let in during minute `m`.
+//!
+//! An arrival bucket is half a `refresh` long, and fifo lets in only the head of the queue,
+//! its two oldest buckets: users let in out of arrival order arrived within one refresh interval
+//! of each other (SPEC §4). Within a bucket the order is the order of check-ins; finer buckets
+//! would not order better (a user is let in at their next check-in, not at once) and would
+//! multiply counters. Liveness comes first: the minute's last slots that the head cannot take go
+//! to the next users, which can reorder by up to about two refresh intervals (measured with
+//! `vestibule simulate`; see the README).
 //!
 //! ## Never over the limits
 //!
@@ -25,25 +37,29 @@
 //!
 //! ## Who gets the slots
 //!
-//! - **fifo**: slots are reserved for the oldest arrival buckets first; a user whose bucket has
-//!   a reserved slot gets in at their next check-in.
+//! - **fifo**: slots are reserved for the oldest live arrival buckets first; a user whose
+//!   bucket has a reserved slot gets in at their next check-in.
 //! - **random**: every eligible check-in has the same chance `p = free slots left this minute /
 //!   check-ins expected in the rest of the minute`, the check-in rate measured with the store's
 //!   estimator window, so admissions spread over the minute instead of bursting at its start.
-//!   The draw comes from the token's signature: presenting a token again cannot re-roll it.
+//!   The draw comes from a keyed hash of the token's signature: presenting a token again cannot
+//!   re-roll it.
 //!
 //! Both methods keep `arr` and the per-bucket counts, so switching between them keeps
 //! everyone's place. Check-ins are jittered per user (0.8–1.2 × `refresh`, averaging
 //! `refresh`, drawn from the token) and enforced by the token's `exp`: checking in early earns
-//! no chance.
+//! no chance. A user who stops checking in and comes back within `rejoin_grace` of their last
+//! check-in takes up their place again (a position in the order, never a slot held for them);
+//! later they are a new arrival.
 //!
 //! ## Estimates
 //!
-//! fifo: users ahead (waiting in older buckets) divided by last minute's admissions (or by
-//! `new_users_per_minute` before there is any history). random:
-//! with `P` the chance of getting in within a minute (admissions per minute / waiting users),
-//! the wait within which a share `p` of users get in is `ln(1−p) / ln(1−P)` minutes, reported at
-//! p = 0.25, 0.5, 0.75.
+//! fifo: the live users ahead (older buckets), plus a share of the user's own bucket, divided by
+//! the admission rate (last minute's admissions, or `new_users_per_minute` before there is any
+//! history), as 25th/50th/75th percentiles. random: with `P` the chance of getting in within a
+//! minute (admissions per minute / waiting users), the wait within which a share `p` of users
+//! get in is `ln(1−p) / ln(1−P)` minutes. Nobody still waiting is told less than the time to
+//! their next check-in.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -67,22 +83,80 @@ use super::{CookieAction, Decision, Outcome, Place, Presented};
 const CHECKIN_WINDOW: Duration = Duration::from_secs(10);
 /// The aggregate view of the queue is recomputed at most this often.
 const VIEW_TTL_MS: u64 = 1_000;
+/// Waiting users are counted by the tick of their last check-in.
+pub const TICK_SECS: u64 = 5;
+/// What a browser may add to a check-in's interval (reload, network, a busy tab).
+const CHECKIN_SLACK_SECS: f64 = 3.0;
+/// Token times below this are minutes (written by earlier versions), not seconds.
+const LEGACY_MINUTES_BELOW: u64 = 1_000_000_000;
+/// random: how much more than the even share of the minute's slots a check-in is offered.
+const RANDOM_BOOST: f64 = 1.2;
+/// Minutes over which the share of arrivals that come back is measured.
+const RETURN_MINUTES: u64 = 3;
+
+/// A token time field in seconds, whichever unit it was written in.
+fn token_secs(v: u64) -> u64 {
+    if v < LEGACY_MINUTES_BELOW {
+        v.saturating_mul(60)
+    } else {
+        v
+    }
+}
 
 /// Aggregates of a room's counters at one moment.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct QueueView {
     pub at_ms: u64,
     pub active: u64,
-    /// Arrival minute → users of that bucket still waiting.
+    /// Arrival bucket → users of that bucket who came back at least once and still check in.
+    /// Only these hold places in the order: someone who never came back holds nothing.
     pub waiting: BTreeMap<u64, u64>,
     pub waiting_total: u64,
+    /// Arrival bucket → new arrivals not back yet (some have walked away).
+    pub arrived: BTreeMap<u64, u64>,
+    /// The share of new arrivals that came back for their first check-in, over the last few
+    /// minutes (1 before there is any history).
+    pub return_rate: f64,
     pub admitted_last_minute: u64,
 }
 
+impl Default for QueueView {
+    fn default() -> Self {
+        QueueView {
+            at_ms: 0,
+            active: 0,
+            waiting: BTreeMap::new(),
+            waiting_total: 0,
+            arrived: BTreeMap::new(),
+            return_rate: 1.0,
+            admitted_last_minute: 0,
+        }
+    }
+}
+
 impl QueueView {
-    /// Users waiting in buckets older than `arrival`.
-    pub fn ahead_of(&self, arrival: u64) -> u64 {
-        self.waiting.range(..arrival).map(|(_, n)| n).sum()
+    /// Users waiting (and checking in) in buckets older than `bucket`.
+    pub fn ahead_of(&self, bucket: u64) -> u64 {
+        self.waiting.range(..bucket).map(|(_, n)| n).sum()
+    }
+
+    /// Users expected ahead of `bucket`: those checking in, and the share of new arrivals that
+    /// will come back.
+    pub fn expected_ahead(&self, bucket: u64) -> f64 {
+        let new: u64 = self.arrived.range(..bucket).map(|(_, n)| n).sum();
+        self.ahead_of(bucket) as f64 + new as f64 * self.return_rate
+    }
+
+    /// Users expected in `bucket` itself, counted the same way.
+    pub fn expected_in_bucket(&self, bucket: u64) -> f64 {
+        let get = |m: &BTreeMap<u64, u64>| m.get(&bucket).copied().unwrap_or(0) as f64;
+        get(&self.waiting) + get(&self.arrived) * self.return_rate
+    }
+
+    /// Users expected to be waiting, counted the same way.
+    pub fn expected_waiting(&self) -> f64 {
+        let new: u64 = self.arrived.values().sum();
+        self.waiting_total as f64 + new as f64 * self.return_rate
     }
 }
 
@@ -108,7 +182,11 @@ pub struct Capacity {
     total_active: u64,
     session_minutes: u64,
     refresh: Duration,
-    grace_minutes: u64,
+    /// Arrival bucket length, whole seconds (the refresh).
+    bucket_secs: u64,
+    /// Ticks a waiting user stays counted after their last check-in.
+    live_ticks: u64,
+    rejoin_grace: Duration,
     queue_all: bool,
     store: Arc<dyn CounterStore>,
     checkins: Arc<dyn WindowCounter>,
@@ -128,6 +206,12 @@ fn minutes_ceil(d: Duration) -> u64 {
     d.as_secs().div_ceil(60).max(1)
 }
 
+/// The counter id of arrival bucket `bucket` of length `len`: buckets of another length (before
+/// a reload changed `refresh`) are other counters, and are left to expire.
+fn bucket_id(bucket: u64, len: u64) -> u64 {
+    (len << 40) | (bucket & ((1 << 40) - 1))
+}
+
 impl Capacity {
     pub fn new(
         room: &str,
@@ -140,6 +224,7 @@ impl Capacity {
             interval_ms: CHECKIN_WINDOW.as_millis() as u64,
             max_keys: 1,
         });
+        let live_secs = c.refresh.as_secs_f64() * 1.2 + CHECKIN_SLACK_SECS;
         Capacity {
             scope: Arc::from(room),
             order: c.order,
@@ -147,8 +232,9 @@ impl Capacity {
             total_active: u64::from(c.total_active_users),
             session_minutes: minutes_ceil(c.session_duration),
             refresh: c.refresh,
-            // A check-in may come 1.2 × refresh after the last; counted per minute.
-            grace_minutes: minutes_ceil(c.refresh.mul_f64(1.2)) + 1,
+            bucket_secs: (c.refresh.as_secs() / 2).max(1),
+            live_ticks: (live_secs / TICK_SECS as f64).ceil() as u64,
+            rejoin_grace: c.rejoin_grace,
             queue_all,
             store,
             checkins,
@@ -158,6 +244,16 @@ impl Capacity {
 
     pub fn order(&self) -> QueueOrder {
         self.order
+    }
+
+    /// How long a waiting user stays counted after their last check-in.
+    pub fn live_window(&self) -> Duration {
+        Duration::from_secs(self.live_ticks * TICK_SECS)
+    }
+
+    /// The arrival bucket of a user who arrived at `arrival_secs`.
+    fn bucket(&self, arrival_secs: u64) -> u64 {
+        arrival_secs / self.bucket_secs
     }
 
     fn key(&self, kind: CounterKind, slot: u64, id: u64) -> CounterKey {
@@ -170,22 +266,26 @@ impl Capacity {
     }
 
     fn add(&self, kind: CounterKind, slot: u64, id: u64, delta: i64, now: Timestamp) -> i64 {
-        let keep_minutes = match kind {
-            CounterKind::Active => self.session_minutes + 2,
-            CounterKind::Waiting => self.grace_minutes + 2,
-            CounterKind::Admitted => 3,
+        let expire = match kind {
+            CounterKind::Active => (slot + self.session_minutes + 2) * 60,
+            CounterKind::Waiting | CounterKind::Arrived => (slot + self.live_ticks + 2) * TICK_SECS,
+            CounterKind::Admitted => (slot + 3) * 60,
+            CounterKind::Arrivals | CounterKind::Returned => (slot + RETURN_MINUTES + 2) * 60,
         };
-        let expire = Timestamp::from_secs((slot + keep_minutes) * 60);
-        self.store
-            .add(&self.key(kind, slot, id), delta, now, expire)
+        self.store.add(
+            &self.key(kind, slot, id),
+            delta,
+            now,
+            Timestamp::from_secs(expire),
+        )
     }
 
     fn first_active_minute(&self, now_minute: u64) -> u64 {
         now_minute.saturating_sub(self.session_minutes)
     }
 
-    fn first_waiting_minute(&self, now_minute: u64) -> u64 {
-        now_minute.saturating_sub(self.grace_minutes)
+    fn first_live_tick(&self, now_tick: u64) -> u64 {
+        now_tick.saturating_sub(self.live_ticks)
     }
 
     fn compute_view(&self, now: Timestamp) -> QueueView {
@@ -198,18 +298,38 @@ impl Capacity {
             .filter(|(m, _, _)| (first_active..=minute).contains(m))
             .map(|(_, _, v)| v)
             .sum();
-        let first_waiting = self.first_waiting_minute(minute);
-        let mut waiting = BTreeMap::new();
-        for (m, bucket, v) in self.store.scan(&self.scope, CounterKind::Waiting, now) {
-            if (first_waiting..=minute).contains(&m) {
-                *waiting.entry(bucket).or_insert(0i64) += v;
+        let tick = now.secs() / TICK_SECS;
+        let first_live = self.first_live_tick(tick);
+        let len_tag = self.bucket_secs << 40;
+        let by_bucket = |kind| {
+            let mut out = BTreeMap::new();
+            for (t, id, v) in self.store.scan(&self.scope, kind, now) {
+                if (first_live..=tick).contains(&t) && id & !((1 << 40) - 1) == len_tag {
+                    *out.entry(id & ((1 << 40) - 1)).or_insert(0i64) += v;
+                }
             }
-        }
-        let waiting: BTreeMap<u64, u64> = waiting
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(b, n)| (b, n as u64))
-            .collect();
+            out.into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(b, n)| (b, n as u64))
+                .collect::<BTreeMap<u64, u64>>()
+        };
+        let waiting = by_bucket(CounterKind::Waiting);
+        let arrived = by_bucket(CounterKind::Arrived);
+        // Arrivals of the last minutes against first check-ins of the same minutes (a first
+        // check-in comes a refresh after its arrival, so the newest minute is left out).
+        let sum = |kind, from: u64, to: u64| -> i64 {
+            (from..=to)
+                .map(|m| self.store.get(&self.key(kind, m, 0), now).max(0))
+                .sum()
+        };
+        let first = minute.saturating_sub(RETURN_MINUTES);
+        let arrivals = sum(CounterKind::Arrivals, first, minute.saturating_sub(1));
+        let returned = sum(CounterKind::Returned, first, minute);
+        let return_rate = if arrivals < 10 {
+            1.0
+        } else {
+            (returned as f64 / arrivals as f64).clamp(0.05, 1.0)
+        };
         let admitted_last_minute = self
             .store
             .get(
@@ -222,6 +342,8 @@ impl Capacity {
             active: active.max(0) as u64,
             waiting_total: waiting.values().sum(),
             waiting,
+            arrived,
+            return_rate,
             admitted_last_minute,
         }
     }
@@ -293,7 +415,7 @@ impl Capacity {
         true
     }
 
-    /// Moves an active user's count to this minute.
+    /// Moves an active user's count to this minute (`counted`: the minute they were counted in).
     fn touch_active(&self, counted: Option<u64>, now: Timestamp) {
         let minute = now.minute();
         self.add(CounterKind::Active, minute, 0, 1, now);
@@ -302,24 +424,45 @@ impl Capacity {
         }
     }
 
-    /// Moves a waiting user's count to this minute.
-    fn touch_waiting(&self, arrival: u64, counted: Option<u64>, now: Timestamp) {
-        let minute = now.minute();
-        if counted == Some(minute) {
+    /// Counts a waiting user of `bucket` at this tick; `counted` is the tick they were counted
+    /// at before (their count moves).
+    fn touch_waiting(&self, bucket: u64, counted: Option<u64>, now: Timestamp) {
+        let tick = now.secs() / TICK_SECS;
+        if counted == Some(tick) {
             return;
         }
-        self.add(CounterKind::Waiting, minute, arrival, 1, now);
-        if let Some(c) = counted.filter(|c| *c < minute && *c >= self.first_waiting_minute(minute))
-        {
-            self.add(CounterKind::Waiting, c, arrival, -1, now);
+        let id = bucket_id(bucket, self.bucket_secs);
+        self.add(CounterKind::Waiting, tick, id, 1, now);
+        if let Some(c) = counted.filter(|c| *c < tick && *c >= self.first_live_tick(tick)) {
+            self.add(CounterKind::Waiting, c, id, -1, now);
         }
     }
 
     /// A waiting user leaves the queue (admitted).
-    fn leave_queue(&self, arrival: u64, counted: Option<u64>, now: Timestamp) {
-        if let Some(c) = counted.filter(|c| *c >= self.first_waiting_minute(now.minute())) {
-            self.add(CounterKind::Waiting, c, arrival, -1, now);
+    fn leave_queue(&self, bucket: u64, counted: Option<u64>, now: Timestamp) {
+        let tick = now.secs() / TICK_SECS;
+        if let Some(c) = counted.filter(|c| *c >= self.first_live_tick(tick)) {
+            let id = bucket_id(bucket, self.bucket_secs);
+            self.add(CounterKind::Waiting, c, id, -1, now);
         }
+    }
+
+    /// A new arrival joins the queue: counted apart until they come back.
+    fn join(&self, bucket: u64, now: Timestamp) {
+        let id = bucket_id(bucket, self.bucket_secs);
+        self.add(CounterKind::Arrived, now.secs() / TICK_SECS, id, 1, now);
+        self.add(CounterKind::Arrivals, now.minute(), 0, 1, now);
+    }
+
+    /// A new arrival's first check-in: no longer counted apart (`arrived`: the tick they
+    /// arrived at). They then hold a place (`touch_waiting`), or leave with a slot.
+    fn came_back(&self, bucket: u64, arrived: u64, now: Timestamp) {
+        let tick = now.secs() / TICK_SECS;
+        if arrived >= self.first_live_tick(tick) {
+            let id = bucket_id(bucket, self.bucket_secs);
+            self.add(CounterKind::Arrived, arrived, id, -1, now);
+        }
+        self.add(CounterKind::Returned, now.minute(), 0, 1, now);
     }
 
     /// Ends an admitted user's session (origin said `Vestibule-Command: revoke`). The place is
@@ -348,7 +491,9 @@ impl Capacity {
         }
         let per_sec = self.checkins.peek(0, now).weighted() / CHECKIN_WINDOW.as_secs_f64();
         let secs_left = (60 - now.secs() % 60) as f64;
-        let expected = per_sec * secs_left;
+        // A little more than the even share: the rate is an estimate, a check-in that finds no
+        // slot left just waits, and slots not given this minute are lost.
+        let expected = per_sec * secs_left / RANDOM_BOOST;
         if expected <= free as f64 {
             1.0
         } else {
@@ -356,12 +501,59 @@ impl Capacity {
         }
     }
 
-    /// Whether a user of bucket `arrival` holds a reserved slot (fifo queueing).
-    fn fifo_reserved(&self, view: &QueueView, arrival: u64, free: Option<u64>) -> bool {
-        match free {
-            None => true,
-            Some(free) => view.ahead_of(arrival) < free,
+    /// Whether a user who arrived at `arrival` may be let in now (fifo queueing): fewer users
+    /// who came back are waiting in older buckets than there are free slots, and their bucket
+    /// is at the head of the queue: the oldest bucket of users who came back, or the next one.
+    ///
+    /// Free slots alone would make a whole minute's worth of buckets eligible at once and let
+    /// them in in check-in order; the head keeps users let in out of arrival order within two
+    /// buckets, one refresh interval, of each other. The head is taken among users who came back
+    /// (new arrivals who walked away must not hold the queue), and only holds while there is a
+    /// queue: with nobody waiting, new arrivals get in at their first check-in.
+    ///
+    /// Liveness comes first, though: when the head holds too few users to take a minute's slots
+    /// (thin buckets: arrivals sparse, or most walked away), the slots left in the minute's last
+    /// check-in interval go to the first [`Capacity::front`] users whatever their bucket, rather
+    /// than being lost. Only those late slots can reorder more than one refresh interval.
+    fn fifo_reserved(
+        &self,
+        view: &QueueView,
+        arrival: u64,
+        free: Option<u64>,
+        now: Timestamp,
+    ) -> bool {
+        let Some(free) = free else { return true };
+        let bucket = self.bucket(arrival);
+        let ahead = view.ahead_of(bucket);
+        if ahead >= free {
+            return false;
         }
+        let head = view.waiting.keys().next().copied();
+        if head.is_none_or(|head| bucket <= head + 1) {
+            return true;
+        }
+        // Behind the head: only for the minute's last slots, and only those the head cannot
+        // take.
+        let second = (now.millis() % 60_000) as f64 / 1000.0;
+        let last_interval = second >= 60.0 - 1.2 * self.refresh.as_secs_f64();
+        let in_head: u64 = head.map_or(0, |h| view.waiting.range(h..=h + 1).map(|(_, n)| n).sum());
+        last_interval && in_head < free && ahead < self.front(view)
+    }
+
+    /// The users one check-in interval (1.2 × refresh) takes at the admission pace.
+    fn front(&self, view: &QueueView) -> u64 {
+        let pace = self.admission_rate(view).max(self.new_per_minute as f64);
+        (pace * 1.2 * self.refresh.as_secs_f64() / 60.0).ceil() as u64
+    }
+
+    /// Users expected ahead of someone who arrived at `arrival` (Unix seconds): the older
+    /// buckets, and the share of their own bucket that arrived before them (arrivals spread
+    /// evenly over a bucket, as far as anyone can tell).
+    fn position(&self, view: &QueueView, arrival: u64) -> f64 {
+        let bucket = self.bucket(arrival);
+        let into = (arrival - bucket * self.bucket_secs) as f64 / self.bucket_secs as f64;
+        let mates = (view.expected_in_bucket(bucket) - 1.0).max(0.0);
+        view.expected_ahead(bucket) + into * mates
     }
 
     /// Chance (0–1) that an eligible waiting user gets in at a check-in now.
@@ -389,46 +581,66 @@ impl Capacity {
         }
     }
 
-    /// Users ahead (fifo) and the wait estimates for a user of bucket `arrival`.
-    pub fn estimates(&self, view: &QueueView, arrival: u64) -> (Option<u64>, Estimates) {
+    /// The wait until a check-in, at quantile `q` of the jitter (0.8–1.2 × refresh), minutes.
+    fn check_in_minutes(&self, q: f64) -> f64 {
+        self.refresh.as_secs_f64() * (0.8 + 0.4 * q) / 60.0
+    }
+
+    /// Users ahead (fifo) and the wait estimates, in minutes, for a user who arrived at
+    /// `arrival` and is waiting now. Nobody still waiting is told less than the time to their
+    /// next check-in.
+    pub fn estimates(
+        &self,
+        view: &QueueView,
+        arrival: u64,
+        free: Option<u64>,
+        now: Timestamp,
+    ) -> (Option<u64>, Estimates) {
         let rate = self.admission_rate(view);
+        let quartiles = |f: &dyn Fn(f64) -> Option<f64>| Estimates {
+            p25: f(0.25),
+            p50: f(0.5),
+            p75: f(0.75),
+        };
         match self.order {
             QueueOrder::Fifo => {
-                let ahead = view.ahead_of(arrival);
-                let p50 = if ahead == 0 {
-                    Some(0.0)
-                } else {
-                    (rate > 0.0).then(|| ahead as f64 / rate)
+                let bucket = self.bucket(arrival);
+                let ahead = view.expected_ahead(bucket);
+                // Within a bucket the order is the order of check-ins: anywhere in it.
+                let own = view.expected_in_bucket(bucket).max(1.0);
+                // What is left of this minute goes first, then `rate` at each minute, each
+                // slot taken at a check-in.
+                let to_next_minute = (60 - now.secs() % 60) as f64 / 60.0;
+                let free_now = free.map_or(f64::INFINITY, |f| f as f64);
+                let at = |q: f64| -> Option<f64> {
+                    let position = ahead + q * own;
+                    if position < free_now {
+                        return Some(self.check_in_minutes(q));
+                    }
+                    (rate > 0.0).then(|| {
+                        let minutes = ((position - free_now) / rate).floor();
+                        to_next_minute + minutes + self.check_in_minutes(q)
+                    })
                 };
                 (
-                    Some(ahead),
-                    Estimates {
-                        p25: None,
-                        p50,
-                        p75: None,
-                    },
+                    Some(self.position(view, arrival).round() as u64),
+                    quartiles(&at),
                 )
             }
             QueueOrder::Random => {
-                let waiting = view.waiting_total.max(1) as f64;
+                let waiting = view.expected_waiting().max(1.0);
                 let per_minute = (rate / waiting).min(1.0);
                 let at = |p: f64| -> Option<f64> {
+                    let floor = self.check_in_minutes(p);
                     if per_minute >= 1.0 {
-                        Some(0.0)
+                        Some(floor)
                     } else if per_minute <= 0.0 {
                         None
                     } else {
-                        Some(random_wait_minutes(p, per_minute))
+                        Some(random_wait_minutes(p, per_minute).max(floor))
                     }
                 };
-                (
-                    None,
-                    Estimates {
-                        p25: at(0.25),
-                        p50: at(0.5),
-                        p75: at(0.75),
-                    },
-                )
+                (None, quartiles(&at))
             }
         }
     }
@@ -438,11 +650,11 @@ impl Capacity {
         let free = self.free_slots(&view, self.admitted_this_minute(now));
         Figures {
             active: view.active,
-            waiting: view.waiting_total,
+            waiting: view.expected_waiting().round() as u64,
             free_slots: free,
             admitted_last_minute: view.admitted_last_minute,
             admit_chance: self.admit_chance(&view, free, now),
-            estimates: self.estimates(&view, now.minute()).1,
+            estimates: self.estimates(&view, now.secs(), free, now).1,
         }
     }
 
@@ -457,14 +669,14 @@ impl Capacity {
         &self,
         ring: &KeyRing,
         uid: &Identity,
-        arrival: u64,
+        arrival_secs: u64,
         interval: u64,
         now: Timestamp,
     ) -> Arc<str> {
         let key = ring.active();
         let mut claims = Claims::new(Dec::Wait, now.secs() + interval, uid, key.id());
-        claims.arr = Some(arrival);
-        claims.chk = Some(now.minute());
+        claims.arr = Some(arrival_secs);
+        claims.chk = Some(now.secs());
         claims.refresh = Some(interval as u32);
         claims.sign(key).into()
     }
@@ -473,8 +685,8 @@ impl Capacity {
         &self,
         uid: &Identity,
         kid: &str,
-        arrival: Option<u64>,
-        accepted: u64,
+        arrival_secs: Option<u64>,
+        accepted_ms: u64,
         now: Timestamp,
     ) -> Claims {
         let minute = now.minute();
@@ -484,9 +696,9 @@ impl Capacity {
             uid,
             kid,
         );
-        claims.arr = arrival;
-        claims.acc = Some(accepted);
-        claims.chk = Some(minute);
+        claims.arr = arrival_secs;
+        claims.acc = Some(accepted_ms);
+        claims.chk = Some(now.secs());
         claims
     }
 
@@ -497,10 +709,12 @@ impl Capacity {
         view: &QueueView,
         arrival: u64,
         refresh_secs: u64,
+        now: Timestamp,
     ) -> Outcome {
         let mut outcome = Outcome::new(decision, cookie);
         outcome.refresh_secs = refresh_secs.max(1);
-        let (ahead, estimates) = self.estimates(view, arrival);
+        let free = self.free_slots(view, self.admitted_this_minute(now));
+        let (ahead, estimates) = self.estimates(view, arrival, free, now);
         outcome.users_ahead = ahead;
         outcome.estimates = estimates;
         outcome
@@ -510,11 +724,11 @@ impl Capacity {
         &self,
         ring: &KeyRing,
         uid: &Identity,
-        arrival: Option<u64>,
+        arrival_secs: Option<u64>,
         now: Timestamp,
     ) -> Outcome {
         let key = ring.active();
-        let claims = self.allow_claims(uid, key.id(), arrival, now.millis(), now);
+        let claims = self.allow_claims(uid, key.id(), arrival_secs, now.millis(), now);
         let place = Place {
             session: session_of(&claims),
             minute: now.minute(),
@@ -536,7 +750,6 @@ impl Capacity {
 
         // Admitted users keep access, whatever else holds the room, until their session is
         // revoked: then they are a new arrival.
-        let mut revoked = false;
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
             if !self
                 .store
@@ -544,44 +757,43 @@ impl Capacity {
             {
                 return self.keep_active(ring, uid, token, now);
             }
-            revoked = true;
-        }
-        let mut outcome = self.decide_unadmitted(ring, uid, valid.filter(|_| !revoked), now);
-        if revoked {
+            let mut outcome = self.arrive(ring, uid, now);
             outcome.rejected = Some(Reject::Revoked);
+            return outcome;
         }
-        outcome
+
+        // A waiting user (a capacity token; a lottery wait token starts over), unless they were
+        // gone longer than `rejoin_grace`: then they are a new arrival.
+        if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some()) {
+            let last = token_secs(token.claims.chk.or(token.claims.arr).unwrap_or(0));
+            if now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs() {
+                return self.check_in(ring, uid, token, now);
+            }
+            let mut outcome = self.arrive(ring, uid, now);
+            outcome.rejected = Some(Reject::Expired);
+            return outcome;
+        }
+        self.arrive(ring, uid, now)
     }
 
-    /// Everyone but an admitted user: a waiting user checks in, anyone else arrives.
-    fn decide_unadmitted(
-        &self,
-        ring: &KeyRing,
-        uid: &Identity,
-        valid: Option<&Arc<Token>>,
-        now: Timestamp,
-    ) -> Outcome {
-        let minute = now.minute();
-
-        // A waiting user (a capacity token; a lottery wait token starts over).
-        if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some()) {
-            return self.check_in(ring, uid, token, now);
-        }
-
-        // A new arrival.
+    /// A new arrival: straight in while there are free slots and nobody waits, else the queue.
+    fn arrive(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Outcome {
         let view = self.view(now);
-        let u = arrival_draw(uid, now);
-        if !self.queue_all && view.waiting_total == 0 {
+        // Nobody waiting, not even a recent arrival who has not come back yet: straight in.
+        if !self.queue_all && view.waiting_total == 0 && view.arrived.is_empty() {
             let free = self.free_slots(&view, self.admitted_this_minute(now));
             if free != Some(0) && self.try_admit(now) {
-                return self.admit(ring, uid, Some(minute), now);
+                return self.admit(ring, uid, Some(now.secs()), now);
             }
         }
-        let interval = self.interval(u);
-        self.touch_waiting(minute, None, now);
+        let bucket = self.bucket(now.secs());
+        let interval = self.interval(arrival_draw(uid, now));
+        self.join(bucket, now);
         self.invalidate();
-        let cookie = CookieAction::Set(self.wait_token(ring, uid, minute, interval, now));
-        self.waiting_outcome(Decision::Anon, cookie, &view, minute, interval)
+        let cookie = CookieAction::Set(self.wait_token(ring, uid, now.secs(), interval, now));
+        // The estimate counts this user in their bucket.
+        let view = self.view(now);
+        self.waiting_outcome(Decision::Anon, cookie, &view, now.secs(), interval, now)
     }
 
     fn keep_active(
@@ -593,27 +805,32 @@ impl Capacity {
     ) -> Outcome {
         let minute = now.minute();
         let c = &token.claims;
+        let counted = c.chk.map(|v| token_secs(v) / 60);
         let key = ring.active();
         let mut outcome = Outcome::new(Decision::Allow, CookieAction::Keep);
         outcome.place = Some(Place {
             session: session_of(c),
             minute,
         });
-        if c.chk == Some(minute) && c.kid == key.id() {
+        if counted == Some(minute) && c.kid == key.id() {
             return outcome;
         }
-        if c.chk != Some(minute) {
-            self.touch_active(c.chk, now);
+        if counted != Some(minute) {
+            self.touch_active(counted, now);
         }
         let accepted = c.acc.unwrap_or(now.millis());
-        let claims = self.allow_claims(uid, key.id(), c.arr, accepted, now);
+        let claims = self.allow_claims(uid, key.id(), c.arr.map(token_secs), accepted, now);
         outcome.cookie = CookieAction::Set(claims.sign(key).into());
         outcome
     }
 
     fn check_in(&self, ring: &KeyRing, uid: &Identity, token: &Token, now: Timestamp) -> Outcome {
         let c = &token.claims;
-        let arrival = c.arr.unwrap_or(now.minute());
+        let arrival = c.arr.map_or(now.secs(), token_secs);
+        let bucket = self.bucket(arrival);
+        // The token of an arrival: counted apart, and back now for the first time.
+        let first = c.chk.is_some() && c.chk == c.arr;
+        let counted = c.chk.map(|v| token_secs(v) / TICK_SECS);
         let view = self.view(now);
         // Too early: no chance, nothing counted, the cookie stands.
         if now.secs() < c.exp {
@@ -623,30 +840,40 @@ impl Capacity {
                 &view,
                 arrival,
                 c.exp - now.secs(),
+                now,
             );
         }
         self.checkins.observe(0, 1, now);
         let Some(mut rng) = token.rng(ring) else {
             // Its key left the ring since it was checked: not trusted.
-            return self.decide_unadmitted(ring, uid, None, now);
+            return self.arrive(ring, uid, now);
         };
         let draw = unit_interval(rng.next_u64());
         let jitter = unit_interval(rng.next_u64());
         if !self.queue_all {
             let free = self.free_slots(&view, self.admitted_this_minute(now));
             let eligible = match self.order {
-                QueueOrder::Fifo => self.fifo_reserved(&view, arrival, free),
+                QueueOrder::Fifo => self.fifo_reserved(&view, arrival, free, now),
                 QueueOrder::Random => draw < self.random_chance(free, now),
             };
             if eligible && free != Some(0) && self.try_admit(now) {
-                self.leave_queue(arrival, c.chk, now);
+                match (first, counted) {
+                    (true, Some(arrived)) => self.came_back(bucket, arrived, now),
+                    _ => self.leave_queue(bucket, counted, now),
+                }
                 return self.admit(ring, uid, Some(arrival), now);
             }
         }
-        self.touch_waiting(arrival, c.chk, now);
+        match (first, counted) {
+            (true, Some(arrived)) => {
+                self.came_back(bucket, arrived, now);
+                self.touch_waiting(bucket, None, now);
+            }
+            _ => self.touch_waiting(bucket, counted, now),
+        }
         let interval = self.interval(jitter);
         let cookie = CookieAction::Set(self.wait_token(ring, uid, arrival, interval, now));
-        self.waiting_outcome(Decision::Wait, cookie, &view, arrival, interval)
+        self.waiting_outcome(Decision::Wait, cookie, &view, arrival, interval, now)
     }
 }
 
@@ -663,7 +890,7 @@ pub fn session_of(claims: &Claims) -> u64 {
     let mut h = Sha256::new();
     h.update(claims.uid.as_bytes());
     h.update([0]);
-    h.update(claims.arr.unwrap_or(u64::MAX).to_le_bytes());
+    h.update(claims.arr.map_or(u64::MAX, token_secs).to_le_bytes());
     h.update(claims.acc.unwrap_or(u64::MAX).to_le_bytes());
     let digest = h.finalize();
     let mut bytes = [0u8; 8];

@@ -74,8 +74,15 @@ pub enum CounterKind {
     Active,
     /// Users admitted during minute `slot`.
     Admitted,
-    /// Waiting users of arrival bucket `id` whose last counted check-in minute is `slot`.
+    /// Waiting users of arrival bucket `id` whose last check-in fell in tick `slot`.
     Waiting,
+    /// New arrivals of bucket `id`, seen once (at tick `slot`) and not yet back for their first
+    /// check-in: some of them have already walked away.
+    Arrived,
+    /// Arrivals that joined the queue during minute `slot`.
+    Arrivals,
+    /// Arrivals that came back for their first check-in during minute `slot`.
+    Returned,
 }
 
 /// Something that happens once and is remembered until it cannot matter any more: a mark.

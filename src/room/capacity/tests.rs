@@ -12,6 +12,7 @@ fn capacity(order: QueueOrder, new_per_minute: u32, total: u32) -> Capacity {
             total_active_users: total,
             session_duration: Duration::from_secs(300),
             refresh: Duration::from_secs(20),
+            rejoin_grace: Duration::from_secs(300),
         },
         false,
         store(),
@@ -77,8 +78,11 @@ fn new_users_per_minute_is_respected() {
             Decision::Anon
         ]
     );
+    // The two newcomers are counted apart until they come back.
     let view = c.view(at(T0 + 1));
-    assert_eq!((view.active, view.waiting_total), (3, 2));
+    assert_eq!((view.active, view.waiting_total), (3, 0));
+    assert_eq!(view.arrived.values().sum::<u64>(), 2);
+    assert_eq!(view.expected_waiting(), 2.0);
     // Still this minute: checking in admits no one.
     let t = clients[3].next_check_in();
     assert!(t < T0 + 25);
@@ -158,20 +162,65 @@ fn active_users_count_once_per_minute_of_activity() {
 #[test]
 fn waiting_users_who_stop_checking_in_drop_out() {
     let c = capacity(QueueOrder::Fifo, 1, 0);
+    // A 20 s refresh: at most 24 s between check-ins, plus 3 s of slack, in 5 s ticks: 30 s.
+    assert_eq!(c.live_window(), Duration::from_secs(30));
     let mut first = Client::new(1);
     first.request(&c, at(T0));
-    let mut waiting = Client::new(2);
-    assert_eq!(waiting.request(&c, at(T0)).decision, Decision::Anon);
-    assert_eq!(c.view(at(T0 + 1)).waiting_total, 1);
-    // Never checks in again: gone after the grace period (2 minutes for a 20 s refresh).
-    assert_eq!(c.view(at(T0 + 60)).waiting_total, 1);
-    assert_eq!(c.view(at(T0 + 4 * 60)).waiting_total, 0);
+    let new = |t| c.view(at(t)).arrived.values().sum::<u64>();
+    let mut gone = Client::new(2);
+    assert_eq!(gone.request(&c, at(T0)).decision, Decision::Anon);
+    assert_eq!(new(T0 + 1), 1);
+    // Never comes back: counted as a new arrival through its longest interval, gone right
+    // after, and never holding a place.
+    assert_eq!(new(T0 + 30), 1);
+    assert_eq!(new(T0 + 35), 0);
+    // One who came back once and then stopped: a place, for as long.
+    let mut stopped = Client::new(3);
+    stopped.request(&c, at(T0 + 40));
+    let t = stopped.next_check_in();
+    assert_eq!(stopped.request(&c, at(t)).decision, Decision::Wait);
+    assert_eq!((c.view(at(t + 1)).waiting_total, new(t + 1)), (1, 0));
+    assert_eq!(c.view(at(t + 25)).waiting_total, 1);
+    assert_eq!(c.view(at(t + 36)).waiting_total, 0);
+}
+
+/// Runs `clients` through their check-ins from `from` to `until` (each comes back when its
+/// token says), in time order; returns when each was admitted.
+fn run_until(c: &Capacity, clients: &mut [Client], from: u64, until: u64) -> Vec<Option<u64>> {
+    let mut admitted: Vec<Option<u64>> = vec![None; clients.len()];
+    let mut next: Vec<u64> = clients
+        .iter()
+        .map(|u| {
+            u.cookie
+                .as_ref()
+                .map_or(from, |_| u.next_check_in())
+                .max(from)
+        })
+        .collect();
+    while let Some((i, t)) = next
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| admitted[*i].is_none())
+        .map(|(i, t)| (i, *t))
+        .min_by_key(|(_, t)| *t)
+    {
+        if t > until {
+            break;
+        }
+        if clients[i].request(c, at(t)).decision == Decision::Allow {
+            admitted[i] = Some(t);
+        } else {
+            next[i] = clients[i].next_check_in().max(t + 1);
+        }
+    }
+    admitted
 }
 
 #[test]
 fn fifo_reserves_slots_for_the_oldest_buckets() {
     let c = capacity(QueueOrder::Fifo, 4, 0);
-    // Fill this minute, then three users arrive in minute 0 and three in minute 1.
+    // Fill this minute; three users arrive now, three more a refresh interval later (the next
+    // arrival bucket); everyone keeps checking in.
     for i in 0..4 {
         Client::new(100 + i).request(&c, at(T0));
     }
@@ -181,27 +230,20 @@ fn fifo_reserves_slots_for_the_oldest_buckets() {
         assert_eq!(u.request(&c, at(T0 + 1)).decision, Decision::Anon);
     }
     for u in &mut new {
-        assert_eq!(u.request(&c, at(T0 + 61)).decision, Decision::Anon);
+        assert_eq!(u.request(&c, at(T0 + 21)).decision, Decision::Anon);
     }
-    // Minute 2 (four slots): the newer bucket checks in first, yet only one of them gets a
-    // slot; all three older users do.
-    let minute2 = (at(T0).minute() + 2) * 60;
-    let newer: Vec<Decision> = new
-        .iter_mut()
-        .map(|u| u.request(&c, at(u.next_check_in().max(minute2))))
-        .map(|o| o.decision)
-        .collect();
+    let mut everyone: Vec<Client> = old.into_iter().chain(new).collect();
+    let admitted = run_until(&c, &mut everyone, T0 + 22, T0 + 300);
+    let minute = |t: Option<u64>| t.expect("admitted") / 60 - T0 / 60;
+    let minutes: Vec<u64> = admitted.iter().map(|t| minute(*t)).collect();
+    // Minute 1 has four slots: all three older users, and one newer.
+    assert!(minutes[..3].iter().all(|m| *m == 1), "{minutes:?}");
     assert_eq!(
-        newer.iter().filter(|d| **d == Decision::Allow).count(),
+        minutes[3..].iter().filter(|m| **m == 1).count(),
         1,
-        "{newer:?}"
+        "{minutes:?}"
     );
-    let older: Vec<Decision> = old
-        .iter_mut()
-        .map(|u| u.request(&c, at(u.next_check_in().max(minute2 + 1))))
-        .map(|o| o.decision)
-        .collect();
-    assert!(older.iter().all(|d| *d == Decision::Allow), "{older:?}");
+    assert!(minutes[3..].iter().all(|m| *m <= 2), "{minutes:?}");
 }
 
 #[test]
@@ -214,11 +256,23 @@ fn fifo_estimates_users_ahead() {
     for u in &mut early {
         u.request(&c, at(T0 + 1));
     }
+    // The next arrival bucket (a refresh later): five ahead, itself alone in its bucket.
     let mut late = Client::new(50);
-    let o = late.request(&c, at(T0 + 61));
+    let o = late.request(&c, at(T0 + 25));
     assert_eq!(o.users_ahead, Some(5));
-    // Last minute admitted 2 users: 5 ahead at 2 a minute is 2.5 minutes.
-    assert_eq!(o.estimates.p50, Some(2.5));
+    // This minute's two slots are taken, and with no history the pace is the configured 2 a
+    // minute: the five ahead take the next two minutes' and one of the third's. So it is the
+    // rest of this minute (35 s), two minutes, and a check-in into the third (0.9, 1.0 and
+    // 1.1 × refresh at the quartiles).
+    let minutes = |checkin: f64| 35.0 / 60.0 + 2.0 + checkin * 20.0 / 60.0;
+    let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+    assert!(close(o.estimates.p25, minutes(0.9)), "{:?}", o.estimates);
+    assert!(close(o.estimates.p50, minutes(1.0)), "{:?}", o.estimates);
+    assert!(close(o.estimates.p75, minutes(1.1)), "{:?}", o.estimates);
+    // Nobody waiting is told less than the time to their next check-in.
+    let t = early[0].next_check_in();
+    let o = early[0].request(&c, at(t));
+    assert!(o.estimates.p25.unwrap() >= 16.0 / 60.0, "{:?}", o.estimates);
 }
 
 #[test]
@@ -264,6 +318,7 @@ fn queue_all_holds_everyone_but_the_admitted() {
         total_active_users: 0,
         session_duration: Duration::from_secs(300),
         refresh: Duration::from_secs(20),
+        rejoin_grace: Duration::from_secs(300),
     };
     let open = Capacity::new("r", &cfg, false, store.clone());
     let mut admitted = Client::new(1);
@@ -402,6 +457,7 @@ fn switching_methods_keeps_arrival_order() {
         total_active_users: 0,
         session_duration: Duration::from_secs(300),
         refresh: Duration::from_secs(20),
+        rejoin_grace: Duration::from_secs(300),
     };
     let fifo = Capacity::new("r", &cfg(QueueOrder::Fifo), false, s.clone());
     let random = Capacity::new("r", &cfg(QueueOrder::Random), false, s);
@@ -409,19 +465,14 @@ fn switching_methods_keeps_arrival_order() {
     let mut first = Client::new(1);
     first.request(&fifo, at(T0 + 1));
     let mut second = Client::new(2);
-    second.request(&random, at(T0 + 61));
+    second.request(&random, at(T0 + 21));
     // Under random, both are counted by their arrival buckets...
-    let v = random.view(at(T0 + 62));
-    assert_eq!(v.waiting.values().copied().collect::<Vec<_>>(), [1, 1]);
-    // ...so back under fifo, the first arrival is still ahead of the second.
-    let minute2 = (at(T0).minute() + 2) * 60;
-    let o = second.request(&fifo, at(second.next_check_in().max(minute2)));
-    assert_eq!(o.decision, Decision::Wait);
-    assert_eq!(o.users_ahead, Some(1));
-    assert_eq!(
-        first
-            .request(&fifo, at(first.next_check_in().max(minute2)))
-            .decision,
-        Decision::Allow
-    );
+    let v = random.view(at(T0 + 22));
+    assert_eq!(v.arrived.values().copied().collect::<Vec<_>>(), [1, 1]);
+    // ...so back under fifo, the first arrival is still ahead of the second, and the next
+    // minute's one slot is the first's.
+    let mut both = [first, second];
+    let admitted = run_until(&fifo, &mut both, T0 + 22, T0 + 119);
+    assert!(admitted[0].is_some_and(|t| t >= T0 + 60), "{admitted:?}");
+    assert_eq!(admitted[1], None, "{admitted:?}");
 }
