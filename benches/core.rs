@@ -142,20 +142,10 @@ fn rate_limits(c: &mut Criterion) {
 }
 
 fn pages(c: &mut Criterion) {
-    use vestibule::pages::{Estimates, PageContext, PageKind};
+    use vestibule::pages::{PageContext, PageKind};
     let pages = Pages::builtin();
-    let ctx = PageContext {
-        room: "default",
-        decision: "anon",
-        refresh_seconds: 42,
-        queueing: "lottery",
-        queue_all: false,
-        users_ahead: None,
-        wait_estimate_minutes: Estimates::default(),
-        retry_after: 42,
-        rule: "",
-        status: 200,
-    };
+    let mut ctx = PageContext::plain("default", "anon", 42, 200);
+    ctx.queueing = "lottery";
     c.bench_function("pages/render startwaiting", |b| {
         b.iter(|| black_box(pages.render(PageKind::StartWaiting, black_box(&ctx))))
     });

@@ -68,6 +68,8 @@ pub struct Estimates {
 pub struct PageContext<'a> {
     /// The room's name (or "this site" outside rooms).
     pub room: &'a str,
+    /// What visitors are told they are waiting for: the room's `title` (its name unless set).
+    pub title: &'a str,
     /// `anon`, `wait`, `deny`, `ratelimited` or `error`.
     pub decision: &'a str,
     /// Seconds until the page should check again.
@@ -78,6 +80,12 @@ pub struct PageContext<'a> {
     /// FIFO rooms: estimated users ahead.
     pub users_ahead: Option<u64>,
     pub wait_estimate_minutes: Estimates,
+    /// The estimate in words' terms: under a minute (`wait_soon`), else whole minutes from
+    /// `wait_low` (the 25th percentile, at least 1) to `wait_high` (the 75th, at least
+    /// `wait_low`); `None` when unknown. Set by [`PageContext::with_wait`].
+    pub wait_soon: bool,
+    pub wait_low: Option<u64>,
+    pub wait_high: Option<u64>,
     /// Rate-limit and error pages: seconds until trying again makes sense.
     pub retry_after: u64,
     /// Rate-limit pages: the rule that denied the request.
@@ -86,10 +94,46 @@ pub struct PageContext<'a> {
     pub status: u16,
 }
 
-impl PageContext<'_> {
+impl<'a> PageContext<'a> {
+    /// A context for `room` with nothing to wait for (rate-limit and error pages).
+    pub fn plain(room: &'a str, decision: &'a str, retry_after: u64, status: u16) -> Self {
+        PageContext {
+            room,
+            title: room,
+            decision,
+            refresh_seconds: retry_after,
+            queueing: "",
+            queue_all: false,
+            users_ahead: None,
+            wait_estimate_minutes: Estimates::default(),
+            wait_soon: false,
+            wait_low: None,
+            wait_high: None,
+            retry_after,
+            rule: "",
+            status,
+        }
+    }
+
+    /// Sets the estimates and the words' terms derived from them.
+    pub fn with_wait(mut self, e: Estimates) -> Self {
+        self.wait_estimate_minutes = e;
+        self.wait_soon = e.p75.is_some_and(|m| m < 1.0);
+        self.wait_low = e.p25.map(|m| (m.floor() as u64).max(1));
+        self.wait_high = match (e.p75, self.wait_low) {
+            (Some(m), Some(low)) => Some((m.ceil() as u64).max(low)),
+            _ => None,
+        };
+        if self.wait_high.is_none() {
+            self.wait_low = None;
+        }
+        self
+    }
+
     fn sample() -> PageContext<'static> {
         PageContext {
             room: "sample",
+            title: "Sample sale",
             decision: "wait",
             refresh_seconds: 30,
             queueing: "fifo",
@@ -100,6 +144,9 @@ impl PageContext<'_> {
                 p50: Some(2.0),
                 p75: Some(3.0),
             },
+            wait_soon: false,
+            wait_low: Some(1),
+            wait_high: Some(3),
             retry_after: 5,
             rule: "sample",
             status: 502,
@@ -116,6 +163,7 @@ const RENDERED_CACHE: usize = 256;
 struct RenderKey {
     kind: PageKind,
     room: Box<str>,
+    title: Box<str>,
     decision: Box<str>,
     refresh_seconds: u64,
     queueing: Box<str>,
@@ -136,6 +184,7 @@ impl RenderKey {
         RenderKey {
             kind,
             room: c.room.into(),
+            title: c.title.into(),
             decision: c.decision.into(),
             refresh_seconds: c.refresh_seconds,
             queueing: c.queueing.into(),
@@ -152,6 +201,7 @@ impl RenderKey {
     fn matches(&self, kind: PageKind, c: &PageContext) -> bool {
         self.kind == kind
             && *self.room == *c.room
+            && *self.title == *c.title
             && *self.decision == *c.decision
             && self.refresh_seconds == c.refresh_seconds
             && *self.queueing == *c.queueing
@@ -168,7 +218,7 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = hasher.build_hasher();
     kind.hash(&mut h);
-    (c.room, c.decision, c.queueing, c.rule).hash(&mut h);
+    (c.room, c.title, c.decision, c.queueing, c.rule).hash(&mut h);
     (
         c.refresh_seconds,
         c.queue_all,
@@ -378,7 +428,7 @@ impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
         WaitingJson {
             room: ctx.room,
             decision: ctx.decision,
-            in_waiting_room: matches!(ctx.decision, "anon" | "wait"),
+            in_waiting_room: matches!(ctx.decision, "anon" | "wait" | "deny"),
             refresh_seconds: ctx.refresh_seconds,
             queueing: ctx.queueing,
             queue_all: ctx.queue_all,
@@ -393,18 +443,49 @@ pub fn json<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
 
+/// What kind of answer a held request gets (SPEC §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wants {
+    /// `Accept` names `application/json`: the JSON body (apps, `fetch` from single-page sites).
+    Json,
+    /// A browser's subresource (favicon, image, script): a short 503 with `Retry-After`, and
+    /// no new cookie.
+    Subresource,
+    /// A navigation (or a client that says nothing, like curl): the HTML page and its cookie.
+    Page,
+}
+
+/// The media ranges an `Accept` value lists (at most 64: a longer list is not a browser's).
+fn media_ranges(accept: &[u8]) -> impl Iterator<Item = &str> {
+    std::str::from_utf8(accept)
+        .unwrap_or("")
+        .split(',')
+        .take(64)
+        .map(|m| m.split(';').next().unwrap_or("").trim())
+}
+
+/// Which answer a held request gets, from its `Accept` and `Sec-Fetch-Mode` headers.
+pub fn wants(accept: Option<&[u8]>, sec_fetch_mode: Option<&[u8]>) -> Wants {
+    if let Some(accept) = accept {
+        if media_ranges(accept).any(|m| m.eq_ignore_ascii_case("application/json")) {
+            return Wants::Json;
+        }
+    }
+    if sec_fetch_mode.is_some_and(|m| !m.trim_ascii().eq_ignore_ascii_case(b"navigate")) {
+        return Wants::Subresource;
+    }
+    if let Some(accept) = accept {
+        let page = media_ranges(accept).any(|m| m.eq_ignore_ascii_case("text/html") || m == "*/*");
+        if !page {
+            return Wants::Subresource;
+        }
+    }
+    Wants::Page
+}
+
 /// Whether a request asked for JSON rather than a page.
 pub fn wants_json(accept: Option<&[u8]>) -> bool {
-    let Some(accept) = accept else { return false };
-    let Ok(accept) = std::str::from_utf8(accept) else {
-        return false;
-    };
-    // The first listed media type decides: browsers list text/html first.
-    accept
-        .split(',')
-        .next()
-        .map(|m| m.split(';').next().unwrap_or("").trim())
-        .is_some_and(|m| m.eq_ignore_ascii_case("application/json"))
+    wants(accept, None) == Wants::Json
 }
 
 fn origin_references(html: &str) -> Vec<(usize, String)> {
@@ -452,18 +533,12 @@ mod tests {
     use super::*;
 
     fn ctx() -> PageContext<'static> {
-        PageContext {
-            room: "<script>alert(1)</script>",
-            decision: "anon",
-            refresh_seconds: 42,
-            queueing: "lottery",
-            queue_all: false,
-            users_ahead: None,
-            wait_estimate_minutes: Estimates::default(),
-            retry_after: 7,
-            rule: "r",
-            status: 502,
-        }
+        let mut c = PageContext::plain("<script>alert(1)</script>", "anon", 7, 502);
+        c.title = "<b>Sale</b>";
+        c.refresh_seconds = 42;
+        c.queueing = "lottery";
+        c.rule = "r";
+        c
     }
 
     #[test]
@@ -471,11 +546,8 @@ mod tests {
         let pages = Pages::builtin();
         let html = pages.render(PageKind::StartWaiting, &ctx());
         let html = std::str::from_utf8(&html).unwrap();
-        assert!(
-            html.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
-            "{html}"
-        );
-        assert!(!html.contains("<script>alert(1)"));
+        assert!(html.contains("&lt;b&gt;Sale&lt;&#x2f;b&gt;"), "{html}");
+        assert!(!html.contains("<b>Sale"));
         assert!(html.contains("content=\"42\""));
         let html = pages.render(PageKind::RateLimited, &ctx());
         assert!(std::str::from_utf8(&html).unwrap().contains(">7<"));
@@ -497,7 +569,7 @@ mod tests {
         let b = pages.render(PageKind::StartWaiting, &other);
         assert!(std::str::from_utf8(&b).unwrap().contains("content=\"41\""));
         other.refresh_seconds = 42;
-        other.room = "another room";
+        other.title = "another room";
         let c = pages.render(PageKind::StartWaiting, &other);
         assert!(std::str::from_utf8(&c).unwrap().contains("another room"));
         let d = pages.render(PageKind::KeepWaiting, &ctx());
@@ -560,8 +632,54 @@ mod tests {
         assert_eq!(v["wait_estimate_minutes"]["p50"], serde_json::Value::Null);
         assert!(wants_json(Some(b"application/json")));
         assert!(wants_json(Some(b"Application/JSON; charset=utf-8, */*")));
-        assert!(!wants_json(Some(b"text/html,application/json")));
+        // Named anywhere, JSON wins (SPEC §3, first rule).
+        assert!(wants_json(Some(b"text/html,application/json")));
         assert!(!wants_json(None));
         assert!(!wants_json(Some(b"\xff")));
+    }
+
+    #[test]
+    fn held_requests_get_the_answer_their_kind_needs() {
+        let w = |accept: Option<&[u8]>, mode: Option<&[u8]>| wants(accept, mode);
+        let nav = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+        // Browsers navigating, curl, monitors: the page.
+        assert_eq!(w(Some(nav), Some(b"navigate")), Wants::Page);
+        assert_eq!(w(None, None), Wants::Page);
+        assert_eq!(w(Some(b"*/*"), None), Wants::Page);
+        // A favicon, an image, a script: 503.
+        assert_eq!(
+            w(Some(b"image/avif,image/webp,*/*;q=0.8"), Some(b"no-cors")),
+            Wants::Subresource
+        );
+        assert_eq!(w(Some(b"*/*"), Some(b"cors")), Wants::Subresource);
+        assert_eq!(w(Some(b"image/png"), None), Wants::Subresource);
+        assert_eq!(w(Some(b"text/css"), None), Wants::Subresource);
+        // JSON first, whatever Sec-Fetch-Mode says.
+        assert_eq!(w(Some(b"application/json"), Some(b"cors")), Wants::Json);
+    }
+
+    #[test]
+    fn wait_words_never_say_zero() {
+        let c = |p25, p75| {
+            PageContext::plain("r", "wait", 20, 200).with_wait(Estimates {
+                p25: Some(p25),
+                p50: Some((p25 + p75) / 2.0),
+                p75: Some(p75),
+            })
+        };
+        let soon = c(0.3, 0.4);
+        assert!(soon.wait_soon);
+        let short = c(0.3, 1.2);
+        assert_eq!(
+            (short.wait_soon, short.wait_low, short.wait_high),
+            (false, Some(1), Some(2))
+        );
+        let long = c(7.6, 12.1);
+        assert_eq!((long.wait_low, long.wait_high), (Some(7), Some(13)));
+        let unknown = PageContext::plain("r", "wait", 20, 200).with_wait(Estimates::default());
+        assert_eq!(
+            (unknown.wait_soon, unknown.wait_low, unknown.wait_high),
+            (false, None, None)
+        );
     }
 }

@@ -22,12 +22,13 @@ use crate::app::App;
 use crate::config::Scope;
 use crate::cookie::{self, Stripped};
 use crate::logging::AccessLine;
-use crate::pages::{self, Estimates, PageContext, PageKind, WaitingJson};
+use crate::pages::{self, PageContext, PageKind, WaitingJson, Wants};
 use crate::path;
 use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
 use crate::room::{CookieAction, Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
+use crate::token::Dec;
 
 /// Request headers with this prefix are ours: a client's copies never reach the origin.
 const INTERNAL_PREFIX: &str = "vestibule-";
@@ -121,6 +122,15 @@ impl ProxyHttp for Proxy {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
                 write_room_page(session, room, &outcome, ctx.secure).await?;
+                Ok(true)
+            }
+            Answer::Held(retry_after) => {
+                ctx.slots.clear();
+                let extra = vec![("Retry-After", HeaderValue::from(retry_after))];
+                let body = Bytes::from(format!(
+                    "Held in a waiting room: try again in {retry_after} seconds.\n"
+                ));
+                respond(session, 503, "text/plain; charset=utf-8", extra, body).await?;
                 Ok(true)
             }
             Answer::RateLimited(check) => {
@@ -347,6 +357,8 @@ enum Answer {
     RoomPage(usize, Outcome),
     /// A rule blocks it.
     RateLimited(Limited),
+    /// A held subresource: a short 503 asking to retry after this many seconds.
+    Held(u64),
 }
 
 /// A blocking verdict, with what the 429 needs.
@@ -397,7 +409,7 @@ impl Proxy {
         }
         if let Some(route) = route {
             let room = route.room;
-            let outcome = match (&snapshot.keys, route.bypass) {
+            let outcome = match (&snapshot.keys, route.bypass || !room.config.enabled) {
                 (Some(ring), false) => {
                     let cookies = cookie::values(
                         req.headers
@@ -406,7 +418,33 @@ impl Proxy {
                             .map(|v| v.as_bytes()),
                         &room.config.cookie.name,
                     );
-                    room.decide(ring, &identity, &cookies, now)
+                    let wants = pages::wants(
+                        req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
+                        req.headers.get("sec-fetch-mode").map(|v| v.as_bytes()),
+                    );
+                    // A subresource of a held page (its favicon, say) neither joins the queue
+                    // nor checks in: only an admitted visitor's goes on.
+                    let holding = (wants == Wants::Subresource)
+                        .then(|| room.holding(ring, &identity, &cookies, now));
+                    match holding {
+                        Some(Some(Dec::Allow)) | None => {
+                            room.decide(ring, &identity, &cookies, now)
+                        }
+                        Some(held) => {
+                            let decision = if held.is_some() {
+                                Decision::Wait
+                            } else {
+                                Decision::Anon
+                            };
+                            self.record(
+                                snapshot,
+                                route.index,
+                                &Outcome::new(decision, CookieAction::Keep),
+                            );
+                            ctx.decision = Some(decision);
+                            return Answer::Held(room.retry_after());
+                        }
+                    }
                 }
                 _ => Outcome::new(Decision::Bypass, CookieAction::Keep),
             };
@@ -540,13 +578,13 @@ async fn write_room_page(
             extra.push(("Set-Cookie", v));
         }
     }
+    // `Retry-After` only: a `Refresh` header would reload the page on top of its own script
+    // (two requests per check-in). Pages reload by script, or by a `<noscript>` meta refresh.
     if matches!(
         outcome.decision,
         Decision::Anon | Decision::Wait | Decision::Deny
     ) {
-        let refresh = HeaderValue::from(outcome.refresh_secs);
-        extra.push(("Retry-After", refresh.clone()));
-        extra.push(("Refresh", refresh));
+        extra.push(("Retry-After", HeaderValue::from(outcome.refresh_secs)));
     }
     let page = room.page_context(outcome);
     let (content_type, body) = if wants_json(session) {
@@ -622,18 +660,15 @@ async fn write_rate_limited(
     } else {
         let room = room.and_then(|i| snapshot.rooms.get(i));
         let pages = room.map_or(&snapshot.pages, |r| &r.pages);
-        let ctx = PageContext {
-            room: room.map_or("this site", Room::name),
-            decision: "ratelimited",
-            refresh_seconds: limited.retry_after,
-            queueing: room.map_or("", |r| r.config.admission.method()),
-            queue_all: false,
-            users_ahead: None,
-            wait_estimate_minutes: Estimates::default(),
-            retry_after: limited.retry_after,
-            rule: &limited.rule,
-            status: 429,
-        };
+        let mut ctx = PageContext::plain(
+            room.map_or("this site", Room::name),
+            "ratelimited",
+            limited.retry_after,
+            429,
+        );
+        ctx.title = room.map_or("this site", |r| r.config.title.as_str());
+        ctx.queueing = room.map_or("", |r| r.config.admission.method());
+        ctx.rule = &limited.rule;
         (
             "text/html; charset=utf-8",
             pages.render(PageKind::RateLimited, &ctx),
@@ -734,18 +769,7 @@ async fn write_error_page(
         }));
         return respond(session, code, "application/json", extra, body).await;
     }
-    let ctx = PageContext {
-        room: "this site",
-        decision: "error",
-        refresh_seconds: retry_after,
-        queueing: "",
-        queue_all: false,
-        users_ahead: None,
-        wait_estimate_minutes: Estimates::default(),
-        retry_after,
-        rule: "",
-        status: code,
-    };
+    let ctx = PageContext::plain("this site", "error", retry_after, code);
     let body = snapshot.pages.render(PageKind::Error, &ctx);
     respond(session, code, "text/html; charset=utf-8", extra, body).await
 }

@@ -222,6 +222,7 @@ fn room_fields(r: &RoomConfig) -> Fields {
         ("wait_status", r.wait_status.to_string()),
         ("pages", r.pages.display().to_string()),
         ("queue_all", r.queue_all.to_string()),
+        ("title", format!("{:?}", r.title)),
     ];
     // Method-specific settings line up only when the method is the same; a method change is
     // reported by `admission` above.

@@ -174,6 +174,7 @@ pub struct RoomFile {
     #[serde(default, with = "humantime_serde")]
     pub rejoin_grace: Option<Duration>,
     pub queue_all: Option<bool>,
+    pub title: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -115,6 +115,8 @@ pub struct RoomConfig {
     pub pages: PathBuf,
     /// Hold every new or waiting user; admitted users keep access.
     pub queue_all: bool,
+    /// What visitors are told they are waiting for (the room's name unless set).
+    pub title: String,
 }
 
 /// How a room lets people in.

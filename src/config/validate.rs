@@ -458,6 +458,19 @@ impl Validator<'_> {
                 );
             }
             let pages = self.resolve(r.pages.as_deref().unwrap_or("pages"));
+            let title = r
+                .title
+                .as_deref()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .unwrap_or(&name)
+                .to_owned();
+            if title.chars().count() > 200 || title.chars().any(char::is_control) {
+                self.err(
+                    k("title"),
+                    "must be at most 200 characters, without control characters",
+                );
+            }
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -476,6 +489,7 @@ impl Validator<'_> {
                 wait_status,
                 pages,
                 queue_all: r.queue_all.unwrap_or(false),
+                title,
             });
         }
         out

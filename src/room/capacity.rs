@@ -54,12 +54,15 @@
 //!
 //! ## Estimates
 //!
-//! fifo: the live users ahead (older buckets), plus a share of the user's own bucket, divided by
-//! the admission rate (last minute's admissions, or `new_users_per_minute` before there is any
-//! history), as 25th/50th/75th percentiles. random: with `P` the chance of getting in within a
-//! minute (admissions per minute / waiting users), the wait within which a share `p` of users
-//! get in is `ln(1−p) / ln(1−P)` minutes. Nobody still waiting is told less than the time to
-//! their next check-in.
+//! fifo: the live users ahead (older buckets, new arrivals at the share who come back) plus a
+//! share of the user's own bucket; the first `free` of them go this minute, then `rate` a
+//! minute (last minute's admissions, or `new_users_per_minute` before there is any history).
+//! The wait is the rest of this minute, the whole minutes, where a check-in falls once the
+//! minute starts, and one more check-in for each time the next buckets must become the head
+//! when the head is smaller than a minute's slots. random: the queue's chance of getting in
+//! each minute, thinned as the queue grows by its arrivals ([`random_wait_quantiles`]). Under
+//! `queue_all` there is no estimate. Nobody still waiting is told less than the time to their
+//! next check-in. Calibration is measured by `vestibule simulate` (see the README).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -244,6 +247,17 @@ impl Capacity {
 
     pub fn order(&self) -> QueueOrder {
         self.order
+    }
+
+    /// The refresh, whole seconds.
+    pub fn refresh_secs(&self) -> u64 {
+        self.refresh.as_secs().max(1)
+    }
+
+    /// Whether the session of this allow token was revoked.
+    pub fn is_revoked(&self, claims: &Claims, now: Timestamp) -> bool {
+        self.store
+            .is_marked(&self.scope, revoked_mark(session_of(claims)), now)
     }
 
     /// How long a waiting user stays counted after their last check-in.
@@ -597,6 +611,17 @@ impl Capacity {
         now: Timestamp,
     ) -> (Option<u64>, Estimates) {
         let rate = self.admission_rate(view);
+        if self.queue_all {
+            // Nobody is let in until the operator says so: no time to promise.
+            let none = Estimates {
+                p25: None,
+                p50: None,
+                p75: None,
+            };
+            let ahead = (self.order == QueueOrder::Fifo)
+                .then(|| self.position(view, arrival).round() as u64);
+            return (ahead, none);
+        }
         let quartiles = |f: &dyn Fn(f64) -> Option<f64>| Estimates {
             p25: f(0.25),
             p50: f(0.5),
@@ -608,6 +633,11 @@ impl Capacity {
                 let ahead = view.expected_ahead(bucket);
                 // Within a bucket the order is the order of check-ins: anywhere in it.
                 let own = view.expected_in_bucket(bucket).max(1.0);
+                // A head's worth of users: two buckets (see `eligible`), at the queue's mean
+                // bucket size (the oldest bucket alone is often half taken).
+                let buckets = view.waiting.keys().chain(view.arrived.keys());
+                let buckets = buckets.collect::<std::collections::BTreeSet<_>>().len();
+                let head = 2.0 * view.expected_waiting() / buckets.max(1) as f64;
                 // What is left of this minute goes first, then `rate` at each minute, each
                 // slot taken at a check-in.
                 let to_next_minute = (60 - now.secs() % 60) as f64 / 60.0;
@@ -618,8 +648,18 @@ impl Capacity {
                         return Some(self.check_in_minutes(q));
                     }
                     (rate > 0.0).then(|| {
-                        let minutes = ((position - free_now) / rate).floor();
-                        to_next_minute + minutes + self.check_in_minutes(q)
+                        // The minute's slots go at check-ins after it starts, to the head's
+                        // users as they check in; when the head holds fewer users than the
+                        // minute lets in, the rest go one check-in later each time the next
+                        // buckets become the head, so a place late in the minute waits longer.
+                        let slot = (position - free_now) / rate;
+                        let passes = (rate / head.max(1.0))
+                            .clamp(1.0, (60.0 / self.refresh.as_secs_f64()).max(1.0));
+                        let late = 1.2 * q + slot.fract() * (passes - 1.0);
+                        let wait = to_next_minute
+                            + slot.floor()
+                            + late * self.refresh.as_secs_f64() / 60.0;
+                        wait.max(self.check_in_minutes(q))
                     })
                 };
                 (
@@ -629,16 +669,24 @@ impl Capacity {
             }
             QueueOrder::Random => {
                 let waiting = view.expected_waiting().max(1.0);
-                let per_minute = (rate / waiting).min(1.0);
+                // Joining per minute: the arrivals of the last minute that are expected to
+                // stay. A queue that grows thins everyone's chance as they wait.
+                let recent = self.bucket(now.secs().saturating_sub(60));
+                let buckets: std::collections::BTreeSet<u64> = view
+                    .waiting
+                    .range(recent..)
+                    .chain(view.arrived.range(recent..))
+                    .map(|(b, _)| *b)
+                    .collect();
+                let joined: f64 = buckets.iter().map(|b| view.expected_in_bucket(*b)).sum();
+                let span_minutes =
+                    now.secs().saturating_sub(recent * self.bucket_secs).max(1) as f64 / 60.0;
+                let joining = joined / span_minutes;
+                let waits = random_wait_quantiles(waiting, joining, rate);
                 let at = |p: f64| -> Option<f64> {
                     let floor = self.check_in_minutes(p);
-                    if per_minute >= 1.0 {
-                        Some(floor)
-                    } else if per_minute <= 0.0 {
-                        None
-                    } else {
-                        Some(random_wait_minutes(p, per_minute).max(floor))
-                    }
+                    let i = [0.25, 0.5, 0.75].iter().position(|q| *q == p)?;
+                    waits[i].map(|m| m.max(floor))
                 };
                 (None, quartiles(&at))
             }
@@ -751,10 +799,7 @@ impl Capacity {
         // Admitted users keep access, whatever else holds the room, until their session is
         // revoked: then they are a new arrival.
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
-            if !self
-                .store
-                .is_marked(&self.scope, revoked_mark(session_of(&token.claims)), now)
-            {
+            if !self.is_revoked(&token.claims, now) {
                 return self.keep_active(ring, uid, token, now);
             }
             let mut outcome = self.arrive(ring, uid, now);
@@ -881,6 +926,46 @@ impl Capacity {
 /// when each gets in within a minute with probability `per_minute`.
 pub fn random_wait_minutes(p: f64, per_minute: f64) -> f64 {
     (1.0 - p).ln() / (1.0 - per_minute).ln()
+}
+
+/// The 25th, 50th and 75th percentile of the wait, in minutes, of a user who joins a random
+/// queue of `waiting` users, which `joining` more join each minute and `rate` leave admitted:
+/// each minute they get in with chance `P = rate / waiting then`, so
+/// `1 − Π(1 − P)` over the minutes waited reaches the percentile. With a queue that does not
+/// grow this is SPEC §4's `n = ln(1−p) / ln(1−P)`; with one that does, the later minutes'
+/// smaller chances are counted. `None` past a day, or when nobody is let in.
+pub fn random_wait_quantiles(waiting: f64, joining: f64, rate: f64) -> [Option<f64>; 3] {
+    const QUANTILES: [f64; 3] = [0.25, 0.5, 0.75];
+    let mut out = [None; 3];
+    if rate <= 0.0 {
+        return out;
+    }
+    let mut queue = waiting.max(1.0);
+    let mut still_waiting = 1.0_f64;
+    for minute in 0..(24 * 60) {
+        let chance = (rate / queue).min(1.0);
+        if chance >= 1.0 {
+            // Everyone left is let in within this minute.
+            for slot in out.iter_mut().filter(|o| o.is_none()) {
+                *slot = Some(minute as f64);
+            }
+            return out;
+        }
+        let next = still_waiting * (1.0 - chance);
+        for (slot, q) in out.iter_mut().zip(QUANTILES) {
+            if slot.is_none() && 1.0 - next >= q {
+                // Within the minute, as the constant-chance formula would place it.
+                let into = ((1.0 - q) / still_waiting).ln() / (1.0 - chance).ln();
+                *slot = Some(minute as f64 + into.clamp(0.0, 1.0));
+            }
+        }
+        if out[2].is_some() {
+            return out;
+        }
+        still_waiting = next;
+        queue = (queue + joining - rate).max(rate);
+    }
+    out
 }
 
 /// The session an allow token belongs to: every token of one admission carries the same

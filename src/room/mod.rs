@@ -265,6 +265,35 @@ impl Room {
         self.store.mark(&self.config.name, mark, until, now)
     }
 
+    /// What a request's cookie holds, checked but decided on nothing (for subresources, which
+    /// never join the queue nor check in): `Some(Dec::Allow)` for a valid, unrevoked allow
+    /// token, `Some(Dec::Wait)` for a valid wait token.
+    pub fn holding(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        cookies: &[&[u8]],
+        now: Timestamp,
+    ) -> Option<crate::token::Dec> {
+        let token = Presented::check(ring, uid, cookies, now).valid?;
+        if let (Policy::Capacity(c), crate::token::Dec::Allow) = (&self.policy, token.claims.dec) {
+            if c.is_revoked(&token.claims, now) {
+                return None;
+            }
+        }
+        Some(token.claims.dec)
+    }
+
+    /// How long a held visitor should wait before asking again: the refresh of a capacity
+    /// room, the wait period of a lottery room (or its `closed_refresh` when closed).
+    pub fn retry_after(&self) -> u64 {
+        match &self.policy {
+            Policy::Lottery(l) if l.allow_percentage == 0 => l.closed_refresh,
+            Policy::Lottery(l) => l.wait_period,
+            Policy::Capacity(c) => c.refresh_secs(),
+        }
+    }
+
     /// The chance, in percent, that an eligible waiting user gets in right now.
     pub fn effective_allow_percentage(&self, now: Timestamp) -> f64 {
         if !self.config.enabled {
@@ -295,18 +324,18 @@ impl Room {
 
     /// The template variables for a waiting, deny or rate-limit page of this room.
     pub fn page_context<'a>(&'a self, outcome: &Outcome) -> PageContext<'a> {
-        PageContext {
-            room: &self.config.name,
-            decision: outcome.decision.as_str(),
-            refresh_seconds: outcome.refresh_secs,
-            queueing: self.config.admission.method(),
-            queue_all: self.config.queue_all,
-            users_ahead: outcome.users_ahead,
-            wait_estimate_minutes: outcome.estimates,
-            retry_after: outcome.refresh_secs,
-            rule: "",
-            status: self.config.wait_status,
-        }
+        let mut ctx = PageContext::plain(
+            &self.config.name,
+            outcome.decision.as_str(),
+            outcome.refresh_secs,
+            self.config.wait_status,
+        )
+        .with_wait(outcome.estimates);
+        ctx.title = &self.config.title;
+        ctx.queueing = self.config.admission.method();
+        ctx.queue_all = self.config.queue_all;
+        ctx.users_ahead = outcome.users_ahead;
+        ctx
     }
 }
 

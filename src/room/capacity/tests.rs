@@ -262,13 +262,14 @@ fn fifo_estimates_users_ahead() {
     assert_eq!(o.users_ahead, Some(5));
     // This minute's two slots are taken, and with no history the pace is the configured 2 a
     // minute: the five ahead take the next two minutes' and one of the third's. So it is the
-    // rest of this minute (35 s), two minutes, and a check-in into the third (0.9, 1.0 and
-    // 1.1 × refresh at the quartiles).
+    // rest of this minute (35 s), two minutes, and a check-in into the third (0.3, 0.6 and
+    // 0.9 × refresh at the quartiles: where a check-in falls once the minute starts). The head
+    // holds more than a minute's slots, so no later passes are added.
     let minutes = |checkin: f64| 35.0 / 60.0 + 2.0 + checkin * 20.0 / 60.0;
     let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
-    assert!(close(o.estimates.p25, minutes(0.9)), "{:?}", o.estimates);
-    assert!(close(o.estimates.p50, minutes(1.0)), "{:?}", o.estimates);
-    assert!(close(o.estimates.p75, minutes(1.1)), "{:?}", o.estimates);
+    assert!(close(o.estimates.p25, minutes(0.3)), "{:?}", o.estimates);
+    assert!(close(o.estimates.p50, minutes(0.6)), "{:?}", o.estimates);
+    assert!(close(o.estimates.p75, minutes(0.9)), "{:?}", o.estimates);
     // Nobody waiting is told less than the time to their next check-in.
     let t = early[0].next_check_in();
     let o = early[0].request(&c, at(t));
@@ -332,7 +333,11 @@ fn queue_all_holds_everyone_but_the_admitted() {
         admitted.request(&held, at(T0 + 70)).decision,
         Decision::Allow
     );
-    assert_eq!(held.figures(at(T0 + 70)).admit_chance, 0.0);
+    let figures = held.figures(at(T0 + 70));
+    assert_eq!(figures.admit_chance, 0.0);
+    // No wait is promised while everyone is held.
+    assert_eq!(figures.estimates.p50, None);
+    assert_eq!(figures.estimates.p75, None);
 }
 
 #[test]
@@ -446,6 +451,23 @@ fn random_estimate_formula() {
     let n = random_wait_minutes(0.5, 0.1);
     assert!((n - 6.579).abs() < 0.01, "{n}");
     assert!(random_wait_minutes(0.25, 0.1) < n && n < random_wait_minutes(0.75, 0.1));
+    // A queue of 100 that 10 join and 10 leave each minute keeps P = 10 %: the same answer.
+    let steady = random_wait_quantiles(100.0, 10.0, 10.0);
+    for (got, p) in steady.iter().zip([0.25, 0.5, 0.75]) {
+        let want = random_wait_minutes(p, 0.1);
+        assert!((got.unwrap() - want).abs() < 0.01, "{got:?} vs {want}");
+    }
+    // One that grows by 20 a minute thins the chance: everyone waits longer.
+    let growing = random_wait_quantiles(100.0, 30.0, 10.0);
+    for (g, s) in growing.iter().zip(steady) {
+        assert!(g.unwrap() > s.unwrap() + 0.5, "{growing:?} vs {steady:?}");
+    }
+    // One that drains: shorter, and never past the minute the last user gets in.
+    let draining = random_wait_quantiles(100.0, 0.0, 10.0);
+    assert!(draining[2].unwrap() < steady[2].unwrap());
+    assert!(draining[2].unwrap() <= 10.0);
+    // Nobody let in: nothing to promise.
+    assert_eq!(random_wait_quantiles(100.0, 10.0, 0.0), [None, None, None]);
 }
 
 #[test]

@@ -1,0 +1,225 @@
+//! A visitor in a real browser: Debian's chromium, headless, driven by playwright-core
+//! (`tests/browser/pages.mjs`) against the real proxy and origin. It waits and is let in with
+//! no click, makes exactly one request per refresh with JavaScript on or off, hears a polite
+//! live region, sees a moving progressbar, can pause, keeps its place while a room is closed,
+//! and gets through after a 429 by itself.
+//!
+//! Needs `chromium`, `node` and `npm ci` in `tests/browser` (`.ci/run` does all three). Without
+//! them the test says so loudly and skips. `VESTIBULE_SHOTS=dir` also saves screenshots of
+//! every page (light and dark, desktop and mobile); the README's come from there.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+fn chromium() -> Option<String> {
+    let candidates = [
+        std::env::var("CHROMIUM").unwrap_or_default(),
+        "/usr/bin/chromium".into(),
+        "/usr/bin/chromium-browser".into(),
+    ];
+    candidates
+        .into_iter()
+        .find(|c| !c.is_empty() && Path::new(c).exists())
+}
+
+fn driver_ready(dir: &Path) -> Result<String, String> {
+    let chromium = chromium().ok_or("no chromium (apt-get install chromium)")?;
+    let node = Command::new("node").arg("--version").output();
+    if !node.map(|o| o.status.success()).unwrap_or(false) {
+        return Err("no node (apt-get install nodejs)".into());
+    }
+    if !dir.join("node_modules/playwright-core").exists() {
+        return Err(format!(
+            "no playwright-core (cd {} && npm ci)",
+            dir.display()
+        ));
+    }
+    Ok(chromium)
+}
+
+const ROOMS: &str = r#"
+[[room]]
+name = "lottery"
+title = "The Big Sale"
+paths = ["/lottery"]
+cookie_name = "wr_lottery"
+pages = "pages"
+allow_percentage = 99
+wait_period = "3s"
+
+[[room]]
+name = "hold"
+title = "Concert tickets"
+paths = ["/hold"]
+cookie_name = "wr_hold"
+pages = "pages"
+admission = "fifo"
+new_users_per_minute = 10
+queue_all = true
+refresh = "5s"
+
+[[room]]
+name = "closed"
+paths = ["/closed"]
+cookie_name = "wr_closed"
+pages = "pages"
+allow_percentage = 0 # closed
+closed_refresh = "5s"
+wait_period = "3s"
+
+[[room]]
+name = "shut"
+title = "Vaccine sign-up"
+paths = ["/shut"]
+cookie_name = "wr_shut"
+pages = "pages"
+allow_percentage = 0
+closed_refresh = "1m"
+
+[[rate_limit]]
+name = "limited"
+paths = ["/limited"]
+window = "1s"
+limit = 1
+penalty = "3s"
+"#;
+
+fn gaps(v: &serde_json::Value) -> Vec<f64> {
+    v["gaps"]
+        .as_array()
+        .expect("gaps")
+        .iter()
+        .map(|g| g.as_f64().expect("a number"))
+        .collect()
+}
+
+#[test]
+fn a_visitor_in_a_real_browser() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = match driver_ready(&dir) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!(
+                "\n!!!!!!!!\n!!! SKIPPED a_visitor_in_a_real_browser: {why}\n!!! .ci/run installs it; this test proves the pages work in a real browser.\n!!!!!!!!\n"
+            );
+            return;
+        }
+    };
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).extra(ROOMS).start();
+    let shots = std::env::var("VESTIBULE_SHOTS").ok();
+    let arg = serde_json::json!({
+        "base": format!("http://{}", v.proxy),
+        "config": v.config_path(),
+        "shots": shots,
+    });
+    let started = Instant::now();
+    let out = Command::new("node")
+        .arg(dir.join("pages.mjs"))
+        .arg(arg.to_string())
+        .env("CHROMIUM", &chromium)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the browser driver failed ({:?}):\n{stderr}\n{stdout}\nvestibule:\n{}",
+        out.status,
+        v.log_text()
+    );
+    let found: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}"));
+    eprintln!(
+        "browser findings after {:?}:\n{}",
+        started.elapsed(),
+        serde_json::to_string_pretty(&found).unwrap()
+    );
+
+    // 1. Waits, then is let in by itself; an image of the page never joins the queue.
+    let w = &found["waited_then_in"];
+    assert_eq!(w["first_was_waiting"], true, "{w}");
+    assert_eq!(w["inside"], true, "let in with no click: {w}");
+    for g in gaps(w) {
+        assert!(g >= 2.5, "no reload sooner than the wait period: {w}");
+    }
+    let subresources = w["subresources"].as_array().expect("subresources");
+    assert!(!subresources.is_empty(), "the image was requested: {w}");
+    for f in subresources {
+        assert_eq!(f["status"], 503, "{f}");
+        assert!(f["setCookie"].is_null(), "an image gets no cookie: {f}");
+    }
+
+    // 2. One request per check-in (5 s jittered to 4-6 s) with or without JavaScript, never
+    // doubled.
+    for key in ["held_js_on", "held_js_off"] {
+        let h = &found[key];
+        let gaps = gaps(h);
+        let navs = h["navigations"].as_u64().unwrap();
+        assert!(
+            (3..=5).contains(&navs),
+            "one request per 4-6 s in 16 s: {h}"
+        );
+        for g in &gaps {
+            assert!(
+                (3.5..=6.8).contains(g),
+                "{key}: a refresh {g} s after the last: {h}"
+            );
+        }
+        assert!(
+            h["title"].as_str().unwrap().contains("Concert tickets"),
+            "{h}"
+        );
+    }
+
+    // 3. Accessibility.
+    let a = &found["a11y"];
+    assert_eq!(a["progress_role"], "progressbar", "{a}");
+    let values = a["progress_values"].as_array().unwrap();
+    assert_ne!(values[0], values[1], "the progressbar moves: {a}");
+    assert_eq!(a["live_region"]["live"], "polite", "{a}");
+    assert_eq!(a["pause_pressed"], "true", "{a}");
+    assert_eq!(a["navigations_while_paused"], 0, "paused means paused: {a}");
+
+    // 4. A closed room that reopens lets its visitors in by themselves.
+    let c = &found["closed_reopens"];
+    assert_eq!(c["closed"], true, "{c}");
+    assert_eq!(c["inside"], true, "let in after reopening: {c}");
+
+    // 5. A 429 page tries again by itself.
+    let r = &found["ratelimited_retries"];
+    assert_eq!(r["limited"], true, "{r}");
+    assert_eq!(r["inside"], true, "{r}");
+
+    if shots.is_some() {
+        assert_eq!(found["screenshots"].as_array().unwrap().len(), 16);
+    }
+}
+
+/// The rooms the browser visits, without a browser: each answers with its own page and title
+/// (this also runs where chromium is missing).
+#[test]
+fn the_rooms_the_browser_visits_answer() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).extra(ROOMS).start();
+    let accept = "text/html";
+    for (path, status, text) in [
+        ("/lottery/", 200, "The Big Sale"),
+        ("/hold/", 200, "Concert tickets"),
+        ("/closed/", 200, "closed right now"),
+        ("/shut/", 200, "Vaccine sign-up"),
+    ] {
+        let resp = client()
+            .get(v.url(path))
+            .header("Accept", accept)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), status, "{path}");
+        let html = resp.text().unwrap();
+        assert!(html.contains(text), "{path}: {html}");
+    }
+}

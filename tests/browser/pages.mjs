@@ -1,0 +1,172 @@
+// A visitor in a real browser (Debian's chromium, headless, through playwright-core) against a
+// running vestibule. tests/browser.rs starts vestibule and its origin, then runs this with one
+// JSON argument: {"base": "http://127.0.0.1:PORT", "config": "/path/vestibule.toml",
+// "shots": "/dir/for/screenshots" or null}. Prints one JSON object of findings and exits 0;
+// the Rust test asserts on them. Every wait here is bounded.
+import { chromium } from "playwright-core";
+import fs from "node:fs";
+import path from "node:path";
+
+const { base, config, shots } = JSON.parse(process.argv[2]);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+const findings = {};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A fresh visitor: its own cookies, the document requests it makes (with their times), and
+// what its other requests (favicon...) got.
+async function visitor(options = {}) {
+  const context = await browser.newContext(options);
+  const page = await context.newPage();
+  const navigations = [];
+  const others = [];
+  page.on("request", (r) => {
+    if (r.isNavigationRequest() && r.resourceType() === "document") {
+      navigations.push({ url: r.url(), at: Date.now() });
+    }
+  });
+  page.on("response", async (r) => {
+    if (r.request().resourceType() !== "document") {
+      others.push({ url: r.url(), status: r.status(), setCookie: (await r.allHeaders())["set-cookie"] || null });
+    }
+  });
+  return { context, page, navigations, others };
+}
+
+const gaps = (navs) => navs.slice(1).map((n, i) => (n.at - navs[i].at) / 1000);
+
+async function waitForText(page, text, ms) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    try {
+      if ((await page.content()).includes(text)) return true;
+    } catch {
+      // navigating: the content is not there yet
+    }
+    await sleep(250);
+  }
+  return false;
+}
+
+// 1. A visitor waits, then is let in, with no click (JavaScript on).
+{
+  const v = await visitor();
+  await v.page.goto(`${base}/lottery/__echo`);
+  const firstPage = await v.page.content();
+  // An image of the waiting page (as a favicon or logo would be): held, never queued.
+  await v.page.evaluate(() => new Promise((done) => {
+    const img = new Image();
+    img.onload = img.onerror = done;
+    img.src = "/lottery/logo.png";
+  }));
+  const inside = await waitForText(v.page, '"headers"', 25000);
+  findings.waited_then_in = {
+    first_was_waiting: firstPage.includes("You are in the queue"),
+    inside,
+    navigations: v.navigations.length,
+    gaps: gaps(v.navigations),
+    subresources: v.others.filter((o) => o.url.endsWith("/logo.png")),
+  };
+  await v.context.close();
+}
+
+// 2. Exactly one request per refresh, JavaScript on and off, on a room holding everyone.
+for (const js of [true, false]) {
+  const v = await visitor({ javaScriptEnabled: js });
+  await v.page.goto(`${base}/hold/`);
+  await sleep(16000);
+  findings[js ? "held_js_on" : "held_js_off"] = {
+    navigations: v.navigations.length,
+    gaps: gaps(v.navigations),
+    title: await v.page.title(),
+  };
+  await v.context.close();
+}
+
+// 3. Accessibility: a polite live region that stays quiet (at most once a minute), a
+// progressbar whose value moves, and a pause that stops the refresh.
+{
+  const v = await visitor();
+  await v.page.goto(`${base}/hold/`);
+  await sleep(1200);
+  const first = await v.page.getAttribute("#progress", "aria-valuenow");
+  await sleep(1100);
+  const second = await v.page.getAttribute("#progress", "aria-valuenow");
+  const live = await v.page.$eval("#announce", (e) => ({ text: e.textContent, live: e.getAttribute("aria-live"), role: e.getAttribute("role") }));
+  const role = await v.page.getAttribute("#progress", "role");
+  await v.page.click("#pause");
+  const pressed = await v.page.getAttribute("#pause", "aria-pressed");
+  const before = v.navigations.length;
+  await sleep(9000);
+  findings.a11y = {
+    progress_role: role,
+    progress_values: [first, second],
+    live_region: live,
+    pause_pressed: pressed,
+    navigations_while_paused: v.navigations.length - before,
+  };
+  await v.context.close();
+}
+
+// 4. A closed room reopens: the visitor keeps their place and is let in by themselves.
+{
+  const v = await visitor();
+  await v.page.goto(`${base}/closed/__echo`);
+  const closed = (await v.page.content()).includes("closed right now");
+  const text = fs.readFileSync(config, "utf8");
+  fs.writeFileSync(config, text.replace("allow_percentage = 0 # closed", "allow_percentage = 100 # reopened"));
+  const inside = await waitForText(v.page, '"headers"', 20000);
+  findings.closed_reopens = { closed, inside, navigations: v.navigations.length, gaps: gaps(v.navigations) };
+  await v.context.close();
+}
+
+// 5. The 429 page tries again by itself when its countdown ends.
+{
+  const v = await visitor();
+  await v.page.goto(`${base}/limited/__echo`);
+  await v.page.goto(`${base}/limited/__echo`);
+  const limited = (await v.page.content()).includes("Too many requests");
+  const inside = await waitForText(v.page, '"headers"', 15000);
+  findings.ratelimited_retries = { limited, inside, navigations: v.navigations.length };
+  await v.context.close();
+}
+
+// 6. Screenshots of each page, light and dark, mobile and desktop.
+if (shots) {
+  fs.mkdirSync(shots, { recursive: true });
+  const sizes = {
+    desktop: { viewport: { width: 1280, height: 800 } },
+    mobile: { viewport: { width: 390, height: 844 }, isMobile: true, deviceScaleFactor: 2, hasTouch: true },
+  };
+  const pages = [
+    ["startwaiting", "/hold/", 1],
+    ["keepwaiting", "/hold/", 2],
+    ["deny", "/shut/", 1],
+    ["ratelimited", "/limited/x", 3],
+  ];
+  const taken = [];
+  for (const [name, url, loads] of pages) {
+    for (const [size, opts] of Object.entries(sizes)) {
+      for (const scheme of ["light", "dark"]) {
+        const v = await visitor({ ...opts, colorScheme: scheme, javaScriptEnabled: false });
+        for (let i = 0; i < loads; i++) {
+          await v.page.goto(`${base}${url}`);
+        }
+        const file = path.join(shots, `${name}-${size}-${scheme}.png`);
+        await v.page.screenshot({ path: file });
+        taken.push(file);
+        await v.context.close();
+      }
+    }
+  }
+  findings.screenshots = taken;
+}
+
+await browser.close();
+console.log(JSON.stringify(findings));
