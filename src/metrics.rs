@@ -25,7 +25,7 @@ pub struct Handles {
 }
 
 pub struct RoomHandles {
-    pub decisions: [IntCounter; 5],
+    pub decisions: [IntCounter; Decision::ALL.len()],
     pub admitted: IntCounter,
     pub rejected: [IntCounter; 6],
 }
@@ -50,6 +50,7 @@ pub struct Metrics {
     pub room_wait_estimate: GaugeVec,
     pub ratelimit_decisions: IntCounterVec,
     pub ratelimit_penalty_box: IntGaugeVec,
+    pub ratelimit_penalty_box_capacity: IntGaugeVec,
     /// Client connections the edge closed, by `Closed::ALL`.
     pub downstream_closed: [IntCounter; 3],
     downstream_closed_vec: IntCounterVec,
@@ -168,6 +169,14 @@ impl Metrics {
                 &["rule"],
             )
             .unwrap_or_else(|e| unreachable!("{e}")),
+            ratelimit_penalty_box_capacity: IntGaugeVec::new(
+                Opts::new(
+                    "vestibule_ratelimit_penalty_box_capacity",
+                    "Keys each rule's penalty box holds at most; a full box evicts the keys nearest their release.",
+                ),
+                &["rule"],
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
             downstream_closed,
             downstream_closed_vec,
             registry,
@@ -195,6 +204,7 @@ impl Metrics {
             Box::new(self.room_wait_estimate.clone()),
             Box::new(self.ratelimit_decisions.clone()),
             Box::new(self.ratelimit_penalty_box.clone()),
+            Box::new(self.ratelimit_penalty_box_capacity.clone()),
             Box::new(self.downstream_closed_vec.clone()),
         ];
         for c in collectors {
@@ -252,7 +262,11 @@ impl Metrics {
             }
         }
         self.ratelimit_penalty_box.reset();
+        self.ratelimit_penalty_box_capacity.reset();
         for rule in snapshot.rules.iter() {
+            self.ratelimit_penalty_box_capacity
+                .with_label_values(&[rule.name()])
+                .set(rule.penalty_box_capacity() as i64);
             for o in Outcome::ALL {
                 self.ratelimit_decisions
                     .with_label_values(&[rule.name(), o.as_str()]);

@@ -428,7 +428,7 @@ impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
         WaitingJson {
             room: ctx.room,
             decision: ctx.decision,
-            in_waiting_room: matches!(ctx.decision, "anon" | "wait" | "deny"),
+            in_waiting_room: matches!(ctx.decision, "anon" | "wait" | "lost" | "deny"),
             refresh_seconds: ctx.refresh_seconds,
             queueing: ctx.queueing,
             queue_all: ctx.queue_all,

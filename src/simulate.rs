@@ -370,7 +370,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                     events.push(Reverse((next, i)));
                 }
             }
-            Decision::Anon | Decision::Wait => {
+            Decision::Anon | Decision::Wait | Decision::Lost => {
                 journey.check_ins += 1;
                 if journey.estimate.is_none() {
                     let e = outcome.estimates;

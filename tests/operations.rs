@@ -342,3 +342,166 @@ fn shipped_operations_files_are_sound() {
     let prom = std::fs::read_to_string(root.join("conf/prometheus.yml")).unwrap();
     assert!(prom.contains("metrics_path: /metrics") && prom.contains("127.0.0.1:9901"));
 }
+
+/// promtool (Debian `prometheus`; `.ci/run` installs it), or a loud skip.
+fn promtool() -> Option<std::process::Command> {
+    let found = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!(
+            "\n!!!! SKIPPED: promtool is not installed (apt-get install prometheus); \
+             the exposition and the alert rules were NOT checked by promtool !!!!\n"
+        );
+        return None;
+    }
+    Some(std::process::Command::new("promtool"))
+}
+
+/// Runs promtool with `stdin` and returns (success, stdout + stderr).
+fn run_promtool(mut cmd: std::process::Command, stdin: Option<&str>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool starts");
+    let mut pipe = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        pipe.write_all(text.as_bytes()).expect("write to promtool");
+    }
+    drop(pipe);
+    let out = child.wait_with_output().expect("promtool runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `promtool check metrics` has nothing to say about a scrape taken after traffic through every
+/// feature, and every metric the alert rules read is one the proxy exports.
+#[test]
+fn a_scrape_after_every_feature_passes_promtool() {
+    let Some(mut cmd) = promtool() else { return };
+    let origin = Origin::start();
+    let v = busy_instance(&origin);
+    let text = v.metrics();
+    cmd.args(["check", "metrics"]);
+    let (ok, findings) = run_promtool(cmd, Some(&text));
+    assert!(ok && findings.trim().is_empty(), "promtool: {findings}");
+    // The rules' metrics exist (a renamed metric would leave an alert that can never fire).
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conf/prometheus/alerts.yml"
+    ))
+    .unwrap();
+    let mut read = 0;
+    for name in metric_names(&rules) {
+        let exported = text.lines().any(|l| {
+            l.strip_prefix("# TYPE ")
+                .and_then(|l| l.split_whitespace().next())
+                .is_some_and(|family| family == name)
+        });
+        assert!(exported, "alerts.yml reads {name}, which /metrics lacks");
+        read += 1;
+    }
+    assert!(read >= 6, "only {read} metric references in alerts.yml");
+}
+
+/// The shipped alert rules are valid, the shipped Prometheus config loads them, and their unit
+/// tests (`conf/prometheus/alerts_test.yml`: each alert fires on what should trip it and stays
+/// quiet on a neighbour that should not) pass.
+#[test]
+fn alert_rules_pass_their_promtool_tests() {
+    let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf");
+    for args in [
+        vec!["check", "config", "prometheus.yml"],
+        vec!["check", "rules", "prometheus/alerts.yml"],
+        vec!["test", "rules", "prometheus/alerts_test.yml"],
+    ] {
+        let Some(mut cmd) = promtool() else { return };
+        cmd.current_dir(&conf).args(&args);
+        let (ok, out) = run_promtool(cmd, None);
+        assert!(ok, "promtool {}: {out}", args.join(" "));
+    }
+    let rules = std::fs::read_to_string(conf.join("prometheus/alerts.yml")).unwrap();
+    for alert in [
+        "VestibuleAdminDown",
+        "VestibuleOriginErrors",
+        "VestibuleOriginUnreachable",
+        "VestibuleConfigReloadFailed",
+        "VestibulePenaltyBoxNearlyFull",
+        "VestibuleWaitOverAnHour",
+    ] {
+        assert!(rules.contains(&format!("alert: {alert}")), "no {alert}");
+    }
+}
+
+/// The dashboard works with several instances: an `instance` variable every query honours,
+/// per-instance gauges labelled by instance, counters summed, no hard-coded ranges, and an
+/// import block that offers a data-source picker.
+#[test]
+fn the_dashboard_is_ready_for_many_instances() {
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/conf/grafana/vestibule.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(dashboard["__inputs"][0]["pluginId"], "prometheus");
+    assert!(dashboard["__requires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["id"] == "prometheus"));
+    let vars: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(vars.contains(&"instance"), "{vars:?}");
+    let mut rows = 0;
+    let mut targets = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap_or("");
+        if panel["type"] == "row" {
+            rows += 1;
+            continue;
+        }
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            let legend = target["legendFormat"].as_str().unwrap_or("");
+            targets += 1;
+            // Every selector of a vestibule metric honours the instance variable.
+            let selectors = expr.matches("vestibule_").count();
+            let honoured = expr.matches("instance=~\"$instance\"").count();
+            assert_eq!(selectors, honoured, "{title}: {expr}");
+            // Ranges follow the dashboard's step, never a fixed window.
+            assert!(
+                !expr.contains("[1m]") && !expr.contains("[5m]"),
+                "{title}: {expr}"
+            );
+            // A series kept per instance says which instance in its legend; anything else is
+            // aggregated over the instances.
+            if expr.contains("by (instance") {
+                assert!(legend.contains("{{instance}}"), "{title}: {legend}");
+            } else {
+                let aggregated = ["sum(", "sum by", "histogram_quantile(", "max("]
+                    .iter()
+                    .any(|a| expr.starts_with(a));
+                assert!(aggregated, "{title}: not aggregated over instances: {expr}");
+            }
+            // Legends read "p50", not "p0.5".
+            assert!(!legend.contains("{{quantile}}"), "{title}: {legend}");
+        }
+    }
+    assert!(rows >= 5, "a row per concern: {rows}");
+    assert!(targets >= 18, "{targets} queries");
+}

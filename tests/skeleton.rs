@@ -176,7 +176,7 @@ fn check_reports_each_kind_of_bad_config() {
         (
             "unknown.toml",
             Some("[upstream]\npeers = [\"127.0.0.1:1\"]\nhealthcheck = \"1s\"\n"),
-            "unknown.toml:3: healthcheck: unknown field `healthcheck`",
+            "unknown.toml:3: upstream.healthcheck: unknown field `healthcheck`",
         ),
         (
             "listen.toml",

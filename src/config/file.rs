@@ -1,7 +1,9 @@
 //! The file schema, exactly as written in TOML. Nothing here is trusted yet: `validate.rs` turns
 //! it into the canonical [`super::Config`].
 //!
-//! Every table denies unknown keys, so a typo is an error rather than a silent no-op. Keys that
+//! Unknown keys are collected while parsing (`serde_ignored`, in `validate.rs`) and each is an
+//! error, so a typo is never a silent no-op, and every one of them is reported in one run, next
+//! to whatever else is wrong with the file. Keys that
 //! only apply to one choice (a `period` only means something to a `token_bucket` rule) are
 //! `Option`s, so validation can tell "written" from "defaulted" and say why a key does not apply.
 
@@ -10,7 +12,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct FileConfig {
     #[serde(default)]
     pub server: ServerFile,
@@ -30,7 +31,7 @@ pub struct FileConfig {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct ServerFile {
     pub listen: Vec<String>,
     pub threads: usize,
@@ -64,7 +65,7 @@ impl Default for ServerFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct AdminFile {
     pub listen: String,
     pub token: String,
@@ -80,7 +81,7 @@ impl Default for AdminFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct IdentityFile {
     pub source: String,
     pub header: String,
@@ -100,7 +101,6 @@ impl Default for IdentityFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct UpstreamFile {
     pub peers: Vec<String>,
     #[serde(default)]
@@ -128,7 +128,7 @@ fn default_health_check() -> Duration {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct KeysFile {
     pub file: String,
 }
@@ -142,7 +142,6 @@ impl Default for KeysFile {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RoomFile {
     pub name: Option<String>,
     pub enabled: Option<bool>,
@@ -178,7 +177,6 @@ pub struct RoomFile {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct RateLimitFile {
     pub name: Option<String>,
     pub key: Option<Vec<String>>,
@@ -199,7 +197,7 @@ pub struct RateLimitFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct LogFile {
     pub level: String,
     pub format: String,

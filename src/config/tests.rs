@@ -90,9 +90,31 @@ fn unknown_keys_are_errors() {
     let e = errors(&format!(
         "{MINIMAL}[server]\nlisten = [\"0.0.0.0:80\"]\nlisen = 1\n"
     ));
-    assert!(e.contains(":5: lisen: unknown field `lisen`"), "{e}");
+    assert!(e.contains(":5: server.lisen: unknown field `lisen`"), "{e}");
     let e = errors(&format!("{MINIMAL}[[room]]\nallow_percent = 5\n"));
-    assert!(e.contains("allow_percent"), "{e}");
+    assert!(e.contains("room[0].allow_percent: unknown field"), "{e}");
+}
+
+/// SPEC §1: every problem of a file in one run, each with its key and line: unknown keys do not
+/// stop the parse, and what parsed is validated too.
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = format!(
+        "{MINIMAL}[server]\nlisen = [\"0.0.0.0:80\"]\nthreads = 0\n\
+         [[room]]\nallow_percent = 5\nallow_percentage = 101\n\
+         [[room]]\nname = \"two\"\npaths = [\"/two\"]\ncookie_name = \"two\"\nqueue_everyone = true\n"
+    );
+    let e = errors(&text);
+    for wanted in [
+        ":4: server.lisen: unknown field `lisen`",
+        ":5: server.threads:",
+        ":7: room[0].allow_percent: unknown field `allow_percent`",
+        ":8: room[0].allow_percentage:",
+        ":13: room[1].queue_everyone: unknown field `queue_everyone`",
+    ] {
+        assert!(e.contains(wanted), "{wanted} missing from:\n{e}");
+    }
+    assert_eq!(e.lines().count(), 5, "{e}");
 }
 
 #[test]

@@ -28,7 +28,11 @@ pub enum Resolve {
 }
 
 pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config, ConfigErrors> {
-    let file: FileConfig = toml::from_str(text).map_err(|e| from_toml(path, text, &e, false))?;
+    // Unknown keys do not stop the parse: each is reported, and what did parse is validated
+    // too, so one run lists every problem of the file (SPEC §1).
+    let mut unknown = Vec::new();
+    let parsed =
+        serde_ignored::deserialize(toml::Deserializer::new(text), |p| unknown.push(dotted(&p)));
     let mut v = Validator {
         resolve,
         locator: std::cell::OnceCell::new(),
@@ -37,6 +41,17 @@ pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config,
         dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
         errors: Vec::new(),
     };
+    for key in unknown {
+        let field = key.rsplit(['.', '[']).next().unwrap_or(&key).to_owned();
+        v.err(key, format!("unknown field `{field}`"));
+    }
+    let file: FileConfig = match parsed {
+        Ok(file) => file,
+        Err(e) => {
+            v.errors.push(from_toml(path, text, &e, false));
+            return Err(ConfigErrors(v.errors));
+        }
+    };
     let config = v.config(file);
     if v.errors.is_empty() {
         if let Some(config) = config {
@@ -44,6 +59,22 @@ pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config,
         }
     }
     Err(ConfigErrors(v.errors))
+}
+
+/// A key path as errors name it: `room[0].allow_percent`.
+fn dotted(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", dotted(parent)),
+        Path::Map { parent, key } => match dotted(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => dotted(parent),
+    }
 }
 
 struct Validator<'a> {

@@ -358,6 +358,11 @@ impl Rule {
         self.state.penalty.len(now)
     }
 
+    /// Keys this rule's penalty box holds at most (about `max_keys`).
+    pub fn penalty_box_capacity(&self) -> usize {
+        self.state.penalty.capacity()
+    }
+
     /// The `RateLimit-Policy` item: `"<rule>";q=<quota>;w=<seconds>`.
     pub fn policy(&self) -> &str {
         &self.policy

@@ -115,8 +115,12 @@ impl Lottery {
             Some((t, Due::Eligible)) if self.wins(t, ring) => {
                 self.allow(ring, uid, None, now, true)
             }
-            // Lost the draw: wait again.
-            Some((_, Due::Eligible)) => self.start_waiting(ring, uid, now),
+            // Lost the draw: wait again, with a new wait token.
+            Some((_, Due::Eligible)) => {
+                let mut outcome = self.start_waiting(ring, uid, now);
+                outcome.decision = Decision::Lost;
+                outcome
+            }
             // Too old to be drawn: a new arrival.
             Some((_, Due::Stale)) => {
                 let mut outcome = self.start_waiting(ring, uid, now);
@@ -321,9 +325,10 @@ mod tests {
                     assert!(first.admitted);
                     assert!(set_value(&first).starts_with("dec=allow&exp=1004400&"));
                 }
-                Decision::Anon => {
+                Decision::Lost => {
                     losses += 1;
-                    // A loser gets a new wait token.
+                    // A loser gets a new wait token (and the decision says it lost, not that
+                    // it arrived).
                     assert!(set_value(&first).starts_with("dec=wait&exp=1000110&"));
                 }
                 other => panic!("{other:?}"),

@@ -32,6 +32,8 @@ pub enum Decision {
     Anon,
     /// Valid wait token, not yet eligible: show `keepwaiting`, no new cookie.
     Wait,
+    /// Lottery: an eligible wait token lost its draw; a new wait token, `keepwaiting`.
+    Lost,
     /// The room is closed: show `deny`; the visitor keeps their place in line.
     Deny,
     /// Never held (bypass rule, or the room is disabled).
@@ -39,10 +41,11 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub const ALL: [Decision; 5] = [
+    pub const ALL: [Decision; 6] = [
         Decision::Allow,
         Decision::Anon,
         Decision::Wait,
+        Decision::Lost,
         Decision::Deny,
         Decision::Bypass,
     ];
@@ -58,6 +61,7 @@ impl Decision {
             Decision::Allow => "allow",
             Decision::Anon => "anon",
             Decision::Wait => "wait",
+            Decision::Lost => "lost",
             Decision::Deny => "deny",
             Decision::Bypass => "bypass",
         }
@@ -72,7 +76,7 @@ impl Decision {
     pub fn page(self) -> PageKind {
         match self {
             Decision::Deny => PageKind::Deny,
-            Decision::Wait => PageKind::KeepWaiting,
+            Decision::Wait | Decision::Lost => PageKind::KeepWaiting,
             _ => PageKind::StartWaiting,
         }
     }
