@@ -160,13 +160,14 @@ fn json_carries_the_estimates() {
             .unwrap()
             .as_secs_f64()
     };
-    // Two get in at once, three more queue up (new arrivals, not back yet).
+    // Two get in at once, nine more queue up (new arrivals, not back yet): enough that the
+    // users ahead fill several minutes, so the pace and the position both show in the figure.
     let first = now();
-    let mut users: Vec<User> = (0..5).map(User::new).collect();
+    let mut users: Vec<User> = (0..11).map(User::new).collect();
     let decisions: Vec<String> = users.iter_mut().map(|u| u.decision(&v).0).collect();
     let straight_in = decisions.iter().filter(|d| *d == "allow").count();
     assert!(straight_in >= 2, "{decisions:?}");
-    let queued = 5 - straight_in as u64;
+    let queued = 11 - straight_in as u64;
     // Buckets are half the 5 s refresh: three seconds on, the next user is in a later one.
     std::thread::sleep(Duration::from_secs(3));
     let before = now();
