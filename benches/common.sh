@@ -148,7 +148,7 @@ forwarded() { # admin-port
   curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_upstream_responses_total\{status_class="2xx"\}/ { n += $2 } END { printf "%d", n }'
 }
 room_pages() { # admin-port
-  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|deny)"/ { n += $2 } END { printf "%d", n }'
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|lost|deny)"/ { n += $2 } END { printf "%d", n }'
 }
 
 # An allow cookie for 127.0.0.1, from a room that admits everyone; sets COOKIE.

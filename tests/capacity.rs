@@ -6,6 +6,14 @@ use std::time::Duration;
 
 use common::*;
 
+/// Seconds since the epoch, with their fraction.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
 fn room(extra: &str) -> String {
     format!("[[room]]\nname = \"sale\"\npages = \"pages\"\nrefresh = \"5s\"\n{extra}")
 }
@@ -154,15 +162,9 @@ fn json_carries_the_estimates() {
         .extra(TRUST_LOCAL)
         .extra(&room("admission = \"fifo\"\nnew_users_per_minute = 2"))
         .start();
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs_f64()
-    };
     // Two get in at once, nine more queue up (new arrivals, not back yet): enough that the
     // users ahead fill several minutes, so the pace and the position both show in the figure.
-    let first = now();
+    let first = unix_now();
     let mut users: Vec<User> = (0..11).map(User::new).collect();
     let decisions: Vec<String> = users.iter_mut().map(|u| u.decision(&v).0).collect();
     let straight_in = decisions.iter().filter(|d| *d == "allow").count();
@@ -170,9 +172,9 @@ fn json_carries_the_estimates() {
     let queued = 11 - straight_in as u64;
     // Buckets are half the 5 s refresh: three seconds on, the next user is in a later one.
     std::thread::sleep(Duration::from_secs(3));
-    let before = now();
+    let before = unix_now();
     let (decision, mut last) = User::new(9).decision(&v);
-    let after = now();
+    let after = unix_now();
     assert_eq!(decision, "anon", "{last}");
     assert_eq!(last["queueing"], "fifo");
     assert_eq!(last["in_waiting_room"], true);
@@ -305,19 +307,13 @@ fn walking_away_does_not_hold_slots() {
             "admission = \"fifo\"\nnew_users_per_minute = {CAP}"
         )))
         .start();
-    let secs = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-    };
     // The queue builds in this minute (not in its last seconds, so the arrivals do not
     // straddle two), and the next minute is measured whole.
-    let into = secs() % 60;
+    let into = unix_now() as u64 % 60;
     if into > 54 {
         std::thread::sleep(Duration::from_secs(60 - into + 1));
     }
-    let measured = secs() / 60 + 1;
+    let measured = unix_now() as u64 / 60 + 1;
     // 40 arrivals: the first 10 get in, 30 queue; every other one walks away.
     let mut users: Vec<User> = (0..4 * CAP as u32).map(User::new).collect();
     for u in &mut users {
@@ -336,10 +332,10 @@ fn walking_away_does_not_hold_slots() {
             let (admitted_in, v) = (&admitted_in, &v);
             s.spawn(move || {
                 let deadline = (measured + 1) * 60 - 1;
-                while secs() < deadline {
+                while (unix_now() as u64) < deadline {
                     let (decision, body) = u.decision(v);
                     if decision == "allow" {
-                        admitted_in.lock().unwrap().push(secs() / 60);
+                        admitted_in.lock().unwrap().push(unix_now() as u64 / 60);
                         return;
                     }
                     let wait = body["refresh_seconds"].as_u64().unwrap_or(5);

@@ -75,6 +75,16 @@ fn busy_instance(origin: &Origin) -> Vestibule {
     v
 }
 
+/// The shipped Grafana dashboard.
+fn dashboard() -> serde_json::Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conf/grafana/vestibule.json"
+    ))
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
 /// Metric names in a PromQL expression.
 fn metric_names(expr: &str) -> Vec<String> {
     let mut names = Vec::new();
@@ -107,14 +117,7 @@ fn every_dashboard_query_uses_metrics_that_exist() {
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| l.split(['{', ' ']).next())
         .collect();
-    let dashboard: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/conf/grafana/vestibule.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
+    let dashboard = dashboard();
     assert_eq!(dashboard["templating"]["list"][0]["type"], "datasource");
     let mut checked = 0;
     let mut exprs: Vec<String> = Vec::new();
@@ -446,14 +449,7 @@ fn alert_rules_pass_their_promtool_tests() {
 /// import block that offers a data-source picker.
 #[test]
 fn the_dashboard_is_ready_for_many_instances() {
-    let dashboard: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/conf/grafana/vestibule.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
+    let dashboard = dashboard();
     assert_eq!(dashboard["__inputs"][0]["pluginId"], "prometheus");
     assert!(dashboard["__requires"]
         .as_array()
