@@ -541,6 +541,99 @@ mod tests {
         c
     }
 
+    /// What a waiting visitor reads: their place and the estimate in words, with plurals, a
+    /// range where there is one, and never "0 minutes" or "0 people" while they wait. Both
+    /// waiting pages say the same.
+    #[test]
+    fn estimates_and_places_read_right() {
+        let pages = Pages::builtin();
+        let check = |ahead: Option<u64>, e: [Option<f64>; 3], want: &[&str], never: &[&str]| {
+            let mut c = PageContext::plain("shop", "wait", 20, 200);
+            c.queueing = "fifo";
+            c.users_ahead = ahead;
+            let c = c.with_wait(Estimates {
+                p25: e[0],
+                p50: e[1],
+                p75: e[2],
+            });
+            for kind in [PageKind::StartWaiting, PageKind::KeepWaiting] {
+                let html = pages.render(kind, &c);
+                let t = std::str::from_utf8(&html).unwrap();
+                for w in want {
+                    assert!(t.contains(w), "{kind:?} lacks {w:?}:\n{t}");
+                }
+                for n in never
+                    .iter()
+                    .chain(&[" 0 minute", "1 minutes", "1 people", " 0 people"])
+                {
+                    assert!(!t.contains(n), "{kind:?} says {n:?}:\n{t}");
+                }
+            }
+        };
+        check(
+            Some(0),
+            [Some(0.2), Some(0.3), Some(0.5)],
+            &[
+                "You are at the front of the line.",
+                "You should get in within a minute.",
+            ],
+            &[],
+        );
+        check(
+            Some(1),
+            [Some(0.5), Some(0.8), Some(1.0)],
+            &[
+                "About 1 person is ahead of you.",
+                "Expected wait: about 1 minute.",
+            ],
+            &[],
+        );
+        check(
+            Some(9),
+            [Some(3.0), Some(3.0), Some(3.0)],
+            &[
+                "About 9 people are ahead of you.",
+                "Expected wait: about 3 minutes.",
+            ],
+            &[],
+        );
+        // Whole minutes, rounded outwards: 1.1 to 1.4 minutes reads "1 to 2".
+        check(
+            Some(2),
+            [Some(1.1), Some(1.2), Some(1.4)],
+            &["Expected wait: 1 to 2 minutes."],
+            &[],
+        );
+        check(
+            Some(40),
+            [Some(4.2), Some(5.0), Some(5.9)],
+            &[
+                "About 40 people are ahead of you.",
+                "Expected wait: 4 to 6 minutes.",
+            ],
+            &[],
+        );
+        // Under a minute at the 25th percentile but not at the 75th: a range from 1, not 0.
+        check(
+            Some(3),
+            [Some(0.4), Some(0.9), Some(1.6)],
+            &["Expected wait: 1 to 2 minutes."],
+            &[],
+        );
+        // Unknown (a held room, or random with no place): no estimate and no place at all.
+        check(
+            None,
+            [None, None, None],
+            &[],
+            &[
+                "Expected wait",
+                "within a minute",
+                "ahead of you",
+                "front of the line",
+            ],
+        );
+    }
+
     #[test]
     fn builtin_pages_render_and_escape() {
         let pages = Pages::builtin();
