@@ -54,6 +54,11 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
         format!("{:?}", old.upstream.ca_file),
         format!("{:?}", new.upstream.ca_file),
     );
+    check(
+        "cluster",
+        format!("{:?}", old.cluster),
+        format!("{:?}", new.cluster),
+    );
     out
 }
 
@@ -68,6 +73,7 @@ pub fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.server.graceful_shutdown = serving.server.graceful_shutdown;
     new.admin.listen = serving.admin.listen;
     new.upstream.ca_file = serving.upstream.ca_file.clone();
+    new.cluster = serving.cluster.clone();
 }
 
 /// One line per changed setting, e.g. `room default: allow_percentage 50 -> 80`.

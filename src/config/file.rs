@@ -28,6 +28,33 @@ pub struct FileConfig {
     pub rate_limit: Vec<RateLimitFile>,
     #[serde(default)]
     pub log: LogFile,
+    #[serde(default)]
+    pub cluster: ClusterFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+pub struct ClusterFile {
+    pub store: String,
+    pub redis: Vec<String>,
+    pub node: String,
+    #[serde(with = "humantime_serde")]
+    pub sync_interval: Duration,
+    pub on_store_failure: String,
+    pub key_prefix: String,
+}
+
+impl Default for ClusterFile {
+    fn default() -> Self {
+        ClusterFile {
+            store: "local".into(),
+            redis: vec!["redis://127.0.0.1:6379/0".into()],
+            node: String::new(),
+            sync_interval: Duration::from_secs(1),
+            on_store_failure: "last_share".into(),
+            key_prefix: "vestibule:".into(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

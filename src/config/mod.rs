@@ -37,6 +37,102 @@ pub struct Config {
     pub rooms: Vec<RoomConfig>,
     pub rate_limits: Vec<RuleConfig>,
     pub log: LogConfig,
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]`: where counters live (SPEC §9). Restart-only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub store: StoreKind,
+    /// The Redis (or Valkey) server, as a `redis://` or `rediss://` URL.
+    pub redis: Option<String>,
+    /// This node's name; `None`: the host name and the first listen port.
+    pub node: Option<String>,
+    pub sync_interval: Duration,
+    pub on_store_failure: OnStoreFailure,
+    pub key_prefix: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            store: StoreKind::Local,
+            redis: None,
+            node: None,
+            sync_interval: Duration::from_secs(1),
+            on_store_failure: OnStoreFailure::LastShare,
+            key_prefix: "vestibule:".into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("store", &self.store)
+            .field("redis", &self.redis.as_deref().map(redact_url))
+            .field("node", &self.node)
+            .field("sync_interval", &self.sync_interval)
+            .field("on_store_failure", &self.on_store_failure)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+/// A URL without its credentials (`redis://:secret@host` → `redis://***@host`): secrets never
+/// reach logs or `/status`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+impl ClusterConfig {
+    /// The node name in service: the configured one, or the host name and the first port.
+    pub fn node_name(&self, listen: &[SocketAddr]) -> String {
+        if let Some(n) = &self.node {
+            return n.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        match listen.first() {
+            Some(a) => format!("{host}:{}", a.port()),
+            None => host,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// This process only.
+    Local,
+    /// Shared through Redis, synced in the background.
+    Redis,
+}
+
+/// What capacity rooms do while the shared store cannot be reached (SPEC §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnStoreFailure {
+    /// Keep deciding on the last share and this node's own counts.
+    LastShare,
+    /// Admit without capacity limits.
+    Open,
+    /// Admit no new users (admitted users keep access).
+    Closed,
+}
+
+impl OnStoreFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnStoreFailure::LastShare => "last_share",
+            OnStoreFailure::Open => "open",
+            OnStoreFailure::Closed => "closed",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

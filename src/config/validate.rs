@@ -122,6 +122,7 @@ impl Validator<'_> {
         let rooms = self.rooms(&file.room);
         let rate_limits = self.rules(&file.rate_limit);
         let log = self.log(&file);
+        let cluster = self.cluster(&file);
         let keys_file = self.resolve(&file.keys.file);
         if file.keys.file.trim().is_empty() {
             self.err("keys.file", "must name the key ring file");
@@ -136,7 +137,79 @@ impl Validator<'_> {
             rooms,
             rate_limits,
             log: log?,
+            cluster,
         })
+    }
+
+    fn cluster(&mut self, file: &FileConfig) -> ClusterConfig {
+        let c = &file.cluster;
+        let store = match c.store.as_str() {
+            "local" => StoreKind::Local,
+            "redis" => StoreKind::Redis,
+            other => {
+                self.err(
+                    "cluster.store",
+                    format!("must be \"local\" or \"redis\", got \"{other}\""),
+                );
+                StoreKind::Local
+            }
+        };
+        let on_store_failure = match c.on_store_failure.as_str() {
+            "last_share" => OnStoreFailure::LastShare,
+            "open" => OnStoreFailure::Open,
+            "closed" => OnStoreFailure::Closed,
+            other => {
+                self.err(
+                    "cluster.on_store_failure",
+                    format!("must be \"last_share\", \"open\" or \"closed\", got \"{other}\""),
+                );
+                OnStoreFailure::LastShare
+            }
+        };
+        if c.sync_interval < Duration::from_millis(100) || c.sync_interval > Duration::from_secs(10)
+        {
+            self.err("cluster.sync_interval", "must be between 100ms and 10s");
+        }
+        let node = c.node.trim();
+        if !node.is_empty() && !is_node_name(node) {
+            self.err(
+                "cluster.node",
+                "may hold letters, digits and . _ - : only (at most 64)",
+            );
+        }
+        if c.key_prefix.is_empty() || c.key_prefix.len() > 64 || c.key_prefix.contains(' ') {
+            self.err(
+                "cluster.key_prefix",
+                "must be 1 to 64 characters, without spaces",
+            );
+        }
+        let mut redis = None;
+        if store == StoreKind::Redis {
+            match c.redis.as_slice() {
+                [] => self.err("cluster.redis", "needs the Redis server's URL"),
+                [url] => match redis::Client::open(url.as_str()) {
+                    Ok(_) => redis = Some(url.clone()),
+                    Err(e) => self.err(
+                        "cluster.redis[0]",
+                        format!("is not a Redis URL like \"redis://10.0.0.5:6379/0\": {e}"),
+                    ),
+                },
+                _ => self.err(
+                    "cluster.redis",
+                    "holds several URLs (Redis Cluster), which this version does not support: \
+                     give one server (Redis or Valkey, with a replica and Sentinel or a managed \
+                     failover address for high availability)",
+                ),
+            }
+        }
+        ClusterConfig {
+            store,
+            redis,
+            node: (!node.is_empty()).then(|| node.to_owned()),
+            sync_interval: c.sync_interval,
+            on_store_failure,
+            key_prefix: c.key_prefix.clone(),
+        }
     }
 
     fn socket_addr(&mut self, key: String, value: &str) -> Option<SocketAddr> {
@@ -917,6 +990,12 @@ fn canonical_net(net: IpNet) -> IpNet {
 }
 
 /// Names that appear in metrics labels and headers.
+fn is_node_name(s: &str) -> bool {
+    s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b))
+}
+
 fn is_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64

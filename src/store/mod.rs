@@ -14,6 +14,8 @@
 //! Time is always passed in; a store never reads a clock.
 
 pub mod local;
+pub mod redis;
+pub mod shared;
 
 use std::sync::Arc;
 
@@ -130,4 +132,110 @@ pub trait CounterStore: Send + Sync {
     /// Drops what has expired. The in-process store calls this from a background task; a
     /// shared store with native expiry may do nothing.
     fn sweep(&self, now: Timestamp);
+
+    /// `key` split in two: what the whole cluster had counted at the last sync, and what this
+    /// node counted since (its own, not seen by the others yet). Their sum is what `get` reads
+    /// before clamping. A store of one process has synced nothing: it is all its own.
+    fn split(&self, key: &CounterKey, now: Timestamp) -> (i64, i64) {
+        (0, self.get(key, now))
+    }
+
+    /// This node's part of `scope`'s free slots (SPEC §9). A store of one process has all of
+    /// them.
+    fn allotment(&self, scope: &str) -> Allotment {
+        let _ = scope;
+        Allotment::Whole
+    }
+
+    /// Notes `n` requests of demand on `scope` (arrivals and check-ins), by which a shared
+    /// store shares out the slots.
+    fn demand(&self, scope: &str, n: u64, now: Timestamp) {
+        let _ = (scope, n, now);
+    }
+
+    /// The cluster this store belongs to, for `/status` and metrics; `None` for one process.
+    fn cluster(&self) -> Option<ClusterStatus> {
+        None
+    }
+}
+
+/// Which part of a room's free slots this node may give (SPEC §9).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Allotment {
+    /// The store is this process's alone: every slot.
+    Whole,
+    /// The store is down and `on_store_failure = "open"`: no limit.
+    Open,
+    /// No slot: the store is down with `on_store_failure = "closed"`, or was never reached.
+    Closed,
+    /// Live nodes' weights (their demand over the last minute), in the same order on every
+    /// node, and which one is this node.
+    Share { weights: Arc<[f64]>, mine: usize },
+}
+
+impl Allotment {
+    /// This node's part of `free` slots; `None`: no limit. Shares are apportioned by largest
+    /// remainders (Hamilton), so the parts of nodes with the same view add up to `free`
+    /// exactly: no slot is lost to rounding, none given twice.
+    pub fn of(&self, free: u64) -> Option<u64> {
+        match self {
+            Allotment::Whole => Some(free),
+            Allotment::Open => None,
+            Allotment::Closed => Some(0),
+            Allotment::Share { weights, mine } => Some(apportion(weights, *mine, free)),
+        }
+    }
+
+    /// This node's share, 0–1 (1 unlimited).
+    pub fn fraction(&self) -> f64 {
+        match self {
+            Allotment::Whole | Allotment::Open => 1.0,
+            Allotment::Closed => 0.0,
+            Allotment::Share { weights, mine } => {
+                let total: f64 = weights.iter().sum();
+                match weights.get(*mine) {
+                    Some(w) if total > 0.0 => w / total,
+                    _ => 0.0,
+                }
+            }
+        }
+    }
+}
+
+/// Entry `mine` of `free` apportioned by `weights` with the largest-remainder method (ties go
+/// to the lower index). All-zero weights share equally.
+pub fn apportion(weights: &[f64], mine: usize, free: u64) -> u64 {
+    if mine >= weights.len() {
+        return 0;
+    }
+    let total: f64 = weights.iter().map(|w| w.max(0.0)).sum();
+    let n = weights.len() as f64;
+    let quota = |w: f64| {
+        if total > 0.0 {
+            free as f64 * w.max(0.0) / total
+        } else {
+            free as f64 / n
+        }
+    };
+    let floors: Vec<u64> = weights.iter().map(|w| quota(*w).floor() as u64).collect();
+    let given: u64 = floors.iter().sum();
+    let rest = free.saturating_sub(given) as usize;
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|&a, &b| {
+        let ra = quota(weights[a]) - floors[a] as f64;
+        let rb = quota(weights[b]) - floors[b] as f64;
+        rb.total_cmp(&ra).then(a.cmp(&b))
+    });
+    floors[mine] + u64::from(order.iter().take(rest).any(|&i| i == mine))
+}
+
+/// What `/status` shows of the cluster (SPEC §9): never the store's address or credentials.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterStatus {
+    pub store: &'static str,
+    pub node: String,
+    /// Live nodes at the last sync.
+    pub nodes: usize,
+    pub up: bool,
+    pub last_sync: Option<Timestamp>,
 }

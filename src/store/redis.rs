@@ -1,0 +1,190 @@
+//! The Redis (or Valkey) side of a [`SharedStore`]: one Lua script per sync (`sync.lua`), so a
+//! node's sync is one round trip whatever the request rate, and atomic.
+//!
+//! Layout under `key_prefix` (default `vestibule:`):
+//!
+//! - `nodes`: a sorted set of live members, scored by their last sync (ms);
+//! - `c|kind|slot|id|room`: one hash per counter, a field per member holding that member's
+//!   absolute value, expiring with the counter (`PEXPIREAT`);
+//! - `keys`: a sorted set indexing the live counters by expiry;
+//! - `demand|room`: a hash of each member's demand over the last minute;
+//! - `marks`: a stream of marks (revoked sessions, counted winners), capped at ~100k entries.
+//!
+//! Nothing needs persistence: every node pushes all its live counters after a failure, when
+//! the store did not know it (a restart without data), and every 30 s.
+//!
+//! The script names no keys in `KEYS`, so it runs on one Redis server (or a primary with
+//! replicas behind Sentinel or a managed failover address), not on Redis Cluster.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Script, Value};
+
+use super::shared::{SyncReply, SyncRequest};
+
+const SCRIPT: &str = include_str!("sync.lua");
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected reply from the store: {0}")]
+    Reply(&'static str),
+}
+
+/// A connection to the store, opened on first use and again after a failure.
+pub struct RedisSync {
+    client: redis::Client,
+    prefix: String,
+    script: Script,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+/// Bytes on the wire of one sync, roughly (arguments and reply payloads).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Traffic {
+    pub sent: usize,
+    pub received: usize,
+}
+
+impl RedisSync {
+    pub fn new(url: &str, prefix: &str) -> Result<RedisSync, redis::RedisError> {
+        Ok(RedisSync {
+            client: redis::Client::open(url)?,
+            prefix: prefix.to_owned(),
+            script: Script::new(SCRIPT),
+            conn: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// One sync, within `timeout` (connecting included).
+    pub async fn exchange(
+        &self,
+        req: &SyncRequest,
+        timeout: Duration,
+    ) -> Result<(SyncReply, Traffic), SyncError> {
+        match tokio::time::timeout(timeout, self.exchange_inner(req)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                *self.conn.lock().await = None;
+                Err(e)
+            }
+            Err(_) => {
+                *self.conn.lock().await = None;
+                Err(SyncError::Timeout(timeout))
+            }
+        }
+    }
+
+    async fn exchange_inner(&self, req: &SyncRequest) -> Result<(SyncReply, Traffic), SyncError> {
+        let mut guard = self.conn.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.client.get_multiplexed_async_connection().await?);
+        }
+        let Some(conn) = guard.as_mut() else {
+            return Err(SyncError::Reply("no connection"));
+        };
+        let mut inv = self.script.prepare_invoke();
+        let mut sent = 0usize;
+        let mut arg = |inv: &mut redis::ScriptInvocation<'_>, s: String| {
+            sent += s.len() + 16;
+            inv.arg(s);
+        };
+        arg(&mut inv, self.prefix.clone());
+        arg(&mut inv, req.member.clone());
+        arg(&mut inv, req.now_ms.to_string());
+        arg(&mut inv, req.dead_after_ms.to_string());
+        arg(&mut inv, req.counters.len().to_string());
+        for (k, v, exp) in &req.counters {
+            arg(&mut inv, k.clone());
+            arg(&mut inv, v.to_string());
+            arg(&mut inv, exp.to_string());
+        }
+        arg(&mut inv, req.demand.len().to_string());
+        for (room, d) in &req.demand {
+            arg(&mut inv, room.clone());
+            arg(&mut inv, d.to_string());
+        }
+        arg(&mut inv, req.marks.len().to_string());
+        for (m, until) in &req.marks {
+            arg(&mut inv, m.clone());
+            arg(&mut inv, until.to_string());
+        }
+        arg(&mut inv, req.mark_cursor.clone());
+        let value: Value = inv.invoke_async(conn).await?;
+        let mut received = 0usize;
+        let reply = parse_reply(&value, &mut received)?;
+        Ok((reply, Traffic { sent, received }))
+    }
+}
+
+fn text(v: &Value, bytes: &mut usize) -> Result<String, SyncError> {
+    match v {
+        Value::BulkString(b) => {
+            *bytes += b.len() + 8;
+            String::from_utf8(b.clone()).map_err(|_| SyncError::Reply("not UTF-8"))
+        }
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        _ => Err(SyncError::Reply("expected a string")),
+    }
+}
+
+fn number<T: std::str::FromStr>(v: &Value, bytes: &mut usize) -> Result<T, SyncError> {
+    let s = text(v, bytes)?;
+    // Lua may render a count as a float ("3" or "3.0").
+    let s = s.strip_suffix(".0").unwrap_or(&s);
+    s.parse().map_err(|_| SyncError::Reply("expected a number"))
+}
+
+fn array(v: &Value) -> Result<&[Value], SyncError> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Nil => Ok(&[]),
+        _ => Err(SyncError::Reply("expected an array")),
+    }
+}
+
+fn pairs<A, B>(
+    v: &Value,
+    bytes: &mut usize,
+    mut f: impl FnMut(&Value, &Value, &mut usize) -> Result<(A, B), SyncError>,
+) -> Result<Vec<(A, B)>, SyncError> {
+    let a = array(v)?;
+    let mut out = Vec::with_capacity(a.len() / 2);
+    for p in a.chunks(2) {
+        if let [x, y] = p {
+            out.push(f(x, y, bytes)?);
+        }
+    }
+    Ok(out)
+}
+
+fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
+    let parts = array(v)?;
+    let [registered, members, counters, demand, marks, cursor] = parts else {
+        return Err(SyncError::Reply("expected six parts"));
+    };
+    let registered = matches!(registered, Value::Int(1));
+    let members = array(members)?
+        .iter()
+        .map(|m| text(m, bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let counters = pairs(counters, bytes, |k, v, b| Ok((text(k, b)?, number(v, b)?)))?;
+    let demand = pairs(demand, bytes, |room, by, b| {
+        let by = pairs(by, b, |m, d, b| Ok((text(m, b)?, number(d, b)?)))?;
+        Ok((text(room, b)?, by))
+    })?;
+    let marks = pairs(marks, bytes, |m, u, b| Ok((text(m, b)?, number(u, b)?)))?;
+    Ok(SyncReply {
+        registered,
+        members,
+        counters,
+        demand,
+        marks,
+        mark_cursor: text(cursor, bytes)?,
+    })
+}

@@ -1,0 +1,797 @@
+//! A store shared by several nodes, synced in the background (SPEC §9).
+//!
+//! The request path never waits on the network. Each node keeps, in memory:
+//!
+//! - its **own** contribution to every counter, as an absolute value (it may go negative: a user
+//!   admitted on another node and moved on this one takes one off there);
+//! - the **others'** sums per counter, as of the last sync;
+//! - each room's **allotment**: the live nodes' demand over the last minute, from which this
+//!   node's part of the free slots is apportioned.
+//!
+//! `get` reads own + others (clamped at 0), `add` changes own only. Every `sync_interval` the
+//! sync service sends one [`SyncRequest`] (this node's changed counters as absolute values, its
+//! demand per room, new marks) and applies the [`SyncReply`] (every counter's sum over the other
+//! nodes, the live nodes and their demand, marks from the others). Because values are absolute
+//! and kept per node, a sync repeated or retried after an outage counts nothing twice: it only
+//! overwrites this node's own field. A node that restarts comes back as a new *member* (its
+//! name and an incarnation), so the counts of its previous run stay until they expire, as the
+//! users they stand for do.
+//!
+//! The exchange itself is elsewhere: [`super::redis`] runs it as one Lua script on Redis, and
+//! [`MemoryHub`] runs the same semantics in memory, for `vestibule simulate --nodes` and tests.
+//!
+//! Rate-limit windows, penalty boxes and buckets stay local (SPEC §9 `shared = true` windows are
+//! not built yet).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use super::local::LocalStore;
+use super::{
+    Allotment, ClusterStatus, CounterKey, CounterKind, CounterStore, Mark, MarkKind, WindowCounter,
+    WindowSpec,
+};
+use crate::config::OnStoreFailure;
+use crate::time::Timestamp;
+
+/// A node that has not synced for this many intervals is no longer live.
+pub const DEAD_AFTER_INTERVALS: u64 = 3;
+/// A node pushes all its counters (not only changed ones) at least this often, so a store that
+/// lost its data (a Redis restart without persistence) is whole again within it.
+const FULL_PUSH_EVERY_MS: u64 = 30_000;
+/// Demand is measured over this long.
+const DEMAND_WINDOW_MS: u64 = 60_000;
+
+/// What one node sends at a sync.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncRequest {
+    /// This node's member name: node name and incarnation.
+    pub member: String,
+    pub now_ms: u64,
+    /// Members that have not synced for this long are dropped.
+    pub dead_after_ms: u64,
+    /// (encoded key, this node's absolute value, expire at ms).
+    pub counters: Vec<(String, i64, u64)>,
+    /// (room, this node's demand over the last minute).
+    pub demand: Vec<(String, u64)>,
+    /// (encoded scope and mark, until ms): marks set here since the last sync.
+    pub marks: Vec<(String, u64)>,
+    /// Marks already read: the id of the last one.
+    pub mark_cursor: String,
+    /// The counters pushed, decoded, and the marks (kept to retry them after a failure).
+    pushed: Vec<(CounterKey, i64)>,
+    outbox: Vec<(Arc<str>, Mark, Timestamp)>,
+}
+
+/// What a node reads back at a sync.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncReply {
+    /// Whether this member was live before this sync (false: new, or the store lost its data).
+    pub registered: bool,
+    /// Live members.
+    pub members: Vec<String>,
+    /// (encoded key, the sum over every other member) for every live counter.
+    pub counters: Vec<(String, i64)>,
+    /// (room, [(member, demand)]) for the rooms this node sent demand for.
+    pub demand: Vec<(String, Vec<(String, u64)>)>,
+    /// (encoded scope and mark, until ms) set by other members since the cursor.
+    pub marks: Vec<(String, u64)>,
+    pub mark_cursor: String,
+}
+
+/// How a sync went, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SyncFigures {
+    pub counters_sent: usize,
+    pub counters_read: usize,
+    pub members: usize,
+}
+
+fn kind_code(k: CounterKind) -> char {
+    match k {
+        CounterKind::Active => 'a',
+        CounterKind::Admitted => 'd',
+        CounterKind::Waiting => 'w',
+        CounterKind::Arrived => 'n',
+        CounterKind::Arrivals => 'v',
+        CounterKind::Returned => 'r',
+    }
+}
+
+fn kind_of(c: &str) -> Option<CounterKind> {
+    Some(match c {
+        "a" => CounterKind::Active,
+        "d" => CounterKind::Admitted,
+        "w" => CounterKind::Waiting,
+        "n" => CounterKind::Arrived,
+        "v" => CounterKind::Arrivals,
+        "r" => CounterKind::Returned,
+        _ => return None,
+    })
+}
+
+/// `c|kind|slot|id|scope`: the scope last, so it may hold any character.
+pub fn encode_key(k: &CounterKey) -> String {
+    format!("c|{}|{}|{}|{}", kind_code(k.kind), k.slot, k.id, k.scope)
+}
+
+pub fn decode_key(s: &str) -> Option<CounterKey> {
+    let mut parts = s.splitn(5, '|');
+    if parts.next()? != "c" {
+        return None;
+    }
+    let kind = kind_of(parts.next()?)?;
+    let slot = parts.next()?.parse().ok()?;
+    let id = parts.next()?.parse().ok()?;
+    let scope = parts.next()?;
+    Some(CounterKey {
+        scope: Arc::from(scope),
+        kind,
+        slot,
+        id,
+    })
+}
+
+/// `m|kind|id|scope`.
+pub fn encode_mark(scope: &str, m: Mark) -> String {
+    let kind = match m.kind {
+        MarkKind::Revoked => 'r',
+        MarkKind::Admitted => 'a',
+    };
+    format!("m|{kind}|{}|{scope}", m.id)
+}
+
+pub fn decode_mark(s: &str) -> Option<(String, Mark)> {
+    let mut parts = s.splitn(4, '|');
+    if parts.next()? != "m" {
+        return None;
+    }
+    let kind = match parts.next()? {
+        "r" => MarkKind::Revoked,
+        "a" => MarkKind::Admitted,
+        _ => return None,
+    };
+    let id = parts.next()?.parse().ok()?;
+    Some((parts.next()?.to_owned(), Mark { kind, id }))
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Own {
+    value: i64,
+    /// The value the others know (sent at the last successful sync).
+    pushed: i64,
+    expire_ms: u64,
+}
+
+/// Requests on a room over the last minute: the previous and current minute, weighted.
+#[derive(Clone, Copy, Debug, Default)]
+struct Demand {
+    window: u64,
+    prev: u64,
+    curr: u64,
+}
+
+impl Demand {
+    fn roll(&mut self, now: Timestamp) {
+        let w = now.millis() / DEMAND_WINDOW_MS;
+        if w != self.window {
+            self.prev = if w == self.window + 1 { self.curr } else { 0 };
+            self.curr = 0;
+            self.window = w;
+        }
+    }
+
+    fn value(&mut self, now: Timestamp) -> u64 {
+        self.roll(now);
+        let f = (now.millis() % DEMAND_WINDOW_MS) as f64 / DEMAND_WINDOW_MS as f64;
+        (self.prev as f64 * (1.0 - f) + self.curr as f64).round() as u64
+    }
+}
+
+#[derive(Default)]
+struct Remote {
+    /// The others' sum per counter.
+    values: HashMap<CounterKey, i64>,
+    /// Per room: members' demand, in member order.
+    shares: HashMap<Arc<str>, Allotment>,
+    /// Live members, sorted.
+    members: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    up: bool,
+    last_sync: Option<Timestamp>,
+    last_full_push_ms: u64,
+    full_push: bool,
+    mark_cursor: String,
+}
+
+pub struct SharedStore {
+    node: String,
+    member: String,
+    interval_ms: u64,
+    on_failure: OnStoreFailure,
+    /// Windows and marks (marks learned from the others are copied here).
+    local: LocalStore,
+    own: Mutex<HashMap<CounterKey, Own>>,
+    remote: ArcSwap<Remote>,
+    outbox: Mutex<Vec<(Arc<str>, Mark, Timestamp)>>,
+    demand: Mutex<HashMap<Arc<str>, Demand>>,
+    health: Mutex<Health>,
+}
+
+impl SharedStore {
+    /// A store for node `node`, run `incarnation` (distinct per process start), syncing every
+    /// `interval_ms`.
+    pub fn new(
+        node: &str,
+        incarnation: &str,
+        interval_ms: u64,
+        on_failure: OnStoreFailure,
+    ) -> SharedStore {
+        SharedStore {
+            node: node.to_owned(),
+            member: format!("{node}#{incarnation}"),
+            interval_ms: interval_ms.max(1),
+            on_failure,
+            local: LocalStore::new(),
+            own: Mutex::new(HashMap::new()),
+            remote: ArcSwap::from_pointee(Remote::default()),
+            outbox: Mutex::new(Vec::new()),
+            demand: Mutex::new(HashMap::new()),
+            health: Mutex::new(Health {
+                full_push: true,
+                mark_cursor: "0-0".into(),
+                ..Health::default()
+            }),
+        }
+    }
+
+    pub fn member(&self) -> &str {
+        &self.member
+    }
+
+    pub fn interval_ms(&self) -> u64 {
+        self.interval_ms
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn own(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Own>> {
+        self.own.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What to send now: counters changed since the last sync (all of them after a failure,
+    /// when the store did not know this node, and every 30 s), demand, and new marks.
+    pub fn prepare(&self, now: Timestamp) -> SyncRequest {
+        let (full, cursor) = {
+            let mut h = self.health();
+            let full = h.full_push
+                || now.millis().saturating_sub(h.last_full_push_ms) >= FULL_PUSH_EVERY_MS;
+            if full {
+                h.last_full_push_ms = now.millis();
+            }
+            (full, h.mark_cursor.clone())
+        };
+        let mut pushed = Vec::new();
+        let mut counters = Vec::new();
+        for (k, o) in self.own().iter() {
+            if o.expire_ms > now.millis() && (full || o.value != o.pushed) {
+                pushed.push((k.clone(), o.value));
+                counters.push((encode_key(k), o.value, o.expire_ms));
+            }
+        }
+        let demand = {
+            let mut d = self.demand.lock().unwrap_or_else(|p| p.into_inner());
+            d.iter_mut()
+                .map(|(scope, d)| (scope.to_string(), d.value(now)))
+                .collect()
+        };
+        let outbox = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()));
+        let marks = outbox
+            .iter()
+            .map(|(scope, m, until)| (encode_mark(scope, *m), until.millis()))
+            .collect();
+        SyncRequest {
+            member: self.member.clone(),
+            now_ms: now.millis(),
+            dead_after_ms: self.interval_ms * DEAD_AFTER_INTERVALS,
+            counters,
+            demand,
+            marks,
+            mark_cursor: cursor,
+            pushed,
+            outbox,
+        }
+    }
+
+    /// Takes in a successful sync's reply to `req`.
+    pub fn apply(&self, req: SyncRequest, reply: SyncReply, now: Timestamp) -> SyncFigures {
+        {
+            let mut own = self.own();
+            for (k, v) in &req.pushed {
+                if let Some(o) = own.get_mut(k) {
+                    o.pushed = *v;
+                }
+            }
+        }
+        let mut values = HashMap::with_capacity(reply.counters.len());
+        for (k, v) in &reply.counters {
+            if let Some(key) = decode_key(k) {
+                values.insert(key, *v);
+            }
+        }
+        let mut members = reply.members.clone();
+        if !members.contains(&self.member) {
+            members.push(self.member.clone());
+        }
+        members.sort();
+        let mut shares = HashMap::new();
+        for (scope, by_member) in &reply.demand {
+            let demand: BTreeMap<&str, u64> =
+                by_member.iter().map(|(m, d)| (m.as_str(), *d)).collect();
+            let weights: Vec<f64> = members
+                .iter()
+                .map(|m| demand.get(m.as_str()).copied().unwrap_or(0) as f64)
+                .collect();
+            let mine = members.iter().position(|m| *m == self.member).unwrap_or(0);
+            shares.insert(
+                Arc::<str>::from(scope.as_str()),
+                Allotment::Share {
+                    weights: weights.into(),
+                    mine,
+                },
+            );
+        }
+        for (m, until) in &reply.marks {
+            if let Some((scope, mark)) = decode_mark(m) {
+                self.local
+                    .mark(&scope, mark, Timestamp::from_millis(*until), now);
+            }
+        }
+        let figures = SyncFigures {
+            counters_sent: req.counters.len(),
+            counters_read: values.len(),
+            members: members.len(),
+        };
+        self.remote.store(Arc::new(Remote {
+            values,
+            shares,
+            members,
+        }));
+        let mut h = self.health();
+        h.up = true;
+        h.last_sync = Some(now);
+        h.full_push = !reply.registered;
+        h.mark_cursor = reply.mark_cursor;
+        figures
+    }
+
+    /// A sync that failed: everything is sent again next time, marks included.
+    pub fn failed(&self, req: SyncRequest) {
+        let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
+        let mut again = req.outbox;
+        again.append(&mut outbox);
+        *outbox = again;
+        drop(outbox);
+        let mut h = self.health();
+        h.up = false;
+        h.full_push = true;
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.health().up
+    }
+}
+
+impl CounterStore for SharedStore {
+    fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter> {
+        self.local.window(spec)
+    }
+
+    fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
+        let remote = self.remote.load();
+        let mut own = self.own();
+        let o = own.entry(key.clone()).or_insert(Own {
+            value: 0,
+            pushed: 0,
+            expire_ms: 0,
+        });
+        if o.expire_ms <= now.millis() {
+            o.value = 0;
+            o.pushed = 0;
+        }
+        o.value = o.value.saturating_add(delta);
+        o.expire_ms = o.expire_ms.max(expire_at.millis());
+        let value = o.value;
+        drop(own);
+        (remote.values.get(key).copied().unwrap_or(0) + value).max(0)
+    }
+
+    fn get(&self, key: &CounterKey, now: Timestamp) -> i64 {
+        let (synced, pending) = self.split(key, now);
+        (synced + pending).max(0)
+    }
+
+    fn split(&self, key: &CounterKey, now: Timestamp) -> (i64, i64) {
+        let others = self.remote.load().values.get(key).copied().unwrap_or(0);
+        let own = self
+            .own()
+            .get(key)
+            .filter(|o| o.expire_ms > now.millis())
+            .copied();
+        match own {
+            Some(o) => (others + o.pushed, o.value - o.pushed),
+            None => (others, 0),
+        }
+    }
+
+    fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)> {
+        let mut merged: BTreeMap<(u64, u64), i64> = BTreeMap::new();
+        for (k, v) in self.remote.load().values.iter() {
+            if &*k.scope == scope && k.kind == kind {
+                *merged.entry((k.slot, k.id)).or_insert(0) += v;
+            }
+        }
+        for (k, o) in self.own().iter() {
+            if &*k.scope == scope && k.kind == kind && o.expire_ms > now.millis() {
+                *merged.entry((k.slot, k.id)).or_insert(0) += o.value;
+            }
+        }
+        merged
+            .into_iter()
+            .map(|((slot, id), v)| (slot, id, v.max(0)))
+            .collect()
+    }
+
+    fn mark(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
+        if !self.local.mark(scope, mark, until, now) {
+            return false;
+        }
+        self.outbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((Arc::from(scope), mark, until));
+        true
+    }
+
+    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {
+        self.local.is_marked(scope, mark, now)
+    }
+
+    fn sweep(&self, now: Timestamp) {
+        self.own().retain(|_, o| o.expire_ms > now.millis());
+        self.local.sweep(now);
+    }
+
+    fn allotment(&self, scope: &str) -> Allotment {
+        let (up, synced) = {
+            let h = self.health();
+            (h.up, h.last_sync.is_some())
+        };
+        if !up {
+            match self.on_failure {
+                OnStoreFailure::Open => return Allotment::Open,
+                OnStoreFailure::Closed => return Allotment::Closed,
+                // Before any sync there is no last share: nothing is given.
+                OnStoreFailure::LastShare if !synced => return Allotment::Closed,
+                OnStoreFailure::LastShare => {}
+            }
+        }
+        let remote = self.remote.load();
+        if let Some(a) = remote.shares.get(scope) {
+            return a.clone();
+        }
+        // A room nobody has reported demand for yet: equal parts.
+        let n = remote.members.len().max(1);
+        Allotment::Share {
+            weights: vec![1.0; n].into(),
+            mine: remote
+                .members
+                .iter()
+                .position(|m| *m == self.member)
+                .unwrap_or(0),
+        }
+    }
+
+    fn demand(&self, scope: &str, n: u64, now: Timestamp) {
+        let mut d = self.demand.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = d.get_mut(scope) {
+            e.roll(now);
+            e.curr += n;
+            return;
+        }
+        let mut e = Demand::default();
+        e.roll(now);
+        e.curr = n;
+        d.insert(Arc::from(scope), e);
+    }
+
+    fn cluster(&self) -> Option<ClusterStatus> {
+        let h = self.health();
+        Some(ClusterStatus {
+            store: "redis",
+            node: self.node.clone(),
+            nodes: self.remote.load().members.len(),
+            up: h.up,
+            last_sync: h.last_sync,
+        })
+    }
+}
+
+/// The exchange run in memory, with the same semantics as the Redis script
+/// (`src/store/sync.lua`): for `vestibule simulate --nodes` and tests.
+#[derive(Default)]
+pub struct MemoryHub {
+    inner: Mutex<Hub>,
+}
+
+#[derive(Default)]
+struct Hub {
+    /// member → last sync ms.
+    members: HashMap<String, u64>,
+    /// key → (expire ms, member → value).
+    counters: HashMap<String, (u64, HashMap<String, i64>)>,
+    /// room → member → demand.
+    demand: HashMap<String, HashMap<String, u64>>,
+    /// (seq, mark, until).
+    marks: Vec<(u64, String, u64)>,
+    /// Down: every exchange fails.
+    down: bool,
+}
+
+impl MemoryHub {
+    pub fn set_down(&self, down: bool) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).down = down;
+    }
+
+    pub fn exchange(&self, req: &SyncRequest) -> Result<SyncReply, String> {
+        let mut hub = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if hub.down {
+            return Err("store down".into());
+        }
+        let now = req.now_ms;
+        let registered = hub.members.contains_key(&req.member);
+        hub.members.insert(req.member.clone(), now);
+        hub.members.retain(|_, at| *at + req.dead_after_ms > now);
+        for (k, v, exp) in &req.counters {
+            let e = hub
+                .counters
+                .entry(k.clone())
+                .or_insert((*exp, HashMap::new()));
+            e.0 = *exp;
+            e.1.insert(req.member.clone(), *v);
+        }
+        for (room, d) in &req.demand {
+            hub.demand
+                .entry(room.clone())
+                .or_default()
+                .insert(req.member.clone(), *d);
+        }
+        let mut seq = hub.marks.last().map_or(0, |m| m.0);
+        for (m, until) in &req.marks {
+            seq += 1;
+            hub.marks.push((seq, m.clone(), *until));
+        }
+        hub.counters.retain(|_, (exp, _)| *exp > now);
+        hub.marks.retain(|(_, _, until)| *until > now);
+        let counters = hub
+            .counters
+            .iter()
+            .map(|(k, (_, by))| {
+                let sum: i64 = by
+                    .iter()
+                    .filter(|(m, _)| **m != req.member)
+                    .map(|(_, v)| v)
+                    .sum();
+                (k.clone(), sum)
+            })
+            .filter(|(_, v)| *v != 0)
+            .collect();
+        let members: Vec<String> = hub.members.keys().cloned().collect();
+        let demand = req
+            .demand
+            .iter()
+            .map(|(room, _)| {
+                let by = hub.demand.get(room).cloned().unwrap_or_default();
+                let live = by
+                    .into_iter()
+                    .filter(|(m, _)| hub.members.contains_key(m))
+                    .collect();
+                (room.clone(), live)
+            })
+            .collect();
+        let cursor: u64 = req
+            .mark_cursor
+            .split('-')
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let marks = hub
+            .marks
+            .iter()
+            .filter(|(s, _, _)| *s > cursor)
+            .map(|(_, m, u)| (m.clone(), *u))
+            .collect();
+        Ok(SyncReply {
+            registered,
+            members,
+            counters,
+            demand,
+            marks,
+            mark_cursor: format!("{seq}-0"),
+        })
+    }
+
+    /// One sync of `store` through this hub at `now`.
+    pub fn sync(&self, store: &SharedStore, now: Timestamp) -> bool {
+        let req = store.prepare(now);
+        match self.exchange(&req) {
+            Ok(reply) => {
+                store.apply(req, reply, now);
+                true
+            }
+            Err(_) => {
+                store.failed(req);
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(kind: CounterKind, slot: u64) -> CounterKey {
+        CounterKey {
+            scope: Arc::from("shop"),
+            kind,
+            slot,
+            id: 0,
+        }
+    }
+
+    fn at(s: u64) -> Timestamp {
+        Timestamp::from_secs(s)
+    }
+
+    fn node(name: &str) -> SharedStore {
+        SharedStore::new(name, "1", 1000, OnStoreFailure::LastShare)
+    }
+
+    #[test]
+    fn keys_and_marks_round_trip() {
+        let k = CounterKey {
+            scope: Arc::from("a|b:c"),
+            kind: CounterKind::Waiting,
+            slot: 42,
+            id: 7 << 40 | 3,
+        };
+        assert_eq!(decode_key(&encode_key(&k)), Some(k));
+        let m = Mark {
+            kind: MarkKind::Revoked,
+            id: u64::MAX,
+        };
+        assert_eq!(
+            decode_mark(&encode_mark("x|y", m)),
+            Some(("x|y".to_owned(), m))
+        );
+        assert_eq!(decode_key("c|z|1|2|s"), None);
+        assert_eq!(decode_key("garbage"), None);
+    }
+
+    #[test]
+    fn counts_add_up_across_nodes_and_a_retried_sync_counts_nothing_twice() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        let k = key(CounterKind::Admitted, 1);
+        let exp = at(600);
+        a.add(&k, 3, at(60), exp);
+        b.add(&k, 2, at(60), exp);
+        assert_eq!(a.get(&k, at(60)), 3, "before a sync, a node knows its own");
+        assert!(hub.sync(&a, at(61)));
+        assert!(hub.sync(&b, at(61)));
+        assert!(hub.sync(&a, at(62)));
+        assert_eq!(a.get(&k, at(62)), 5);
+        assert_eq!(b.get(&k, at(62)), 5);
+        assert_eq!(a.split(&k, at(62)), (5, 0));
+        a.add(&k, 1, at(62), exp);
+        assert_eq!(a.split(&k, at(62)), (5, 1));
+        // The store goes down; a's next push fails, then succeeds twice: still 6.
+        hub.set_down(true);
+        assert!(!hub.sync(&a, at(63)));
+        assert!(!a.is_up());
+        hub.set_down(false);
+        assert!(hub.sync(&a, at(64)));
+        assert!(hub.sync(&a, at(65)));
+        assert!(hub.sync(&b, at(65)));
+        assert_eq!(b.get(&k, at(65)), 6);
+        // A user admitted on a and moved on b: b's own count goes negative, the sum is right.
+        b.add(&k, -1, at(66), exp);
+        assert_eq!(b.get(&k, at(66)), 5);
+        assert!(hub.sync(&b, at(66)));
+        assert!(hub.sync(&a, at(66)));
+        assert_eq!(a.get(&k, at(66)), 5);
+        assert_eq!(
+            a.scan("shop", CounterKind::Admitted, at(66)),
+            vec![(1, 0, 5)]
+        );
+    }
+
+    #[test]
+    fn shares_follow_demand_and_a_silent_node_drops_out() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        for _ in 0..30 {
+            a.demand("shop", 1, at(100));
+        }
+        for _ in 0..10 {
+            b.demand("shop", 1, at(100));
+        }
+        hub.sync(&a, at(100));
+        hub.sync(&b, at(100));
+        hub.sync(&a, at(100));
+        assert_eq!(a.allotment("shop").of(40), Some(30));
+        assert_eq!(b.allotment("shop").of(40), Some(10));
+        assert!((b.allotment("shop").fraction() - 0.25).abs() < 1e-9);
+        // Apportioned, the parts add up exactly, whatever the rounding.
+        for free in 0..50 {
+            let sum = a.allotment("shop").of(free).unwrap() + b.allotment("shop").of(free).unwrap();
+            assert_eq!(sum, free);
+        }
+        // b stops syncing: after 3 intervals a has every slot.
+        hub.sync(&a, Timestamp::from_millis(103_001));
+        hub.sync(&a, at(104));
+        assert_eq!(a.allotment("shop").of(40), Some(40));
+        assert_eq!(a.cluster().unwrap().nodes, 1);
+    }
+
+    #[test]
+    fn on_store_failure_modes() {
+        let k = "shop";
+        for (mode, expect) in [
+            (OnStoreFailure::Open, Allotment::Open),
+            (OnStoreFailure::Closed, Allotment::Closed),
+        ] {
+            let s = SharedStore::new("a", "1", 1000, mode);
+            assert_eq!(s.allotment(k), expect, "never synced");
+        }
+        let s = node("a");
+        assert_eq!(s.allotment(k), Allotment::Closed, "no last share yet");
+        let hub = MemoryHub::default();
+        s.demand(k, 5, at(10));
+        hub.sync(&s, at(10));
+        let share = s.allotment(k);
+        assert_eq!(share.of(10), Some(10));
+        hub.set_down(true);
+        hub.sync(&s, at(11));
+        assert_eq!(s.allotment(k), share, "the last share is kept");
+    }
+
+    #[test]
+    fn marks_spread_to_every_node() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        let m = Mark {
+            kind: MarkKind::Revoked,
+            id: 9,
+        };
+        assert!(a.mark("shop", m, at(500), at(10)));
+        assert!(!a.mark("shop", m, at(500), at(10)));
+        assert!(!b.is_marked("shop", m, at(10)));
+        // Lost in a failed sync, sent again at the next.
+        hub.set_down(true);
+        hub.sync(&a, at(11));
+        hub.set_down(false);
+        hub.sync(&a, at(12));
+        hub.sync(&b, at(12));
+        assert!(b.is_marked("shop", m, at(12)));
+        assert!(!b.mark("shop", m, at(500), at(12)));
+    }
+}
