@@ -59,9 +59,30 @@ impl Admin {
                 "active": ring.active().id(),
                 "ids": ring.ids().collect::<Vec<_>>(),
             })),
-            "rooms": snapshot.rooms.iter().map(|r| room_status(r, now)).collect::<Vec<_>>(),
+            "cluster": cluster_status(&*self.app.state.store),
+            "rooms": snapshot.rooms.iter().map(|r| room_status(r, &*self.app.state.store, now)).collect::<Vec<_>>(),
             "rate_limits": snapshot.rules.iter().map(|r| rule_status(r, now)).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// SPEC §9: `cluster: {store, node, nodes, up, last_sync}`; never the store's address.
+fn cluster_status(store: &dyn crate::store::CounterStore) -> Value {
+    match store.cluster() {
+        Some(c) => json!({
+            "store": c.store,
+            "node": c.node,
+            "nodes": c.nodes,
+            "up": c.up,
+            "last_sync": c.last_sync.map(|t| t.rfc3339()),
+        }),
+        None => json!({
+            "store": "local",
+            "node": null,
+            "nodes": 1,
+            "up": true,
+            "last_sync": null,
+        }),
     }
 }
 
@@ -120,7 +141,11 @@ fn secs(d: std::time::Duration) -> u64 {
 }
 
 /// A room's settings and live figures.
-fn room_status(room: &Room, now: crate::time::Timestamp) -> Value {
+fn room_status(
+    room: &Room,
+    store: &dyn crate::store::CounterStore,
+    now: crate::time::Timestamp,
+) -> Value {
     let c = &room.config;
     let mut v = json!({
         "name": c.name,
@@ -156,6 +181,7 @@ fn room_status(room: &Room, now: crate::time::Timestamp) -> Value {
             v["session_duration_seconds"] = json!(secs(cap.session_duration));
             v["refresh_seconds"] = json!(secs(cap.refresh));
             v["rejoin_grace_seconds"] = json!(secs(cap.rejoin_grace));
+            v["slot_share"] = json!(store.allotment(&c.name).fraction());
         }
     }
     if let Some(f) = room.figures(now) {
@@ -238,7 +264,7 @@ impl ServeHttp for Admin {
                 }
             }
             "/metrics" => {
-                self.app.metrics.refresh(&snapshot);
+                self.app.metrics.refresh(&snapshot, &*self.app.state.store);
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

@@ -34,10 +34,10 @@ impl App {
     /// Loads the first snapshot. Fails, listing every problem, when the config is not valid.
     pub fn start(config_path: &Path) -> Result<Arc<App>, ConfigErrors> {
         let now = Timestamp::now();
-        let state = State::local();
+        let state = State::for_config(&crate::config::Config::load(config_path)?);
         let snapshot = Snapshot::load(config_path, None, &state, now)?;
         let metrics = Metrics::new();
-        metrics.refresh(&snapshot);
+        metrics.refresh(&snapshot, &*state.store);
         Ok(Arc::new(App {
             config_path: config_path.to_path_buf(),
             current: ArcSwap::from_pointee(snapshot),
@@ -116,7 +116,7 @@ impl App {
             .config_reloads
             .with_label_values(&["success"])
             .inc();
-        self.metrics.refresh(&new);
+        self.metrics.refresh(&new, &*self.state.store);
         crate::logging::apply(&new.config.log);
         *self
             .last_reload_error

@@ -109,6 +109,17 @@ struct SimulateArgs {
     /// Share (0-1) of arrivals who leave after their first page and never come back.
     #[arg(long, default_value_t = 0.0)]
     abandon: f64,
+    /// Nodes sharing the room through a store (an in-memory one with the Redis script's
+    /// semantics); more than 1 also sweeps the sync interval and plots the overshoot.
+    #[arg(long, default_value_t = 1)]
+    nodes: u32,
+    /// How often each node syncs with the store.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    sync_interval: Duration,
+    /// How requests spread over the nodes, e.g. "60,30,10" (default: 60/30/10 for three
+    /// nodes, halving from node to node otherwise).
+    #[arg(long, value_delimiter = ',')]
+    split: Vec<f64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -223,7 +234,23 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         out: args.out,
         seed: args.seed,
         abandon: args.abandon,
+        nodes: args.nodes.max(1),
+        sync_interval: args.sync_interval,
+        split: args.split,
     };
+    if opts.nodes > 1 {
+        let split: Vec<String> = opts
+            .weights()
+            .iter()
+            .map(|w| format!("{:.0}%", w * 100.0))
+            .collect();
+        println!(
+            "{} nodes sharing the room, syncing every {}; requests split {}",
+            opts.nodes,
+            humantime::format_duration(opts.sync_interval),
+            split.join("/")
+        );
+    }
     println!(
         "simulating {} users arriving over {} min; room: new_users_per_minute {}, total_active_users {}, session {}, refresh {}; browsing {}",
         opts.users,
@@ -235,10 +262,11 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         humantime::format_duration(opts.browse)
     );
     match vestibule::simulate::simulate(&opts) {
-        Ok((reports, files)) => {
+        Ok((reports, files, sweep)) => {
             for r in &reports {
                 print!("{}", r.summary());
             }
+            print!("{sweep}");
             for f in &files {
                 println!("wrote {}", f.display());
             }

@@ -12,6 +12,7 @@ use prometheus::{
 use crate::ratelimit::Outcome;
 use crate::room::Decision;
 use crate::snapshot::Snapshot;
+use crate::store::CounterStore;
 use crate::token::Reject;
 
 /// Counter handles of one snapshot's rooms and rules, resolved once so requests do not hash
@@ -54,6 +55,13 @@ pub struct Metrics {
     /// Client connections the edge closed, by `Closed::ALL`.
     pub downstream_closed: [IntCounter; 3],
     downstream_closed_vec: IntCounterVec,
+    pub store_up: IntGauge,
+    pub store_sync_seconds: Histogram,
+    pub store_errors: IntCounter,
+    /// Bytes exchanged with the shared store, by direction (`sent`, `received`).
+    pub store_bytes: IntCounterVec,
+    pub cluster_nodes: IntGauge,
+    pub room_slot_share: GaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -89,6 +97,41 @@ impl Metrics {
         let downstream_closed = crate::listen::Closed::ALL
             .map(|c| downstream_closed_vec.with_label_values(&[c.as_str()]));
         let m = Metrics {
+            store_up: IntGauge::new(
+                "vestibule_store_up",
+                "1 while the counter store answers (always 1 for the in-process store).",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            store_sync_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "vestibule_store_sync_seconds",
+                    "Round trips to the shared store: one sync of this node's counts.",
+                )
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ]),
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            store_errors: IntCounter::new(
+                "vestibule_store_errors_total",
+                "Syncs with the shared store that failed or timed out.",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            store_bytes: counter_vec(
+                "vestibule_store_bytes_total",
+                "Bytes of sync payloads exchanged with the shared store, by direction.",
+                &["direction"],
+            ),
+            cluster_nodes: IntGauge::new(
+                "vestibule_cluster_nodes",
+                "Live nodes sharing the store at the last sync (1 for the in-process store).",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            room_slot_share: gauge_vec(
+                "vestibule_room_slot_share",
+                "This node's share (0-1) of a capacity room's free slots.",
+                &["room"],
+            ),
             handles: arc_swap::ArcSwapOption::empty(),
             by_class,
             upstream_responses,
@@ -185,6 +228,9 @@ impl Metrics {
         for result in ["success", "failure"] {
             m.config_reloads.with_label_values(&[result]);
         }
+        for direction in ["sent", "received"] {
+            m.store_bytes.with_label_values(&[direction]);
+        }
         m
     }
 
@@ -206,6 +252,12 @@ impl Metrics {
             Box::new(self.ratelimit_penalty_box.clone()),
             Box::new(self.ratelimit_penalty_box_capacity.clone()),
             Box::new(self.downstream_closed_vec.clone()),
+            Box::new(self.store_up.clone()),
+            Box::new(self.store_sync_seconds.clone()),
+            Box::new(self.store_errors.clone()),
+            Box::new(self.store_bytes.clone()),
+            Box::new(self.cluster_nodes.clone()),
+            Box::new(self.room_slot_share.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -226,8 +278,19 @@ impl Metrics {
 
     /// Creates every labelled series of a snapshot's rooms and rules, so dashboards show zeros
     /// rather than gaps, and refreshes the gauges that are read rather than counted.
-    pub fn refresh(&self, snapshot: &Snapshot) {
+    pub fn refresh(&self, snapshot: &Snapshot, store: &dyn CounterStore) {
         let now = crate::time::Timestamp::now();
+        match store.cluster() {
+            Some(c) => {
+                self.store_up.set(i64::from(c.up));
+                self.cluster_nodes.set(c.nodes as i64);
+            }
+            None => {
+                self.store_up.set(1);
+                self.cluster_nodes.set(1);
+            }
+        }
+        self.room_slot_share.reset();
         self.room_allow_percentage.reset();
         self.room_active_users.reset();
         self.room_waiting_users.reset();
@@ -245,6 +308,9 @@ impl Metrics {
                 .with_label_values(&[name])
                 .set(room.effective_allow_percentage(now));
             if let Some(f) = room.figures(now) {
+                self.room_slot_share
+                    .with_label_values(&[name])
+                    .set(store.allotment(name).fraction());
                 self.room_active_users
                     .with_label_values(&[name])
                     .set(f.active as i64);

@@ -80,6 +80,16 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
         Housekeeping { app: app.clone() },
     ));
 
+    if let Some((store, cluster)) = &app.state.shared {
+        match StoreSync::new(app.clone(), store.clone(), cluster) {
+            Ok(sync) => {
+                server.add_service(background_service("vestibule store sync", sync));
+            }
+            // The URL was checked with the config; a failure here is a bug, said plainly.
+            Err(e) => log::error!("cluster.redis: cannot use the store: {e}"),
+        }
+    }
+
     if let Some(addr) = options.demo_origin {
         server.add_service(demo_origin_service(Some(addr), 1));
     }
@@ -114,6 +124,94 @@ impl BackgroundService for UpstreamHealth {
                     let upstream = self.app.snapshot().upstream.clone();
                     upstream.probe_if_due(Instant::now()).await;
                 }
+            }
+        }
+    }
+}
+
+/// Syncs this node's counts with the shared store every `sync_interval` (SPEC §9): one round
+/// trip each time, never on a request's path. A failed or slow sync changes nothing but the
+/// store's health: the next one sends everything again.
+struct StoreSync {
+    app: Arc<App>,
+    store: Arc<crate::store::shared::SharedStore>,
+    redis: crate::store::redis::RedisSync,
+    interval: Duration,
+}
+
+impl StoreSync {
+    fn new(
+        app: Arc<App>,
+        store: Arc<crate::store::shared::SharedStore>,
+        cluster: &crate::config::ClusterConfig,
+    ) -> Result<StoreSync, String> {
+        let url = cluster.redis.as_deref().ok_or("no URL")?;
+        let redis = crate::store::redis::RedisSync::new(url, &cluster.key_prefix)
+            .map_err(|e| e.to_string())?;
+        Ok(StoreSync {
+            app,
+            store,
+            redis,
+            interval: cluster.sync_interval,
+        })
+    }
+
+    async fn sync_once(&self, was_up: &mut Option<bool>) {
+        let metrics = &self.app.metrics;
+        let req = self.store.prepare(crate::time::Timestamp::now());
+        let started = Instant::now();
+        // A round trip may take up to the interval (at least 250 ms), never longer.
+        let timeout = self.interval.max(Duration::from_millis(250));
+        match self.redis.exchange(&req, timeout).await {
+            Ok((reply, traffic)) => {
+                metrics
+                    .store_sync_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                metrics
+                    .store_bytes
+                    .with_label_values(&["sent"])
+                    .inc_by(traffic.sent as u64);
+                metrics
+                    .store_bytes
+                    .with_label_values(&["received"])
+                    .inc_by(traffic.received as u64);
+                let figures = self.store.apply(req, reply, crate::time::Timestamp::now());
+                metrics.store_up.set(1);
+                metrics.cluster_nodes.set(figures.members as i64);
+                if *was_up != Some(true) {
+                    log::info!(
+                        "cluster store reached as {}: {} live node(s)",
+                        self.store.member(),
+                        figures.members
+                    );
+                }
+                *was_up = Some(true);
+            }
+            Err(e) => {
+                self.store.failed(req);
+                metrics.store_errors.inc();
+                metrics.store_up.set(0);
+                if *was_up != Some(false) {
+                    log::warn!(
+                        "cluster store unreachable ({e}); deciding on cluster.on_store_failure until it is back"
+                    );
+                }
+                *was_up = Some(false);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for StoreSync {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut was_up = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tick.tick() => self.sync_once(&mut was_up).await,
             }
         }
     }

@@ -24,12 +24,14 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::config::OnStoreFailure;
 use crate::config::{Admission, Config, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Pages;
 use crate::room::{CookieAction, Decision, Room};
 use crate::store::local::LocalStore;
+use crate::store::shared::{MemoryHub, SharedStore};
 use crate::store::CounterStore;
 use crate::time::Timestamp;
 
@@ -52,6 +54,14 @@ pub struct Options {
     pub seed: u64,
     /// Share (0-1) of arrivals who walk away after their first page and never come back.
     pub abandon: f64,
+    /// Nodes sharing the room through a store (1: the in-process store alone).
+    pub nodes: u32,
+    /// How often each node syncs with the shared store.
+    pub sync_interval: Duration,
+    /// How requests spread over the nodes (weights); empty: 60/30/10 for three nodes, halving
+    /// from one node to the next otherwise. Every request picks a node afresh, as a load
+    /// balancer without affinity would.
+    pub split: Vec<f64>,
 }
 
 impl Default for Options {
@@ -68,7 +78,26 @@ impl Default for Options {
             out: PathBuf::from("simulation"),
             seed: 7,
             abandon: 0.0,
+            nodes: 1,
+            sync_interval: Duration::from_secs(1),
+            split: Vec::new(),
         }
+    }
+}
+
+impl Options {
+    /// The traffic weights of the nodes, normalised.
+    pub fn weights(&self) -> Vec<f64> {
+        let n = self.nodes.max(1) as usize;
+        let raw: Vec<f64> = if self.split.len() == n {
+            self.split.clone()
+        } else if n == 3 {
+            vec![60.0, 30.0, 10.0]
+        } else {
+            (0..n).map(|i| 0.5f64.powi(i as i32)).collect()
+        };
+        let total: f64 = raw.iter().sum();
+        raw.iter().map(|w| w / total).collect()
     }
 }
 
@@ -124,6 +153,12 @@ pub struct Report {
     /// within their p25, p50 and p75 estimates (calibrated: about 0.25, 0.5, 0.75).
     pub calibration: Option<[f64; 3]>,
     pub refresh_secs: f64,
+    /// Nodes sharing the room, and how often they synced (seconds).
+    pub nodes: u32,
+    pub sync_interval_secs: f64,
+    /// Every simulated second, users active by the cluster's own rule (admitted or seen within
+    /// the session): the peak, counted from the users' stories rather than any node's view.
+    pub true_peak_active: u64,
 }
 
 impl Report {
@@ -165,6 +200,21 @@ impl Report {
         let min = counts.iter().copied().min().unwrap_or(0);
         let max = counts.iter().copied().max().unwrap_or(0);
         Some((mean, min, max, within))
+    }
+
+    /// The most admitted in one minute over `new_users_per_minute` (0 when never over).
+    pub fn overshoot(&self) -> u32 {
+        let most = self
+            .admitted_per_minute
+            .values()
+            .max()
+            .copied()
+            .unwrap_or(0);
+        if self.target == 0 {
+            0
+        } else {
+            most.saturating_sub(self.target)
+        }
     }
 
     pub fn summary(&self) -> String {
@@ -222,6 +272,20 @@ impl Report {
                 p25 * 100.0,
                 p50 * 100.0,
                 p75 * 100.0
+            );
+        }
+        if self.nodes > 1 {
+            let _ = writeln!(
+                s,
+                "cluster: {} nodes, sync every {:.2} s: most admitted in one minute {} (cap {}), overshoot {}; peak active users {} (cap {}) [{}]",
+                self.nodes,
+                self.sync_interval_secs,
+                self.admitted_per_minute.values().max().copied().unwrap_or(0),
+                self.target,
+                self.overshoot(),
+                self.true_peak_active,
+                self.cap,
+                pass(self.cap == 0 || self.true_peak_active <= u64::from(self.cap))
             );
         }
         if self.cap > 0 {
@@ -287,8 +351,33 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
 
 /// Runs one queueing method.
 pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
-    let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
-    let room = room(opts, order, &store)?;
+    let nodes = opts.nodes.max(1) as usize;
+    let hub = MemoryHub::default();
+    let sync_ms = (opts.sync_interval.as_millis() as u64).max(1);
+    let mut shared: Vec<Arc<SharedStore>> = Vec::new();
+    let mut rooms: Vec<Room> = Vec::new();
+    if nodes == 1 {
+        let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
+        rooms.push(room(opts, order, &store)?);
+    } else {
+        for n in 0..nodes {
+            let s = Arc::new(SharedStore::new(
+                &format!("node{n}"),
+                "sim",
+                sync_ms,
+                OnStoreFailure::LastShare,
+            ));
+            let store: Arc<dyn CounterStore> = s.clone();
+            rooms.push(room(opts, order, &store)?);
+            shared.push(s);
+        }
+    }
+    let weights = opts.weights();
+    // Nodes sync at staggered moments within the interval, as independent processes would.
+    let mut next_sync: Vec<u64> = (0..nodes)
+        .map(|n| sync_ms * n as u64 / nodes as u64)
+        .collect();
+    let room = &rooms[0];
     // The ring key shapes every draw and jitter: derived from the seed, so a run repeats.
     let key = {
         use base64::Engine as _;
@@ -336,6 +425,15 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
             break;
         }
         let now = Timestamp::from_millis(EPOCH_SECS * 1000 + t);
+        for (n, store) in shared.iter().enumerate() {
+            while next_sync[n] <= t {
+                hub.sync(
+                    store,
+                    Timestamp::from_millis(EPOCH_SECS * 1000 + next_sync[n]),
+                );
+                next_sync[n] += sync_ms;
+            }
+        }
         if now.secs() != sampled_sec {
             sampled_sec = now.secs();
             if let Some(f) = room.figures(now) {
@@ -351,7 +449,20 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
             .map(str::as_bytes)
             .into_iter()
             .collect();
-        let outcome = room.decide(&ring, uid, &values, now);
+        let node = if nodes == 1 {
+            0
+        } else {
+            let u: f64 = rng.gen();
+            let mut acc = 0.0;
+            weights
+                .iter()
+                .position(|w| {
+                    acc += w;
+                    u < acc
+                })
+                .unwrap_or(nodes - 1)
+        };
+        let outcome = rooms[node].decide(&ring, uid, &values, now);
         decisions += 1;
         match outcome.cookie {
             CookieAction::Set(v) => cookies[i as usize] = Some(v.to_string()),
@@ -440,6 +551,23 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         })
         .collect();
     let calibration = calibration(&journeys);
+    // Active users from their stories: from admission to a session after the last touch.
+    let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
+    let session_ms = opts.session_duration.as_millis() as u64;
+    for j in &journeys {
+        if let Some(a) = j.admitted_ms {
+            let touches = browse_ms.saturating_sub(1) / BROWSE_EVERY_MS;
+            let last = a + touches * BROWSE_EVERY_MS;
+            *delta.entry(a / 1000).or_insert(0) += 1;
+            *delta.entry((last + session_ms) / 1000).or_insert(0) -= 1;
+        }
+    }
+    let mut running = 0i64;
+    let mut true_peak_active = 0i64;
+    for d in delta.values() {
+        running += d;
+        true_peak_active = true_peak_active.max(running);
+    }
     let worst_inversion_secs = worst_inversion(&journeys) as f64 / 1000.0;
     let worst_lag_secs = worst_lag(&journeys) as f64 / 1000.0;
     Ok(Report {
@@ -458,6 +586,9 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         worst_lag_secs,
         refresh_secs: opts.refresh.as_secs_f64(),
         calibration,
+        nodes: nodes as u32,
+        sync_interval_secs: opts.sync_interval.as_secs_f64(),
+        true_peak_active: true_peak_active.max(0) as u64,
     })
 }
 
@@ -705,18 +836,151 @@ pub fn write_heatmap(report: &Report, dir: &Path) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// Runs every requested method, writes the files, returns the summaries.
-pub fn simulate(opts: &Options) -> Result<(Vec<Report>, Vec<PathBuf>), String> {
+/// Sync intervals the cluster sweep tries, seconds.
+pub const SWEEP_INTERVALS: [f64; 7] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
+
+/// The overshoot a cluster may make over `new_users_per_minute` at a sync interval: one
+/// interval of the busiest node's share of the pace, plus one for nodes whose views of the
+/// free slots differ when they apportion them (SPEC §9; measured by the sweep).
+pub fn overshoot_bound(opts: &Options, interval_secs: f64) -> u32 {
+    let busiest = opts.weights().iter().copied().fold(0.0, f64::max);
+    (busiest * f64::from(opts.new_users_per_minute) * interval_secs / 60.0).ceil() as u32 + 1
+}
+
+/// One cluster run per sync interval of [`SWEEP_INTERVALS`]: (interval, overshoot, liveness
+/// at the least).
+pub fn sweep(opts: &Options, order: QueueOrder) -> Result<Vec<(f64, u32, f64)>, String> {
+    SWEEP_INTERVALS
+        .iter()
+        .map(|&secs| {
+            let o = Options {
+                sync_interval: Duration::from_secs_f64(secs),
+                ..opts.clone()
+            };
+            let r = run(&o, order)?;
+            let live = r.liveness().map_or(1.0, |(_, min, _)| min);
+            Ok((secs, r.overshoot(), live))
+        })
+        .collect()
+}
+
+/// `cluster-admissions.png` (admissions per minute against the cap, per method) and
+/// `cluster-overshoot.png` (the overshoot against the sync interval, with the bound).
+fn write_cluster_plots(
+    opts: &Options,
+    reports: &[Report],
+    sweeps: &[(QueueOrder, Vec<(f64, u32, f64)>)],
+) -> Result<Vec<PathBuf>, String> {
+    use crate::plot::{draw, Chart, Panel, Series};
+    let admissions = Chart {
+        title: format!(
+            "{} nodes ({}), sync every {}: admissions per minute",
+            opts.nodes,
+            opts.weights()
+                .iter()
+                .map(|w| format!("{:.0}%", w * 100.0))
+                .collect::<Vec<_>>()
+                .join("/"),
+            humantime::format_duration(opts.sync_interval)
+        ),
+        x_label: "minute".into(),
+        panels: reports
+            .iter()
+            .map(|r| Panel {
+                y_label: format!("{} admitted", r.order.as_str()),
+                series: vec![Series {
+                    name: "cluster admissions".into(),
+                    points: r
+                        .admitted_per_minute
+                        .iter()
+                        .map(|(m, n)| (*m as f64, f64::from(*n)))
+                        .collect(),
+                    color: 0,
+                }],
+                hlines: vec![(f64::from(r.target), "new_users_per_minute".into())],
+            })
+            .collect(),
+        events: vec![],
+    };
+    let a = opts.out.join("cluster-admissions.png");
+    draw(&admissions, &a, 1000, 260)?;
+    let mut series: Vec<Series> = sweeps
+        .iter()
+        .enumerate()
+        .map(|(i, (order, points))| Series {
+            name: format!("{} overshoot", order.as_str()),
+            points: points
+                .iter()
+                .map(|(secs, over, _)| (*secs, f64::from(*over)))
+                .collect(),
+            color: i,
+        })
+        .collect();
+    series.push(Series {
+        name: "bound: busiest node's share of one interval + 1".into(),
+        points: SWEEP_INTERVALS
+            .iter()
+            .map(|s| (*s, f64::from(overshoot_bound(opts, *s))))
+            .collect(),
+        color: 5,
+    });
+    let overshoot = Chart {
+        title: format!(
+            "{} nodes: most admitted in a minute over new_users_per_minute ({})",
+            opts.nodes, opts.new_users_per_minute
+        ),
+        x_label: "sync interval (s)".into(),
+        panels: vec![Panel {
+            y_label: "users over the cap".into(),
+            series,
+            hlines: vec![],
+        }],
+        events: vec![],
+    };
+    let o = opts.out.join("cluster-overshoot.png");
+    draw(&overshoot, &o, 1000, 360)?;
+    Ok(vec![a, o])
+}
+
+/// Runs every requested method, writes the files, returns the summaries. With several nodes,
+/// also sweeps the sync interval and plots the cluster's admissions and overshoot.
+pub fn simulate(opts: &Options) -> Result<(Vec<Report>, Vec<PathBuf>, String), String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let mut reports = Vec::new();
     let mut files = Vec::new();
+    let mut sweeps = Vec::new();
     for order in &opts.orders {
         let report = run(opts, *order)?;
         files.push(write_csv(&report, &opts.out).map_err(|e| e.to_string())?);
         files.push(write_heatmap(&report, &opts.out)?);
         reports.push(report);
+        if opts.nodes > 1 {
+            sweeps.push((*order, sweep(opts, *order)?));
+        }
     }
-    Ok((reports, files))
+    if opts.nodes > 1 {
+        files.extend(write_cluster_plots(opts, &reports, &sweeps)?);
+    }
+    let text = sweep_text(opts, &sweeps);
+    Ok((reports, files, text))
+}
+
+/// A sweep per method, as text: one line each.
+pub fn sweep_text(opts: &Options, sweeps: &[(QueueOrder, Vec<(f64, u32, f64)>)]) -> String {
+    let mut s = String::new();
+    for (order, points) in sweeps {
+        let _ = write!(s, "overshoot by sync interval ({}):", order.as_str());
+        for (secs, over, live) in points {
+            let _ = write!(
+                s,
+                " {secs}s {over} (bound {}, liveness {:.0}%);",
+                overshoot_bound(opts, *secs),
+                live * 100.0
+            );
+        }
+        s.push('\n');
+    }
+    s
 }
 
 #[cfg(test)]
@@ -739,6 +1003,7 @@ mod tests {
             out: PathBuf::new(),
             seed: 1,
             abandon: 0.0,
+            ..Options::default()
         }
     }
 
@@ -750,6 +1015,44 @@ mod tests {
         assert!(max <= 80, "never more than the limit in a minute: {max}");
         assert!((mean - 80.0).abs() <= 8.0, "mean {mean}");
         assert!(r.kendall_tau >= 0.95, "tau {}", r.kendall_tau);
+    }
+
+    #[test]
+    fn three_nodes_share_the_cap_within_the_bound() {
+        for (order, secs) in [(QueueOrder::Fifo, 1.0), (QueueOrder::Random, 2.0)] {
+            let opts = Options {
+                nodes: 3,
+                sync_interval: Duration::from_secs_f64(secs),
+                ..small(0)
+            };
+            let r = run(&opts, order).unwrap();
+            assert!(r.journeys.iter().all(|j| j.admitted_ms.is_some()));
+            assert!(
+                r.overshoot() <= overshoot_bound(&opts, secs),
+                "{order:?} at {secs}s: {} over (bound {})",
+                r.overshoot(),
+                overshoot_bound(&opts, secs)
+            );
+            let (_, min, _) = r.liveness().expect("minutes with users waiting");
+            assert!(min >= 0.9, "{order:?}: liveness {min}");
+        }
+    }
+
+    #[test]
+    fn the_active_cap_holds_across_nodes() {
+        let opts = Options {
+            nodes: 3,
+            new_users_per_minute: 0,
+            browse: Duration::from_secs(120),
+            ..small(100)
+        };
+        let r = run(&opts, QueueOrder::Fifo).unwrap();
+        assert!(
+            r.true_peak_active > 90,
+            "the cap binds: {}",
+            r.true_peak_active
+        );
+        assert!(r.true_peak_active <= 100, "{}", r.true_peak_active);
     }
 
     #[test]
@@ -800,6 +1103,7 @@ mod tests {
             out: PathBuf::new(),
             seed: 4,
             abandon,
+            ..Options::default()
         }
     }
 

@@ -6,13 +6,17 @@
 
 use std::sync::Arc;
 
+use crate::config::{ClusterConfig, Config, StoreKind};
 use crate::ratelimit::RuleStates;
 use crate::store::local::LocalStore;
+use crate::store::shared::SharedStore;
 use crate::store::CounterStore;
 
 pub struct State {
     pub store: Arc<dyn CounterStore>,
     pub rules: RuleStates,
+    /// The same store as `store` when it is shared with other nodes (SPEC §9), and how.
+    pub shared: Option<(Arc<SharedStore>, ClusterConfig)>,
 }
 
 impl State {
@@ -21,6 +25,31 @@ impl State {
         State {
             store: Arc::new(LocalStore::new()),
             rules: RuleStates::default(),
+            shared: None,
+        }
+    }
+
+    /// The state `config`'s `[cluster]` asks for. A shared store starts empty and not synced;
+    /// the sync service (`server.rs`) brings it in.
+    pub fn for_config(config: &Config) -> State {
+        let c = &config.cluster;
+        if c.store == StoreKind::Local {
+            return State::local();
+        }
+        let incarnation = {
+            use rand::Rng;
+            format!("{:08x}", rand::thread_rng().gen::<u32>())
+        };
+        let store = Arc::new(SharedStore::new(
+            &c.node_name(&config.server.listen),
+            &incarnation,
+            c.sync_interval.as_millis() as u64,
+            c.on_store_failure,
+        ));
+        State {
+            store: store.clone(),
+            rules: RuleStates::default(),
+            shared: Some((store, c.clone())),
         }
     }
 }

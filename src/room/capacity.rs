@@ -75,7 +75,7 @@ use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Estimates;
 use crate::store::{
-    CounterKey, CounterKind, CounterStore, Mark, MarkKind, WindowCounter, WindowSpec,
+    Allotment, CounterKey, CounterKind, CounterStore, Mark, MarkKind, WindowCounter, WindowSpec,
 };
 use crate::time::Timestamp;
 use crate::token::{unit_interval, Claims, Dec, Reject, Token};
@@ -104,6 +104,15 @@ fn token_secs(v: u64) -> u64 {
     } else {
         v
     }
+}
+
+/// Free slots now; `None` = no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slots {
+    /// In the whole cluster, as this node sees it.
+    pub cluster: Option<u64>,
+    /// This node's part: what it may give now.
+    pub here: Option<u64>,
 }
 
 /// Aggregates of a room's counters at one moment.
@@ -383,44 +392,62 @@ impl Capacity {
         *self.view.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    fn admitted_this_minute(&self, now: Timestamp) -> u64 {
-        self.store
-            .get(&self.key(CounterKind::Admitted, now.minute(), 0), now)
-            .max(0) as u64
-    }
-
-    /// min(new per minute − admitted this minute, total active − active); `None` = unlimited.
-    pub fn free_slots(&self, view: &QueueView, admitted_now: u64) -> Option<u64> {
-        let by_new =
-            (self.new_per_minute > 0).then(|| self.new_per_minute.saturating_sub(admitted_now));
-        let by_total =
-            (self.total_active > 0).then(|| self.total_active.saturating_sub(view.active));
-        match (by_new, by_total) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+    /// The free slots: the cluster's (for the order of the queue and the estimates) and this
+    /// node's part of them (what it may give now). With a store of one process they are the
+    /// same: min(`new_users_per_minute` − admitted this minute, `total_active_users` − active
+    /// users). In a cluster (SPEC §9), this node's part is its allotment of the slots free at
+    /// the last sync, less what it admitted since; `None` = no limit.
+    pub fn slots(&self, now: Timestamp) -> Slots {
+        let (cluster, here) = self.headroom(now);
+        Slots {
+            cluster: cluster.map(|c| c.max(0) as u64),
+            here: here.map(|h| h.max(0) as u64),
         }
     }
 
-    /// Sum of `Active` over the session window, read live.
-    fn active_now(&self, now: Timestamp) -> u64 {
+    /// Signed headroom (cluster, here): negative when over a limit.
+    fn headroom(&self, now: Timestamp) -> (Option<i64>, Option<i64>) {
+        let allotment = self.store.allotment(&self.scope);
         let minute = now.minute();
-        (self.first_active_minute(minute)..=minute)
-            .map(|m| self.store.get(&self.key(CounterKind::Active, m, 0), now))
-            .sum::<i64>()
-            .max(0) as u64
+        let mut cluster: Option<i64> = None;
+        let mut here: Option<i64> = None;
+        let mut limit = |cap: u64, (synced, pending): (i64, i64)| {
+            let cap = cap as i64;
+            let c = cap - (synced + pending).max(0);
+            let free_at_sync = (cap - synced.max(0)).max(0) as u64;
+            let h = allotment.of(free_at_sync).map(|part| part as i64 - pending);
+            cluster = Some(cluster.map_or(c, |x| x.min(c)));
+            here = match (here, h) {
+                (_, None) => None,
+                (None, Some(h)) => Some(h),
+                (Some(x), Some(h)) => Some(x.min(h)),
+            };
+        };
+        if self.new_per_minute > 0 {
+            let key = self.key(CounterKind::Admitted, minute, 0);
+            limit(self.new_per_minute, self.store.split(&key, now));
+        }
+        if self.total_active > 0 {
+            let split = (self.first_active_minute(minute)..=minute)
+                .map(|m| self.store.split(&self.key(CounterKind::Active, m, 0), now))
+                .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+            limit(self.total_active, split);
+        }
+        if allotment == Allotment::Open {
+            here = None;
+        }
+        (cluster, here)
     }
 
     /// Reserves a slot for one admission now; false (and nothing changed) when a limit would
-    /// be exceeded.
+    /// be exceeded, in the cluster as this node last saw it or in this node's part.
     fn try_admit(&self, now: Timestamp) -> bool {
         let minute = now.minute();
-        let admitted = self.add(CounterKind::Admitted, minute, 0, 1, now);
-        if self.new_per_minute > 0 && admitted as u64 > self.new_per_minute {
-            self.add(CounterKind::Admitted, minute, 0, -1, now);
-            return false;
-        }
+        self.add(CounterKind::Admitted, minute, 0, 1, now);
         self.add(CounterKind::Active, minute, 0, 1, now);
-        if self.total_active > 0 && self.active_now(now) > self.total_active {
+        let (cluster, here) = self.headroom(now);
+        let open = self.store.allotment(&self.scope) == Allotment::Open;
+        if here.is_some_and(|h| h < 0) || (!open && cluster.is_some_and(|c| c < 0)) {
             self.add(CounterKind::Active, minute, 0, -1, now);
             self.add(CounterKind::Admitted, minute, 0, -1, now);
             return false;
@@ -571,13 +598,13 @@ impl Capacity {
     }
 
     /// Chance (0–1) that an eligible waiting user gets in at a check-in now.
-    fn admit_chance(&self, view: &QueueView, free: Option<u64>, now: Timestamp) -> f64 {
+    fn admit_chance(&self, view: &QueueView, slots: Slots, now: Timestamp) -> f64 {
         if self.queue_all {
             return 0.0;
         }
         match self.order {
-            QueueOrder::Random => self.random_chance(free, now),
-            QueueOrder::Fifo => match free {
+            QueueOrder::Random => self.random_chance(slots.here, now),
+            QueueOrder::Fifo => match slots.cluster {
                 None => 1.0,
                 Some(_) if view.waiting_total == 0 => 1.0,
                 Some(f) => (f as f64 / view.waiting_total as f64).min(1.0),
@@ -695,14 +722,14 @@ impl Capacity {
 
     pub fn figures(&self, now: Timestamp) -> Figures {
         let view = self.view(now);
-        let free = self.free_slots(&view, self.admitted_this_minute(now));
+        let slots = self.slots(now);
         Figures {
             active: view.active,
             waiting: view.expected_waiting().round() as u64,
-            free_slots: free,
+            free_slots: slots.cluster,
             admitted_last_minute: view.admitted_last_minute,
-            admit_chance: self.admit_chance(&view, free, now),
-            estimates: self.estimates(&view, now.secs(), free, now).1,
+            admit_chance: self.admit_chance(&view, slots, now),
+            estimates: self.estimates(&view, now.secs(), slots.cluster, now).1,
         }
     }
 
@@ -761,7 +788,7 @@ impl Capacity {
     ) -> Outcome {
         let mut outcome = Outcome::new(decision, cookie);
         outcome.refresh_secs = refresh_secs.max(1);
-        let free = self.free_slots(view, self.admitted_this_minute(now));
+        let free = self.slots(now).cluster;
         let (ahead, estimates) = self.estimates(view, arrival, free, now);
         outcome.users_ahead = ahead;
         outcome.estimates = estimates;
@@ -823,13 +850,16 @@ impl Capacity {
 
     /// A new arrival: straight in while there are free slots and nobody waits, else the queue.
     fn arrive(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Outcome {
+        self.store.demand(&self.scope, 1, now);
         let view = self.view(now);
         // Nobody waiting, not even a recent arrival who has not come back yet: straight in.
-        if !self.queue_all && view.waiting_total == 0 && view.arrived.is_empty() {
-            let free = self.free_slots(&view, self.admitted_this_minute(now));
-            if free != Some(0) && self.try_admit(now) {
-                return self.admit(ring, uid, Some(now.secs()), now);
-            }
+        if !self.queue_all
+            && view.waiting_total == 0
+            && view.arrived.is_empty()
+            && self.slots(now).here != Some(0)
+            && self.try_admit(now)
+        {
+            return self.admit(ring, uid, Some(now.secs()), now);
         }
         let bucket = self.bucket(now.secs());
         let interval = self.interval(arrival_draw(uid, now));
@@ -889,6 +919,7 @@ impl Capacity {
             );
         }
         self.checkins.observe(0, 1, now);
+        self.store.demand(&self.scope, 1, now);
         let Some(mut rng) = token.rng(ring) else {
             // Its key left the ring since it was checked: not trusted.
             return self.arrive(ring, uid, now);
@@ -896,12 +927,12 @@ impl Capacity {
         let draw = unit_interval(rng.next_u64());
         let jitter = unit_interval(rng.next_u64());
         if !self.queue_all {
-            let free = self.free_slots(&view, self.admitted_this_minute(now));
+            let slots = self.slots(now);
             let eligible = match self.order {
-                QueueOrder::Fifo => self.fifo_reserved(&view, arrival, free, now),
-                QueueOrder::Random => draw < self.random_chance(free, now),
+                QueueOrder::Fifo => self.fifo_reserved(&view, arrival, slots.cluster, now),
+                QueueOrder::Random => draw < self.random_chance(slots.here, now),
             };
-            if eligible && free != Some(0) && self.try_admit(now) {
+            if eligible && slots.here != Some(0) && self.try_admit(now) {
                 match (first, counted) {
                     (true, Some(arrived)) => self.came_back(bucket, arrived, now),
                     _ => self.leave_queue(bucket, counted, now),
