@@ -836,6 +836,9 @@ pub fn write_heatmap(report: &Report, dir: &Path) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// A sweep of one method: (sync interval in seconds, overshoot, liveness at the least).
+pub type Sweep = (QueueOrder, Vec<(f64, u32, f64)>);
+
 /// Sync intervals the cluster sweep tries, seconds.
 pub const SWEEP_INTERVALS: [f64; 7] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
 
@@ -869,7 +872,7 @@ pub fn sweep(opts: &Options, order: QueueOrder) -> Result<Vec<(f64, u32, f64)>, 
 fn write_cluster_plots(
     opts: &Options,
     reports: &[Report],
-    sweeps: &[(QueueOrder, Vec<(f64, u32, f64)>)],
+    sweeps: &[Sweep],
 ) -> Result<Vec<PathBuf>, String> {
     use crate::plot::{draw, Chart, Panel, Series};
     let admissions = Chart {
@@ -966,7 +969,7 @@ pub fn simulate(opts: &Options) -> Result<(Vec<Report>, Vec<PathBuf>, String), S
 }
 
 /// A sweep per method, as text: one line each.
-pub fn sweep_text(opts: &Options, sweeps: &[(QueueOrder, Vec<(f64, u32, f64)>)]) -> String {
+pub fn sweep_text(opts: &Options, sweeps: &[Sweep]) -> String {
     let mut s = String::new();
     for (order, points) in sweeps {
         let _ = write!(s, "overshoot by sync interval ({}):", order.as_str());
