@@ -354,3 +354,53 @@ fn a_reload_is_checked_with_the_sockets_in_service() {
     assert_eq!(edited.admin.listen, serving.admin.listen);
     assert_eq!(edited.admin.token.as_deref(), Some("fedcba9876543210"));
 }
+
+#[test]
+fn cluster_defaults_and_errors() {
+    let c = parse(MINIMAL).unwrap().cluster;
+    assert_eq!(c.store, StoreKind::Local);
+    assert_eq!(c.sync_interval, Duration::from_secs(1));
+    assert_eq!(c.on_store_failure, OnStoreFailure::LastShare);
+    assert_eq!(c.key_prefix, "vestibule:");
+    let c = parse(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"redis://:hunter2secret@10.0.0.5:6379/1\"]\nnode = \"edge-1\"\nsync_interval = \"250ms\"\non_store_failure = \"closed\"\n"
+    ))
+    .unwrap()
+    .cluster;
+    assert_eq!(c.store, StoreKind::Redis);
+    assert_eq!(c.node.as_deref(), Some("edge-1"));
+    assert_eq!(c.sync_interval, Duration::from_millis(250));
+    assert_eq!(c.on_store_failure, OnStoreFailure::Closed);
+    // The password never shows in logs (reload diffs print the Debug form).
+    let shown = format!("{c:?}");
+    assert!(
+        !shown.contains("hunter2secret") && shown.contains("10.0.0.5"),
+        "{shown}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"etcd\"\nsync_interval = \"20s\"\non_store_failure = \"maybe\"\nnode = \"a b\"\n"
+    ));
+    for key in [
+        "cluster.store",
+        "cluster.sync_interval",
+        "cluster.on_store_failure",
+        "cluster.node",
+    ] {
+        assert!(e.contains(key), "{key} missing from {e}");
+    }
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"redis://a:6379\", \"redis://b:6379\"]\n"
+    ));
+    assert!(
+        e.contains("cluster.redis") && e.contains("Redis Cluster"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"http://x\"]\n"
+    ));
+    assert!(e.contains("cluster.redis[0]"), "{e}");
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = []\n"
+    ));
+    assert!(e.contains("cluster.redis"), "{e}");
+}

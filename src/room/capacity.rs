@@ -94,6 +94,8 @@ const CHECKIN_SLACK_SECS: f64 = 3.0;
 const LEGACY_MINUTES_BELOW: u64 = 1_000_000_000;
 /// random: how much more than the even share of the minute's slots a check-in is offered.
 const RANDOM_BOOST: f64 = 1.2;
+/// In a cluster, from this far into a minute the slots other nodes left unused may be given.
+const RECLAIM_FROM_MS: u64 = 50_000;
 /// Minutes over which the share of arrivals that come back is measured.
 const RETURN_MINUTES: u64 = 3;
 
@@ -423,15 +425,25 @@ impl Capacity {
                 (Some(x), Some(h)) => Some(x.min(h)),
             };
         };
+        let admitted_key = self.key(CounterKind::Admitted, minute, 0);
         if self.new_per_minute > 0 {
-            let key = self.key(CounterKind::Admitted, minute, 0);
-            limit(self.new_per_minute, self.store.split(&key, now));
+            limit(self.new_per_minute, self.store.split(&admitted_key, now));
         }
         if self.total_active > 0 {
             let split = (self.first_active_minute(minute)..=minute)
                 .map(|m| self.store.split(&self.key(CounterKind::Active, m, 0), now))
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
             limit(self.total_active, split);
+        }
+        // Until the minute's last part, a node gives at most its part of the whole minute's
+        // slots: parts apportioned from the same weights add up to the cap, so nodes that have
+        // not seen each other's latest admissions cannot give the same slot twice. In the last
+        // part, slots left unused anywhere go to whoever has users checking in.
+        if self.new_per_minute > 0 && now.millis() % 60_000 < RECLAIM_FROM_MS {
+            if let (Some(h), Some(part)) = (here, allotment.of(self.new_per_minute)) {
+                let mine = self.store.own(&admitted_key, now);
+                here = Some(h.min(part as i64 - mine));
+            }
         }
         if allotment == Allotment::Open {
             here = None;

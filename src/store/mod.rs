@@ -140,6 +140,12 @@ pub trait CounterStore: Send + Sync {
         (0, self.get(key, now))
     }
 
+    /// What this node itself counted in `key` (in a cluster, its own contribution; it may be
+    /// negative). A store of one process counted everything itself.
+    fn own(&self, key: &CounterKey, now: Timestamp) -> i64 {
+        self.get(key, now)
+    }
+
     /// This node's part of `scope`'s free slots (SPEC §9). A store of one process has all of
     /// them.
     fn allotment(&self, scope: &str) -> Allotment {

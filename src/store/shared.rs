@@ -431,6 +431,13 @@ impl CounterStore for SharedStore {
         }
     }
 
+    fn own(&self, key: &CounterKey, now: Timestamp) -> i64 {
+        self.own()
+            .get(key)
+            .filter(|o| o.expire_ms > now.millis())
+            .map_or(0, |o| o.value)
+    }
+
     fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)> {
         let mut merged: BTreeMap<(u64, u64), i64> = BTreeMap::new();
         for (k, v) in self.remote.load().values.iter() {

@@ -566,3 +566,78 @@ pub fn mint(dec: vestibule::token::Dec, exp: u64, uid: &vestibule::identity::Ide
 pub fn localhost() -> vestibule::identity::Identity {
     vestibule::identity::Identity::of_ip("127.0.0.1".parse().expect("ip"), 64)
 }
+
+/// A real `redis-server` on a free loopback port, without persistence, stopped by its pid when
+/// dropped. `None` (after a loud message) only when `redis-server` is not installed.
+pub struct Redis {
+    pub port: u16,
+    pub child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> Option<Redis> {
+        Redis::start_on(free_port())
+    }
+
+    /// On a given port (to bring a stopped server back where the nodes look for it).
+    pub fn start_on(port: u16) -> Option<Redis> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                dir.path().to_str().expect("utf-8 path"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "!!!!!!!! SKIPPED: redis-server cannot be started ({e}); `.ci/run` installs it (apt-get install redis-server) !!!!!!!!"
+                );
+                return None;
+            }
+        };
+        let r = Redis { port, child, dir };
+        assert!(
+            wait_for_port(
+                SocketAddr::from(([127, 0, 0, 1], port)),
+                Duration::from_secs(10)
+            ),
+            "redis-server did not start on {port}"
+        );
+        Some(r)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Stops this server (by its pid) and waits until it is gone.
+    pub fn stop(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.dir;
+        self.port
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
