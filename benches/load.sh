@@ -31,54 +31,7 @@ start_origin
 RESULTS="$OUT/results.tsv"
 printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\n" > "$RESULTS"
 
-to_ms() { # wrk prints 1.23ms / 456.00us / 1.20s
-  awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
-}
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-
-FAILED=()
-# Checks that a scenario measured the path its name claims: every request of the run was
-# forwarded to the origin ("origin"), or answered with a room page ("page"). A rejected cookie
-# would otherwise make "allowed" time the cheaper waiting page.
-check_path() { # name expect admin-port before-count requests
-  local name=$1 expect=$2 admin=$3 before=$4 requests=$5 after
-  if [ "$expect" = origin ]; then after=$(forwarded "$admin"); else after=$(room_pages "$admin"); fi
-  local got=$((after - before))
-  # wrk counts answers it read; the proxy may finish a few more as the run is cut.
-  if [ "$got" -lt $((requests * 99 / 100)) ] || [ "$got" -gt $((requests + CONNECTIONS * 2)) ]; then
-    echo "!! $name: $requests requests, but $got took the '$expect' path" >&2
-    FAILED+=("$name (round $ROUND): $got of $requests on the $expect path")
-  fi
-}
-
-measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check the path
-  local name=$1 url=$2 pid=$3; shift 3
-  $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" "$@" "$url" >/dev/null
-  local counted=0
-  if [ -n "${EXPECT:-}" ]; then
-    if [ "$EXPECT" = origin ]; then counted=$(forwarded "$ADMIN"); else counted=$(room_pages "$ADMIN"); fi
-  fi
-  local before; before=$(ticks "$pid")
-  local w="$OUT/$name.round$ROUND.wrk"
-  $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" > "$w"
-  local after; after=$(ticks "$pid")
-  local requests rps p50 p99 cpu rss
-  requests=$(awk '/requests in/ { print $1 }' "$w")
-  rps=$(awk '/Requests\/sec/ { print $2 }' "$w")
-  p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' "$w")")
-  p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' "$w")")
-  cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
-  rss=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
-  if grep -q "Non-2xx" "$w"; then
-    echo "!! $name had non-2xx answers: $(grep Non-2xx "$w")" >&2
-    FAILED+=("$name (round $ROUND): $(grep Non-2xx "$w")")
-  fi
-  if [ -n "${EXPECT:-}" ]; then
-    check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
-  fi
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" >> "$RESULTS"
-  echo "   $name: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu us CPU/req, RSS $rss KiB"
-}
+# to_ms, ticks, check_path and measure are in common.sh.
 
 echo "== origin: $ORIGIN_KIND on 127.0.0.1:$ORIGIN_PORT; $CONNECTIONS connections, $ROUNDS rounds of ${DURATION}s per scenario, proxy threads $PROXY_THREADS, pinning: ${PROXY_PIN:-none}"
 
