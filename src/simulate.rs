@@ -159,6 +159,9 @@ pub struct Report {
     /// Every simulated second, users active by the cluster's own rule (admitted or seen within
     /// the session): the peak, counted from the users' stories rather than any node's view.
     pub true_peak_active: u64,
+    /// Sync payload per node per second (sent, received), bytes: what the Redis script would
+    /// carry for this room's counters.
+    pub store_bytes_per_node_sec: (f64, f64),
 }
 
 impl Report {
@@ -277,7 +280,7 @@ impl Report {
         if self.nodes > 1 {
             let _ = writeln!(
                 s,
-                "cluster: {} nodes, sync every {:.2} s: most admitted in one minute {} (cap {}), overshoot {}; peak active users {} (cap {}) [{}]",
+                "cluster: {} nodes, sync every {:.2} s: most admitted in one minute {} (cap {}), overshoot {}; peak active users {} (cap {}) [{}]; sync payload per node {:.0} B/s sent, {:.0} B/s received",
                 self.nodes,
                 self.sync_interval_secs,
                 self.admitted_per_minute.values().max().copied().unwrap_or(0),
@@ -285,7 +288,9 @@ impl Report {
                 self.overshoot(),
                 self.true_peak_active,
                 self.cap,
-                pass(self.cap == 0 || self.true_peak_active <= u64::from(self.cap))
+                pass(self.cap == 0 || self.true_peak_active <= u64::from(self.cap)),
+                self.store_bytes_per_node_sec.0,
+                self.store_bytes_per_node_sec.1
             );
         }
         if self.cap > 0 {
@@ -378,6 +383,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         .map(|n| sync_ms * n as u64 / nodes as u64)
         .collect();
     let room = &rooms[0];
+    let (mut store_sent, mut store_received) = (0usize, 0usize);
     // The ring key shapes every draw and jitter: derived from the seed, so a run repeats.
     let key = {
         use base64::Engine as _;
@@ -427,10 +433,11 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         let now = Timestamp::from_millis(EPOCH_SECS * 1000 + t);
         for (n, store) in shared.iter().enumerate() {
             while next_sync[n] <= t {
-                hub.sync(
-                    store,
-                    Timestamp::from_millis(EPOCH_SECS * 1000 + next_sync[n]),
-                );
+                let at = Timestamp::from_millis(EPOCH_SECS * 1000 + next_sync[n]);
+                if let Some((sent, received)) = hub.sync_bytes(store, at) {
+                    store_sent += sent;
+                    store_received += received;
+                }
                 next_sync[n] += sync_ms;
             }
         }
@@ -551,6 +558,8 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         })
         .collect();
     let calibration = calibration(&journeys);
+    // The sync ran from the start to the last event.
+    let span_secs = sampled_sec.saturating_sub(EPOCH_SECS) as f64;
     // Active users from their stories: from admission to a session after the last touch.
     let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
     let session_ms = opts.session_duration.as_millis() as u64;
@@ -589,6 +598,13 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         nodes: nodes as u32,
         sync_interval_secs: opts.sync_interval.as_secs_f64(),
         true_peak_active: true_peak_active.max(0) as u64,
+        store_bytes_per_node_sec: {
+            let node_secs = (nodes as f64 * span_secs).max(1.0);
+            (
+                store_sent as f64 / node_secs,
+                store_received as f64 / node_secs,
+            )
+        },
     })
 }
 

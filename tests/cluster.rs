@@ -330,3 +330,15 @@ fn on_store_failure_decides_while_the_store_was_never_reached() {
         }
     }
 }
+
+#[test]
+fn the_three_node_example_config_is_valid() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/cluster/vestibule.toml"
+    );
+    let (code, out, err) = run_cli(&["--check", "--config", path]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains("store = \"redis\""));
+}

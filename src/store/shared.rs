@@ -65,6 +65,61 @@ pub struct SyncRequest {
     outbox: Vec<(Arc<str>, Mark, Timestamp)>,
 }
 
+impl SyncRequest {
+    /// Bytes of arguments the Redis script receives (as `redis.rs` counts them).
+    pub fn payload_bytes(&self) -> usize {
+        let arg = |s: usize| s + 16;
+        let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+        arg(self.member.len())
+            + 5 * arg(13)
+            + self
+                .counters
+                .iter()
+                .map(|(k, v, exp)| arg(k.len()) + arg(digits(v.unsigned_abs())) + arg(digits(*exp)))
+                .sum::<usize>()
+            + self
+                .demand
+                .iter()
+                .map(|(r, d)| arg(r.len()) + arg(digits(*d)))
+                .sum::<usize>()
+            + self
+                .marks
+                .iter()
+                .map(|(m, u)| arg(m.len()) + arg(digits(*u)))
+                .sum::<usize>()
+            + arg(self.mark_cursor.len())
+    }
+}
+
+impl SyncReply {
+    /// Bytes of strings in the script's reply (as `redis.rs` counts them).
+    pub fn payload_bytes(&self) -> usize {
+        let bulk = |s: usize| s + 8;
+        self.members.iter().map(|m| bulk(m.len())).sum::<usize>()
+            + self
+                .counters
+                .iter()
+                .map(|(k, v)| bulk(k.len()) + bulk(v.to_string().len()))
+                .sum::<usize>()
+            + self
+                .demand
+                .iter()
+                .map(|(r, by)| {
+                    bulk(r.len())
+                        + by.iter()
+                            .map(|(m, d)| bulk(m.len()) + bulk(d.to_string().len()))
+                            .sum::<usize>()
+                })
+                .sum::<usize>()
+            + self
+                .marks
+                .iter()
+                .map(|(m, u)| bulk(m.len()) + bulk(u.to_string().len()))
+                .sum::<usize>()
+            + bulk(self.mark_cursor.len())
+    }
+}
+
 /// What a node reads back at a sync.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SyncReply {
@@ -635,19 +690,26 @@ impl MemoryHub {
         })
     }
 
-    /// One sync of `store` through this hub at `now`.
-    pub fn sync(&self, store: &SharedStore, now: Timestamp) -> bool {
+    /// One sync of `store` through this hub at `now`: the payload bytes (sent, received), or
+    /// `None` when the hub is down.
+    pub fn sync_bytes(&self, store: &SharedStore, now: Timestamp) -> Option<(usize, usize)> {
         let req = store.prepare(now);
         match self.exchange(&req) {
             Ok(reply) => {
+                let bytes = (req.payload_bytes(), reply.payload_bytes());
                 store.apply(req, reply, now);
-                true
+                Some(bytes)
             }
             Err(_) => {
                 store.failed(req);
-                false
+                None
             }
         }
+    }
+
+    /// One sync of `store` through this hub at `now`; false when the hub is down.
+    pub fn sync(&self, store: &SharedStore, now: Timestamp) -> bool {
+        self.sync_bytes(store, now).is_some()
     }
 }
 
