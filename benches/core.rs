@@ -95,7 +95,8 @@ fn rate_limits(c: &mut Criterion) {
     )
     .expect("config");
     let states = RuleStates::default();
-    let store = LocalStore::new();
+    let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+        std::sync::Arc::new(LocalStore::new());
     let rules = RuleSet::new(
         config
             .rate_limits

@@ -121,7 +121,7 @@ impl Snapshot {
             config
                 .rate_limits
                 .iter()
-                .map(|r| Rule::new(r.clone(), &state.rules, state.store.as_ref()))
+                .map(|r| Rule::new(r.clone(), &state.rules, &state.store))
                 .collect(),
         );
 

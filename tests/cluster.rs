@@ -342,3 +342,73 @@ fn the_three_node_example_config_is_valid() {
     let text = std::fs::read_to_string(path).unwrap();
     assert!(text.contains("store = \"redis\""));
 }
+
+/// One client's request through `node`: its status.
+fn hit(node: &Vestibule, path: &str, ip: &str) -> u16 {
+    client()
+        .get(node.url(path))
+        .header("X-Forwarded-For", ip)
+        .send()
+        .expect("the proxy answers")
+        .status()
+        .as_u16()
+}
+
+#[test]
+fn a_shared_window_limits_a_client_spread_over_the_nodes_and_its_penalty_box_spreads() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    // api: 10 requests per 10 s for the whole cluster; burst: 5 a second, then a minute out.
+    let rules = "[[rate_limit]]\nname = \"api\"\npaths = [\"/api\"]\nwindow = \"10s\"\nlimit = 1\npenalty = \"0s\"\nshared = true\n\
+                 [[rate_limit]]\nname = \"burst\"\npaths = [\"/burst\"]\nwindow = \"1s\"\nlimit = 5\npenalty = \"1m\"\nshared = true\n";
+    let nodes: Vec<Vestibule> = ["a", "b", "c"]
+        .iter()
+        .map(|n| node(&origin, &redis.url(), n, rules, ""))
+        .collect();
+    wait_nodes(&nodes.iter().collect::<Vec<_>>(), 3);
+
+    // One client, spread over the three nodes, 4 requests a second: the window holds for the
+    // cluster (alone, each node would let 10 through: 30).
+    let mut passed = 0;
+    for i in 0..36 {
+        match hit(&nodes[i % 3], "/api/__echo", "10.7.0.1") {
+            200 => passed += 1,
+            429 => {}
+            other => panic!("status {other}"),
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        (10..=14).contains(&passed),
+        "{passed} of 36 requests passed a shared quota of 10 per 10 s"
+    );
+
+    // Another client trips the burst rule on node a alone, and is boxed for a minute there.
+    let mut limited = false;
+    for _ in 0..10 {
+        limited |= hit(&nodes[0], "/burst/__echo", "10.7.0.2") == 429;
+    }
+    assert!(limited, "the burst rule trips on node a");
+    // Two seconds later the window has passed everywhere; only the spread penalty box holds
+    // the client on the other nodes.
+    std::thread::sleep(Duration::from_millis(2_500));
+    for v in &nodes[1..] {
+        let resp = client()
+            .get(v.url("/burst/__echo"))
+            .header("X-Forwarded-For", "10.7.0.2")
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 429, "penalized on {}", v.proxy);
+        let retry: u64 = resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((50..=60).contains(&retry), "Retry-After {retry}");
+    }
+    // A client the rules never saw passes everywhere.
+    for v in &nodes {
+        assert_eq!(hit(v, "/api/__echo", "10.7.0.3"), 200);
+        assert_eq!(hit(v, "/burst/__echo", "10.7.0.3"), 200);
+    }
+}

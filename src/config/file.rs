@@ -221,6 +221,7 @@ pub struct RateLimitFile {
     pub action: Option<String>,
     pub bypass_cidrs: Option<Vec<String>>,
     pub max_keys: Option<i64>,
+    pub shared: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

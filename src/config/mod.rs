@@ -321,6 +321,9 @@ pub struct RuleConfig {
     pub bypass_cidrs: Vec<IpNet>,
     /// Keys the rule expects to track at once: sizes estimators and caps its tables.
     pub max_keys: usize,
+    /// Window rules: count every cluster node's requests for a key, and honour every node's
+    /// penalty box (SPEC §9). Without a shared store it counts this node's alone.
+    pub shared: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -803,6 +803,13 @@ impl Validator<'_> {
             let Some(algorithm) = self.algorithm(i, r) else {
                 continue;
             };
+            let shared = r.shared.unwrap_or(false);
+            if shared && !matches!(algorithm, Algorithm::Window { .. }) {
+                self.err(
+                    k("shared"),
+                    "applies to window rules only: token buckets and concurrency caps count per node",
+                );
+            }
             out.push(RuleConfig {
                 name,
                 key,
@@ -813,6 +820,7 @@ impl Validator<'_> {
                 action,
                 bypass_cidrs,
                 max_keys: max_keys.clamp(1, MAX_MAX_KEYS) as usize,
+                shared,
             });
         }
         out

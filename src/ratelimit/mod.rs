@@ -25,7 +25,7 @@ use pingora_limits::inflight::{Guard, Inflight};
 
 use crate::config::{Action, Algorithm, KeyPart, RuleConfig, Scope};
 use crate::identity::Identity;
-use crate::store::{CounterStore, WindowCounter, WindowSpec};
+use crate::store::{CounterStore, Mark, MarkKind, WindowCounter, WindowSpec};
 use crate::time::{ceil_secs, Timestamp};
 
 use bucket::BucketTable;
@@ -177,6 +177,7 @@ impl RuleStates {
                 name: config.name.clone(),
                 interval_ms,
                 max_keys: config.max_keys,
+                shared: config.shared.then(|| exchange_above(&config.algorithm)),
             })),
             Shape::Bucket { .. } => Counter::Bucket(Box::new(BucketTable::new(config.max_keys))),
             Shape::Concurrency => Counter::Concurrency(Inflight::new()),
@@ -202,6 +203,10 @@ pub struct Rule {
     policy_value: http::HeaderValue,
     /// The start of this rule's `RateLimit` item: `"<rule>";r=`.
     item_prefix: String,
+    /// `shared = true`: the store that carries the cluster's key seed and penalty boxes.
+    shared: Option<Arc<dyn CounterStore>>,
+    /// Where this rule's shared penalty-box entries are marked.
+    mark_scope: String,
 }
 
 impl std::fmt::Debug for Rule {
@@ -213,8 +218,8 @@ impl std::fmt::Debug for Rule {
 }
 
 impl Rule {
-    pub fn new(config: RuleConfig, states: &RuleStates, store: &dyn CounterStore) -> Rule {
-        let state = states.get(&config, store);
+    pub fn new(config: RuleConfig, states: &RuleStates, store: &Arc<dyn CounterStore>) -> Rule {
+        let state = states.get(&config, store.as_ref());
         let policy = policy_item(&config);
         // Rule names are validated labels, so the item is always a valid header value.
         let policy_value = http::HeaderValue::from_str(&policy)
@@ -229,6 +234,8 @@ impl Rule {
             policy,
             policy_value,
             item_prefix: format!("\"{}\";r=", config.name),
+            shared: config.shared.then(|| store.clone()),
+            mark_scope: format!("rl|{}", config.name),
             config,
         }
     }
@@ -247,8 +254,21 @@ impl Rule {
 
     /// The key of a request: a keyed hash of the configured parts, each length-prefixed so
     /// parts cannot run into each other.
+    ///
+    /// A shared rule hashes with the cluster's seed, the same on every node (and secret: it
+    /// comes from the store), so its counts and penalty boxes meet; until the first sync it
+    /// hashes like any rule, and counts locally.
     pub fn key(&self, req: &RequestView) -> u64 {
-        let mut h = self.key_hasher.clone();
+        if let Some(seed) = self.shared.as_ref().and_then(|s| s.key_seed()) {
+            let mut h =
+                ahash::RandomState::with_seeds(seed[0], seed[1], seed[2], seed[3]).build_hasher();
+            h.write(self.config.name.as_bytes());
+            return self.hash_parts(h, req);
+        }
+        self.hash_parts(self.key_hasher.clone(), req)
+    }
+
+    fn hash_parts(&self, mut h: ahash::AHasher, req: &RequestView) -> u64 {
         for part in &self.config.key {
             let bytes: &[u8] = match part {
                 KeyPart::ClientIp => req.identity.as_str().as_bytes(),
@@ -290,6 +310,15 @@ impl Rule {
         if let Some(until) = state.penalty.until(key, now) {
             return Check::denied(Outcome::Penalized, ceil_secs(until.since(now)));
         }
+        // Another node's penalty box, spread through the store.
+        if let Some(until) = self
+            .shared
+            .as_ref()
+            .and_then(|s| s.marked_until(&self.mark_scope, penalty_mark(key), now))
+        {
+            state.penalty.put(key, until, now);
+            return Check::denied(Outcome::Penalized, ceil_secs(until.since(now)));
+        }
         match (&state.counter, self.config.algorithm) {
             (
                 Counter::Window(counter),
@@ -307,7 +336,11 @@ impl Rule {
                 let wait = if penalty.is_zero() {
                     window::time_to_recover(&sample, window, limit)
                 } else {
-                    state.penalty.put(key, now.saturating_add(penalty), now);
+                    let until = now.saturating_add(penalty);
+                    state.penalty.put(key, until, now);
+                    if let Some(store) = &self.shared {
+                        store.mark(&self.mark_scope, penalty_mark(key), until, now);
+                    }
                     penalty
                 };
                 Check::denied(Outcome::Limited, ceil_secs(wait))
@@ -397,6 +430,28 @@ impl Rule {
 
 /// `q` is the quota per `w` seconds (IETF httpapi-ratelimit-headers). For a window rule the
 /// limit is a rate, so its quota over the window is `limit × window`.
+fn penalty_mark(key: u64) -> Mark {
+    Mark {
+        kind: MarkKind::Penalty,
+        id: key,
+    }
+}
+
+/// A shared window's counts of a key are exchanged with the other nodes once this node counted a
+/// twentieth of the rule's quota for it in an interval: keys far below the limit stay local,
+/// which keeps the store's traffic bounded by the hot keys however many keys there are. The
+/// cost: a client spread over N nodes may go unseen by the others for up to N × 5 % of the
+/// quota (README, "Run several nodes").
+pub fn exchange_above(algorithm: &Algorithm) -> u64 {
+    match algorithm {
+        Algorithm::Window { window, limit, .. } => {
+            let quota = u64::from(*limit) * window.as_secs().max(1);
+            (quota / 20).max(1)
+        }
+        _ => 1,
+    }
+}
+
 fn policy_item(c: &RuleConfig) -> String {
     match c.algorithm {
         Algorithm::Window { window, limit, .. } => {
@@ -476,14 +531,14 @@ mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    fn rules(toml: &str) -> (RuleSet, RuleStates, LocalStore) {
+    fn rules(toml: &str) -> (RuleSet, RuleStates, Arc<dyn CounterStore>) {
         let config = Config::parse(
             &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
             Path::new("/tmp/x.toml"),
         )
         .unwrap();
         let states = RuleStates::default();
-        let store = LocalStore::new();
+        let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
         let set = RuleSet::new(
             config
                 .rate_limits

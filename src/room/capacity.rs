@@ -237,6 +237,7 @@ impl Capacity {
             name: format!("room:{room}:checkins"),
             interval_ms: CHECKIN_WINDOW.as_millis() as u64,
             max_keys: 1,
+            shared: None,
         });
         let live_secs = c.refresh.as_secs_f64() * 1.2 + CHECKIN_SLACK_SECS;
         Capacity {
@@ -296,6 +297,8 @@ impl Capacity {
             CounterKind::Waiting | CounterKind::Arrived => (slot + self.live_ticks + 2) * TICK_SECS,
             CounterKind::Admitted => (slot + 3) * 60,
             CounterKind::Arrivals | CounterKind::Returned => (slot + RETURN_MINUTES + 2) * 60,
+            // Not a capacity counter.
+            CounterKind::Window => (slot + 2) * 60,
         };
         self.store.add(
             &self.key(kind, slot, id),

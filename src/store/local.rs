@@ -222,6 +222,14 @@ impl CounterStore for LocalStore {
         true
     }
 
+    fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
+        let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        marks
+            .get(&(Arc::<str>::from(scope), mark))
+            .filter(|&&at| at > now.millis())
+            .map(|&at| Timestamp::from_millis(at))
+    }
+
     fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {
         let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         if marks.is_empty() {
@@ -329,6 +337,7 @@ mod tests {
             name: "r".into(),
             interval_ms: 1000,
             max_keys: 10,
+            shared: None,
         };
         let a = store.window(&spec);
         a.observe(1, 2, at(0));

@@ -48,6 +48,9 @@ pub struct WindowSpec {
     pub interval_ms: u64,
     /// Distinct keys the counter is sized for (accuracy degrades beyond it; see `local.rs`).
     pub max_keys: usize,
+    /// Counted across the cluster when the store is shared (SPEC §9 `shared = true`): a key's
+    /// counts are exchanged once this node counted `exchange_above` of them in an interval.
+    pub shared: Option<u64>,
 }
 
 /// A sliding-window counter family: many keys, one interval length.
@@ -85,6 +88,8 @@ pub enum CounterKind {
     Arrivals,
     /// Arrivals that came back for their first check-in during minute `slot`.
     Returned,
+    /// A shared rate-limit window's count of key `id` in interval `slot` (scope: the rule).
+    Window,
 }
 
 /// Something that happens once and is remembered until it cannot matter any more: a mark.
@@ -103,6 +108,8 @@ pub enum MarkKind {
     Revoked,
     /// A waiting token that already won its draw: presenting it again is not a new admission.
     Admitted,
+    /// A key a shared rate-limit rule put in its penalty box (scope: the rule).
+    Penalty,
 }
 
 pub trait CounterStore: Send + Sync {
@@ -128,6 +135,16 @@ pub trait CounterStore: Send + Sync {
 
     /// Whether `mark` is set in `scope` (and has not expired).
     fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool;
+
+    /// Until when `mark` is set in `scope`, if it is.
+    fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp>;
+
+    /// The seed shared rate-limit keys are hashed with: the same on every node of a cluster,
+    /// and secret (it comes from the store). `None` without a shared store, or before the first
+    /// sync.
+    fn key_seed(&self) -> Option<[u64; 4]> {
+        None
+    }
 
     /// Drops what has expired. The in-process store calls this from a background task; a
     /// shared store with native expiry may do nothing.

@@ -8,7 +8,10 @@
 //!   absolute value, expiring with the counter (`PEXPIREAT`);
 //! - `keys`: a sorted set indexing the live counters by expiry;
 //! - `demand|room`: a hash of each member's demand over the last minute;
-//! - `marks`: a stream of marks (revoked sessions, counted winners), capped at ~100k entries.
+//! - `marks`: a stream of marks (revoked sessions, counted winners, shared penalty boxes),
+//!   capped at ~100k entries;
+//! - `seed`: the secret every node hashes shared rate-limit keys with (set once, by the first
+//!   node to sync).
 //!
 //! Nothing needs persistence: every node pushes all its live counters after a failure, when
 //! the store did not know it (a restart without data), and every 30 s.
@@ -114,6 +117,7 @@ impl RedisSync {
             arg(&mut inv, until.to_string());
         }
         arg(&mut inv, req.mark_cursor.clone());
+        arg(&mut inv, req.seed_candidate.clone());
         let value: Value = inv.invoke_async(conn).await?;
         let mut received = 0usize;
         let reply = parse_reply(&value, &mut received)?;
@@ -165,8 +169,8 @@ fn pairs<A, B>(
 
 fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
     let parts = array(v)?;
-    let [registered, members, counters, demand, marks, cursor] = parts else {
-        return Err(SyncError::Reply("expected six parts"));
+    let [registered, members, counters, demand, marks, cursor, seed] = parts else {
+        return Err(SyncError::Reply("expected seven parts"));
     };
     let registered = matches!(registered, Value::Int(1));
     let members = array(members)?
@@ -186,5 +190,6 @@ fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
         demand,
         marks,
         mark_cursor: text(cursor, bytes)?,
+        seed: text(seed, bytes)?,
     })
 }

@@ -60,6 +60,8 @@ pub struct SyncRequest {
     pub marks: Vec<(String, u64)>,
     /// Marks already read: the id of the last one.
     pub mark_cursor: String,
+    /// A random seed the store keeps if it has none yet (hex).
+    pub seed_candidate: String,
     /// The counters pushed, decoded, and the marks (kept to retry them after a failure).
     pushed: Vec<(CounterKey, i64)>,
     outbox: Vec<(Arc<str>, Mark, Timestamp)>,
@@ -134,6 +136,8 @@ pub struct SyncReply {
     /// (encoded scope and mark, until ms) set by other members since the cursor.
     pub marks: Vec<(String, u64)>,
     pub mark_cursor: String,
+    /// The cluster's key seed (hex): the first candidate the store received.
+    pub seed: String,
 }
 
 /// How a sync went, for metrics.
@@ -152,6 +156,7 @@ fn kind_code(k: CounterKind) -> char {
         CounterKind::Arrived => 'n',
         CounterKind::Arrivals => 'v',
         CounterKind::Returned => 'r',
+        CounterKind::Window => 'x',
     }
 }
 
@@ -163,6 +168,7 @@ fn kind_of(c: &str) -> Option<CounterKind> {
         "n" => CounterKind::Arrived,
         "v" => CounterKind::Arrivals,
         "r" => CounterKind::Returned,
+        "x" => CounterKind::Window,
         _ => return None,
     })
 }
@@ -194,6 +200,7 @@ pub fn encode_mark(scope: &str, m: Mark) -> String {
     let kind = match m.kind {
         MarkKind::Revoked => 'r',
         MarkKind::Admitted => 'a',
+        MarkKind::Penalty => 'p',
     };
     format!("m|{kind}|{}|{scope}", m.id)
 }
@@ -206,6 +213,7 @@ pub fn decode_mark(s: &str) -> Option<(String, Mark)> {
     let kind = match parts.next()? {
         "r" => MarkKind::Revoked,
         "a" => MarkKind::Admitted,
+        "p" => MarkKind::Penalty,
         _ => return None,
     };
     let id = parts.next()?.parse().ok()?;
@@ -271,8 +279,14 @@ pub struct SharedStore {
     on_failure: OnStoreFailure,
     /// Windows and marks (marks learned from the others are copied here).
     local: LocalStore,
-    own: Mutex<HashMap<CounterKey, Own>>,
-    remote: ArcSwap<Remote>,
+    own: Arc<Mutex<HashMap<CounterKey, Own>>>,
+    remote: Arc<ArcSwap<Remote>>,
+    /// Shared windows, by spec (a window lives as long as some rule uses it).
+    windows: Mutex<HashMap<WindowSpec, std::sync::Weak<SharedWindow>>>,
+    /// The cluster's key seed, from the store.
+    seed: arc_swap::ArcSwapOption<[u64; 4]>,
+    /// This node's candidate for the seed, should the store have none.
+    seed_candidate: String,
     outbox: Mutex<Vec<(Arc<str>, Mark, Timestamp)>>,
     demand: Mutex<HashMap<Arc<str>, Demand>>,
     health: Mutex<Health>,
@@ -293,8 +307,16 @@ impl SharedStore {
             interval_ms: interval_ms.max(1),
             on_failure,
             local: LocalStore::new(),
-            own: Mutex::new(HashMap::new()),
-            remote: ArcSwap::from_pointee(Remote::default()),
+            own: Arc::new(Mutex::new(HashMap::new())),
+            remote: Arc::new(ArcSwap::from_pointee(Remote::default())),
+            windows: Mutex::new(HashMap::new()),
+            seed: arc_swap::ArcSwapOption::empty(),
+            seed_candidate: {
+                use rand::RngCore;
+                let mut b = [0u8; 32];
+                rand::thread_rng().fill_bytes(&mut b);
+                hex::encode(b)
+            },
             outbox: Mutex::new(Vec::new()),
             demand: Mutex::new(HashMap::new()),
             health: Mutex::new(Health {
@@ -360,6 +382,7 @@ impl SharedStore {
             demand,
             marks,
             mark_cursor: cursor,
+            seed_candidate: self.seed_candidate.clone(),
             pushed,
             outbox,
         }
@@ -419,6 +442,11 @@ impl SharedStore {
             shares,
             members,
         }));
+        if let Some(seed) = parse_seed(&reply.seed) {
+            if self.seed.load().as_deref() != Some(&seed) {
+                self.seed.store(Some(Arc::new(seed)));
+            }
+        }
         let mut h = self.health();
         h.up = true;
         h.last_sync = Some(now);
@@ -444,9 +472,120 @@ impl SharedStore {
     }
 }
 
+/// 32 bytes of hex as four words.
+fn parse_seed(hex_seed: &str) -> Option<[u64; 4]> {
+    let bytes = hex::decode(hex_seed).ok()?;
+    if bytes.len() != 32 {
+        return None;
+    }
+    let mut out = [0u64; 4];
+    for (i, w) in out.iter_mut().enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
+        *w = u64::from_le_bytes(b);
+    }
+    Some(out)
+}
+
+/// A rate-limit window counted across the cluster (SPEC §9 `shared = true`). This node counts
+/// in its own sketch; a key it counted `exchange_above` times in an interval becomes one of its
+/// shared counters (absolute, like every counter), and every key's sample adds what the other
+/// nodes reported for it at the last sync. Keys far below the limit never leave the node.
+pub struct SharedWindow {
+    local: Arc<dyn WindowCounter>,
+    scope: Arc<str>,
+    interval_ms: u64,
+    exchange_above: u64,
+    own: Arc<Mutex<HashMap<CounterKey, Own>>>,
+    remote: Arc<ArcSwap<Remote>>,
+}
+
+impl SharedWindow {
+    fn key(&self, slot: u64, id: u64) -> CounterKey {
+        CounterKey {
+            scope: self.scope.clone(),
+            kind: CounterKind::Window,
+            slot,
+            id,
+        }
+    }
+
+    /// The others' counts of `key` in the previous and current interval.
+    fn others(&self, key: u64, now: Timestamp) -> (u64, u64) {
+        let remote = self.remote.load();
+        if remote.values.is_empty() {
+            return (0, 0);
+        }
+        let slot = now.millis() / self.interval_ms;
+        let get = |s: u64| {
+            remote
+                .values
+                .get(&self.key(s, key))
+                .copied()
+                .unwrap_or(0)
+                .max(0) as u64
+        };
+        (get(slot.wrapping_sub(1)), get(slot))
+    }
+}
+
+impl WindowCounter for SharedWindow {
+    fn observe(&self, key: u64, n: u64, now: Timestamp) -> super::WindowSample {
+        let mut s = self.local.observe(key, n, now);
+        if s.curr >= self.exchange_above {
+            let slot = now.millis() / self.interval_ms;
+            let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+            let o = own.entry(self.key(slot, key)).or_insert(Own {
+                value: 0,
+                pushed: 0,
+                expire_ms: 0,
+            });
+            o.value = s.curr as i64;
+            o.expire_ms = (slot + 2) * self.interval_ms;
+        }
+        let (prev, curr) = self.others(key, now);
+        s.prev += prev;
+        s.curr += curr;
+        s
+    }
+
+    fn peek(&self, key: u64, now: Timestamp) -> super::WindowSample {
+        let mut s = self.local.peek(key, now);
+        let (prev, curr) = self.others(key, now);
+        s.prev += prev;
+        s.curr += curr;
+        s
+    }
+}
+
 impl CounterStore for SharedStore {
     fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter> {
-        self.local.window(spec)
+        let Some(exchange_above) = spec.shared else {
+            return self.local.window(spec);
+        };
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows.retain(|_, w| w.strong_count() > 0);
+        if let Some(w) = windows.get(spec).and_then(std::sync::Weak::upgrade) {
+            return w;
+        }
+        let w = Arc::new(SharedWindow {
+            local: self.local.window(spec),
+            scope: Arc::from(format!("rl|{}|{}", spec.name, spec.interval_ms)),
+            interval_ms: spec.interval_ms.max(1),
+            exchange_above: exchange_above.max(1),
+            own: self.own.clone(),
+            remote: self.remote.clone(),
+        });
+        windows.insert(spec.clone(), Arc::downgrade(&w));
+        w
+    }
+
+    fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
+        self.local.marked_until(scope, mark, now)
+    }
+
+    fn key_seed(&self) -> Option<[u64; 4]> {
+        self.seed.load().as_deref().copied()
     }
 
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
@@ -603,6 +742,7 @@ struct Hub {
     demand: HashMap<String, HashMap<String, u64>>,
     /// (seq, mark, until).
     marks: Vec<(u64, String, u64)>,
+    seed: Option<String>,
     /// Down: every exchange fails.
     down: bool,
 }
@@ -680,6 +820,10 @@ impl MemoryHub {
             .filter(|(s, _, _)| *s > cursor)
             .map(|(_, m, u)| (m.clone(), *u))
             .collect();
+        let seed = hub
+            .seed
+            .get_or_insert_with(|| req.seed_candidate.clone())
+            .clone();
         Ok(SyncReply {
             registered,
             members,
@@ -687,6 +831,7 @@ impl MemoryHub {
             demand,
             marks,
             mark_cursor: format!("{seq}-0"),
+            seed,
         })
     }
 
@@ -841,6 +986,42 @@ mod tests {
         hub.set_down(true);
         hub.sync(&s, at(11));
         assert_eq!(s.allotment(k), share, "the last share is kept");
+    }
+
+    #[test]
+    fn shared_windows_add_the_other_nodes_hot_keys() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        let spec = WindowSpec {
+            name: "api".into(),
+            interval_ms: 10_000,
+            max_keys: 100,
+            shared: Some(5),
+        };
+        let (wa, wb) = (a.window(&spec), b.window(&spec));
+        // Same spec, same window; a local spec is another one.
+        assert!(Arc::ptr_eq(&wa, &a.window(&spec)));
+        for _ in 0..8 {
+            wa.observe(1, 1, at(100));
+        }
+        // Key 2 stays below the exchange threshold: never leaves node a.
+        for _ in 0..3 {
+            wa.observe(2, 1, at(100));
+        }
+        hub.sync(&a, at(101));
+        hub.sync(&b, at(101));
+        let s = wb.observe(1, 1, at(101));
+        assert_eq!((s.prev, s.curr), (0, 9), "b counts a's 8 and its own 1");
+        assert_eq!(wb.peek(2, at(101)).curr, 0);
+        // The next interval sees them as the previous one.
+        assert_eq!(wb.peek(1, at(111)).prev, 9);
+        // Both nodes hash shared keys with the same seed, from the store.
+        assert!(a.key_seed().is_some());
+        assert_eq!(a.key_seed(), b.key_seed());
+        assert_eq!(
+            SharedStore::new("c", "1", 1000, OnStoreFailure::Open).key_seed(),
+            None
+        );
     }
 
     #[test]

@@ -3,9 +3,9 @@
 --       n, (key, value, expire_at_ms) * n   -- this member's absolute values
 --       n, (room, demand) * n
 --       n, (mark, until_ms) * n
---       mark cursor (a stream id)
+--       mark cursor (a stream id), seed candidate (hex)
 -- Returns {registered, live members, {key, others' sum}..., {room, {member, demand}...}...,
---          {mark, until}..., new mark cursor}.
+--          {mark, until}..., new mark cursor, the cluster's key seed}.
 local prefix, member = ARGV[1], ARGV[2]
 local now, dead = tonumber(ARGV[3]), tonumber(ARGV[4])
 local nodes = prefix .. 'nodes'
@@ -43,6 +43,9 @@ for _ = 1, n do
   i = i + 2
 end
 local cursor = ARGV[i]
+local seed_key = prefix .. 'seed'
+redis.call('SET', seed_key, ARGV[i + 1], 'NX')
+local seed = redis.call('GET', seed_key)
 
 redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
 local live = redis.call('ZRANGE', nodes, 0, -1)
@@ -88,4 +91,4 @@ for _, e in ipairs(redis.call('XRANGE', stream, '(' .. cursor, '+', 'COUNT', 100
 end
 redis.call('PEXPIRE', stream, 86400000)
 
-return {registered, live, counters, demand, marks, last}
+return {registered, live, counters, demand, marks, last, seed}
