@@ -404,3 +404,19 @@ fn cluster_defaults_and_errors() {
     ));
     assert!(e.contains("cluster.redis"), "{e}");
 }
+
+#[test]
+fn shared_applies_to_window_rules_only() {
+    let c = parse(&format!("{MINIMAL}[[rate_limit]]\nshared = true\n")).unwrap();
+    assert!(c.rate_limits[0].shared);
+    assert!(
+        !parse(&format!("{MINIMAL}[[rate_limit]]\n"))
+            .unwrap()
+            .rate_limits[0]
+            .shared
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[rate_limit]]\nalgorithm = \"token_bucket\"\nshared = true\n"
+    ));
+    assert!(e.contains("rate_limit[0].shared"), "{e}");
+}

@@ -1025,6 +1025,29 @@ mod tests {
     }
 
     #[test]
+    fn keys_far_below_the_limit_never_leave_the_node() {
+        let a = node("a");
+        let w = a.window(&WindowSpec {
+            name: "api".into(),
+            interval_ms: 10_000,
+            max_keys: 1_000_000,
+            shared: Some(5),
+        });
+        // A million clients a request each, ten of them hot.
+        for k in 0..1_000_000u64 {
+            w.observe(k, 1, at(100));
+        }
+        for k in 0..10u64 {
+            for _ in 0..5 {
+                w.observe(k, 1, at(100));
+            }
+        }
+        let req = a.prepare(at(101));
+        assert_eq!(req.counters.len(), 10, "only the hot keys are exchanged");
+        assert!(req.payload_bytes() < 2_000, "{} bytes", req.payload_bytes());
+    }
+
+    #[test]
     fn marks_spread_to_every_node() {
         let hub = MemoryHub::default();
         let (a, b) = (node("a"), node("b"));
