@@ -145,8 +145,7 @@ impl StoreSync {
         store: Arc<crate::store::shared::SharedStore>,
         cluster: &crate::config::ClusterConfig,
     ) -> Result<StoreSync, String> {
-        let url = cluster.redis.as_deref().ok_or("no URL")?;
-        let redis = crate::store::redis::RedisSync::new(url, &cluster.key_prefix)
+        let redis = crate::store::redis::RedisSync::new(&cluster.redis, &cluster.key_prefix)
             .map_err(|e| e.to_string())?;
         Ok(StoreSync {
             app,

@@ -412,3 +412,47 @@ fn a_shared_window_limits_a_client_spread_over_the_nodes_and_its_penalty_box_spr
         assert_eq!(hit(v, "/burst/__echo", "10.7.0.3"), 200);
     }
 }
+
+#[test]
+fn nodes_share_a_room_through_a_redis_cluster() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let origin = Origin::start();
+    let urls = cluster
+        .urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let room = "[[room]]\nname = \"club\"\npages = \"pages\"\nadmission = \"fifo\"\ntotal_active_users = 3\nsession_duration = \"10m\"\nrefresh = \"5s\"\n";
+    let start = |name: &str| {
+        Setup::new(origin.addr)
+            .extra(TRUST_LOCAL)
+            .extra(room)
+            .extra(&format!(
+                "[cluster]\nstore = \"redis\"\nredis = [{urls}]\nnode = \"{name}\"\nsync_interval = \"250ms\"\n"
+            ))
+            .start()
+    };
+    let (a, b) = (start("a"), start("b"));
+    wait_nodes(&[&a, &b], 2);
+    let mut users: Vec<User> = (0..8).map(User::new).collect();
+    let mut through = [false; 8];
+    for round in 0..4 {
+        for (i, u) in users.iter_mut().enumerate() {
+            let v = if (i + round) % 2 == 0 { &a } else { &b };
+            through[i] |= allowed(u.get(v, "/__echo")).1;
+        }
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    assert_eq!(
+        through.iter().filter(|t| **t).count(),
+        3,
+        "the cluster holds 3 active users: {through:?}"
+    );
+    for v in [&a, &b] {
+        assert_eq!(v.metric("vestibule_store_up"), 1.0);
+        assert_eq!(v.metric("vestibule_store_errors_total"), 0.0);
+    }
+}

@@ -44,8 +44,9 @@ pub struct Config {
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
     pub store: StoreKind,
-    /// The Redis (or Valkey) server, as a `redis://` or `rediss://` URL.
-    pub redis: Option<String>,
+    /// The Redis (or Valkey) server as a `redis://` or `rediss://` URL; several: the seed nodes
+    /// of a Redis Cluster.
+    pub redis: Vec<String>,
     /// This node's name; `None`: the host name and the first listen port.
     pub node: Option<String>,
     pub sync_interval: Duration,
@@ -57,7 +58,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
             store: StoreKind::Local,
-            redis: None,
+            redis: Vec::new(),
             node: None,
             sync_interval: Duration::from_secs(1),
             on_store_failure: OnStoreFailure::LastShare,
@@ -70,7 +71,10 @@ impl std::fmt::Debug for ClusterConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterConfig")
             .field("store", &self.store)
-            .field("redis", &self.redis.as_deref().map(redact_url))
+            .field(
+                "redis",
+                &self.redis.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
             .field("node", &self.node)
             .field("sync_interval", &self.sync_interval)
             .field("on_store_failure", &self.on_store_failure)

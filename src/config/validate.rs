@@ -183,23 +183,22 @@ impl Validator<'_> {
                 "must be 1 to 64 characters, without spaces",
             );
         }
-        let mut redis = None;
+        let mut redis = Vec::new();
         if store == StoreKind::Redis {
-            match c.redis.as_slice() {
-                [] => self.err("cluster.redis", "needs the Redis server's URL"),
-                [url] => match redis::Client::open(url.as_str()) {
-                    Ok(_) => redis = Some(url.clone()),
+            if c.redis.is_empty() {
+                self.err("cluster.redis", "needs the Redis server's URL");
+            }
+            for (i, url) in c.redis.iter().enumerate() {
+                match redis::Client::open(url.as_str()) {
+                    Ok(_) => redis.push(url.clone()),
                     Err(e) => self.err(
-                        "cluster.redis[0]",
-                        format!("is not a Redis URL like \"redis://10.0.0.5:6379/0\": {e}"),
+                        format!("cluster.redis[{i}]"),
+                        format!(
+                            "is not a Redis URL like \"redis://10.0.0.5:6379/0\": {}",
+                            crate::config::redact_url(&e.to_string())
+                        ),
                     ),
-                },
-                _ => self.err(
-                    "cluster.redis",
-                    "holds several URLs (Redis Cluster), which this version does not support: \
-                     give one server (Redis or Valkey, with a replica and Sentinel or a managed \
-                     failover address for high availability)",
-                ),
+                }
             }
         }
         ClusterConfig {

@@ -16,12 +16,16 @@
 //! Nothing needs persistence: every node pushes all its live counters after a failure, when
 //! the store did not know it (a restart without data), and every 30 s.
 //!
-//! The script names no keys in `KEYS`, so it runs on one Redis server (or a primary with
-//! replicas behind Sentinel or a managed failover address), not on Redis Cluster.
+//! Every key carries the prefix as a hash tag (`{vestibule:}nodes`, ...), so on Redis Cluster
+//! the whole state lives in one slot and the script, which declares the `nodes` key, runs where
+//! that slot lives. (The state is small: one shard carries it easily; see the README's sizing.)
+//! With one URL it talks to one server (or a primary behind Sentinel or a managed failover
+//! address); with several, they are the seed nodes of a Redis Cluster.
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
 use redis::{Script, Value};
 
 use super::shared::{SyncReply, SyncRequest};
@@ -40,10 +44,20 @@ pub enum SyncError {
 
 /// A connection to the store, opened on first use and again after a failure.
 pub struct RedisSync {
-    client: redis::Client,
+    client: Client,
     prefix: String,
     script: Script,
-    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+}
+
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
 }
 
 /// Bytes on the wire of one sync, roughly (arguments and reply payloads).
@@ -54,10 +68,17 @@ pub struct Traffic {
 }
 
 impl RedisSync {
-    pub fn new(url: &str, prefix: &str) -> Result<RedisSync, redis::RedisError> {
+    /// One URL: a server; several: the seed nodes of a Redis Cluster.
+    pub fn new(urls: &[String], prefix: &str) -> Result<RedisSync, redis::RedisError> {
+        let client = match urls {
+            [url] => Client::Single(redis::Client::open(url.as_str())?),
+            _ => Client::Cluster(redis::cluster::ClusterClient::new(
+                urls.iter().map(String::as_str),
+            )?),
+        };
         Ok(RedisSync {
-            client: redis::Client::open(url)?,
-            prefix: prefix.to_owned(),
+            client,
+            prefix: format!("{{{prefix}}}"),
             script: Script::new(SCRIPT),
             conn: tokio::sync::Mutex::new(None),
         })
@@ -85,12 +106,17 @@ impl RedisSync {
     async fn exchange_inner(&self, req: &SyncRequest) -> Result<(SyncReply, Traffic), SyncError> {
         let mut guard = self.conn.lock().await;
         if guard.is_none() {
-            *guard = Some(self.client.get_multiplexed_async_connection().await?);
+            *guard = Some(match &self.client {
+                Client::Single(c) => Conn::Single(c.get_multiplexed_async_connection().await?),
+                Client::Cluster(c) => Conn::Cluster(c.get_async_connection().await?),
+            });
         }
         let Some(conn) = guard.as_mut() else {
             return Err(SyncError::Reply("no connection"));
         };
         let mut inv = self.script.prepare_invoke();
+        // The key the script is routed by (Redis Cluster): every other key shares its slot.
+        inv.key(format!("{}nodes", self.prefix));
         let mut sent = 0usize;
         let mut arg = |inv: &mut redis::ScriptInvocation<'_>, s: String| {
             sent += s.len() + 16;
@@ -118,11 +144,21 @@ impl RedisSync {
         }
         arg(&mut inv, req.mark_cursor.clone());
         arg(&mut inv, req.seed_candidate.clone());
-        let value: Value = inv.invoke_async(conn).await?;
+        let value: Value = match conn {
+            Conn::Single(c) => invoke(&inv, c).await?,
+            Conn::Cluster(c) => invoke(&inv, c).await?,
+        };
         let mut received = 0usize;
         let reply = parse_reply(&value, &mut received)?;
         Ok((reply, Traffic { sent, received }))
     }
+}
+
+async fn invoke<C: ConnectionLike>(
+    inv: &redis::ScriptInvocation<'_>,
+    conn: &mut C,
+) -> Result<Value, redis::RedisError> {
+    inv.invoke_async(conn).await
 }
 
 fn text(v: &Value, bytes: &mut usize) -> Result<String, SyncError> {

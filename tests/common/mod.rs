@@ -641,3 +641,79 @@ impl Drop for Redis {
         }
     }
 }
+
+/// A three-shard Redis Cluster on free loopback ports (no replicas), stopped by pid when
+/// dropped. `None` (after a loud message) when `redis-server` or `redis-cli` is not installed.
+pub struct RedisCluster {
+    pub shards: Vec<Redis>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Option<RedisCluster> {
+        let mut shards = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let dir = tempfile::tempdir().expect("temp dir");
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--dir",
+                    dir.path().to_str().expect("utf-8 path"),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let Ok(child) = child else {
+                eprintln!("!!!!!!!! SKIPPED: redis-server cannot be started; `.ci/run` installs it !!!!!!!!");
+                return None;
+            };
+            shards.push(Redis { port, child, dir });
+            assert!(wait_for_port(
+                SocketAddr::from(([127, 0, 0, 1], port)),
+                Duration::from_secs(10)
+            ));
+        }
+        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
+        args.extend(shards.iter().map(|s| format!("127.0.0.1:{}", s.port)));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        match Command::new("redis-cli").args(&args).output() {
+            Ok(out) => assert!(
+                out.status.success(),
+                "redis-cli --cluster create: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ),
+            Err(e) => {
+                eprintln!("!!!!!!!! SKIPPED: redis-cli cannot be run ({e}); `.ci/run` installs redis-server (with redis-tools) !!!!!!!!");
+                return None;
+            }
+        }
+        let ok = eventually(Duration::from_secs(10), || {
+            Command::new("redis-cli")
+                .args(["-p", &shards[0].port.to_string(), "cluster", "info"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+        });
+        assert!(ok, "the Redis Cluster did not come up");
+        Some(RedisCluster { shards })
+    }
+
+    /// The seed URLs, as `[cluster] redis` takes them.
+    pub fn urls(&self) -> Vec<String> {
+        self.shards
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .collect()
+    }
+}
