@@ -52,7 +52,7 @@ pub struct RedisSync {
 
 enum Client {
     Single(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 enum Conn {
@@ -72,9 +72,9 @@ impl RedisSync {
     pub fn new(urls: &[String], prefix: &str) -> Result<RedisSync, redis::RedisError> {
         let client = match urls {
             [url] => Client::Single(redis::Client::open(url.as_str())?),
-            _ => Client::Cluster(redis::cluster::ClusterClient::new(
+            _ => Client::Cluster(Box::new(redis::cluster::ClusterClient::new(
                 urls.iter().map(String::as_str),
-            )?),
+            )?)),
         };
         Ok(RedisSync {
             client,
