@@ -456,3 +456,34 @@ fn nodes_share_a_room_through_a_redis_cluster() {
         assert_eq!(v.metric("vestibule_store_errors_total"), 0.0);
     }
 }
+
+#[test]
+fn a_frozen_store_times_out_and_no_request_waits_on_it() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let room = "[[room]]\nname = \"shop\"\npages = \"pages\"\nadmission = \"fifo\"\nnew_users_per_minute = 100\nrefresh = \"5s\"\n";
+    let a = node(&origin, &redis.url(), "a", room, "");
+    wait_nodes(&[&a], 1);
+    // Frozen, Redis keeps its connections open and answers nothing: only a timeout tells.
+    redis.signal("STOP");
+    let fast = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut saw_down = false;
+    for i in 0..30 {
+        let resp = fast
+            .get(a.url("/__echo"))
+            .header("X-Forwarded-For", format!("10.9.0.{i}"))
+            .send()
+            .expect("answered although the store hangs");
+        assert!(resp.status().as_u16() < 500, "{}", resp.status());
+        saw_down |= a.metric("vestibule_store_up") == 0.0;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(saw_down, "a sync that hangs counts as the store being down");
+    redis.signal("CONT");
+    assert!(eventually(Duration::from_secs(10), || a
+        .metric("vestibule_store_up")
+        == 1.0));
+}

@@ -624,6 +624,17 @@ impl Redis {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// Sends a signal to this server by its pid (`STOP` freezes it: connections stay open and
+    /// nothing answers; `CONT` thaws it).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name} redis-server");
+    }
+
     /// Stops this server (by its pid) and waits until it is gone.
     pub fn stop(mut self) -> u16 {
         let _ = self.child.kill();
