@@ -356,13 +356,27 @@ fn status_html(s: &Value) -> String {
             esc(&e["message"])
         ),
     };
+    let c = &s["cluster"];
+    let cluster = if c["store"] == "local" {
+        String::new()
+    } else {
+        format!(
+            "<p class={}>cluster: store {} {} · node {} · {} live node(s) · last sync {}</p>",
+            if c["up"] == true { "ok" } else { "bad" },
+            esc(&c["store"]),
+            if c["up"] == true { "up" } else { "DOWN" },
+            esc(&c["node"]),
+            esc(&c["nodes"]),
+            esc(&c["last_sync"]),
+        )
+    };
     format!(
         "<!doctype html><html lang=en><head><meta charset=utf-8><meta http-equiv=refresh content=5>\
          <title>vestibule status</title><style>\
          body{{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1d2330}}h1{{font-size:1.3rem}}h2{{font-size:1.05rem;margin-top:1.5rem}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #d5d9e0;padding:.3rem .6rem;text-align:left}}th{{background:#f1f3f6}}\
          .ok{{color:#16803c}}.bad{{color:#b42318;font-weight:600}}</style></head><body>\
-         <h1>vestibule</h1><p>config generation {} loaded {} (started {}) · keys: active {} of {}</p>{error}\
+         <h1>vestibule</h1><p>config generation {} loaded {} (started {}) · keys: active {} of {}</p>{error}{cluster}\
          <h2>Rooms</h2>{}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}\
          <p><a href=/status>JSON</a> · <a href=/metrics>metrics</a></p></body></html>",
         esc(&s["generation"]),
@@ -370,7 +384,7 @@ fn status_html(s: &Value) -> String {
         esc(&s["started_at"]),
         esc(&s["keys"]["active"]),
         esc(&s["keys"]["ids"]),
-        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes"]),
+        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
         table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
         table(peers, &["addr", "healthy"]),
     )

@@ -138,6 +138,11 @@ fn three_nodes_share_new_users_per_minute() {
         // The status names the node, never the store's address.
         let (_, status) = v.admin_get("/status");
         assert!(!status.contains(&redis.port.to_string()), "{status}");
+        let (_, page) = v.admin_get("/status.html");
+        assert!(
+            page.contains("cluster: store redis up") && page.contains("3 live node(s)"),
+            "{page}"
+        );
     }
 }
 
