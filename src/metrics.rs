@@ -62,6 +62,7 @@ pub struct Metrics {
     pub store_bytes: IntCounterVec,
     pub cluster_nodes: IntGauge,
     pub room_slot_share: GaugeVec,
+    pub proxy_protocol_rejected: IntCounter,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -132,6 +133,11 @@ impl Metrics {
                 "This node's share (0-1) of a capacity room's free slots.",
                 &["room"],
             ),
+            proxy_protocol_rejected: IntCounter::new(
+                "vestibule_proxy_protocol_rejected_total",
+                "Connections closed for a missing, invalid, truncated or slow PROXY header.",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
             handles: arc_swap::ArcSwapOption::empty(),
             by_class,
             upstream_responses,
@@ -258,6 +264,7 @@ impl Metrics {
             Box::new(self.store_bytes.clone()),
             Box::new(self.cluster_nodes.clone()),
             Box::new(self.room_slot_share.clone()),
+            Box::new(self.proxy_protocol_rejected.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.

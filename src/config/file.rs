@@ -73,6 +73,7 @@ pub struct ServerFile {
     pub header_timeout: Duration,
     /// Pages for requests outside every room (502 and 429); built-in pages when unset.
     pub pages: Option<String>,
+    pub proxy_protocol: bool,
 }
 
 impl Default for ServerFile {
@@ -87,6 +88,7 @@ impl Default for ServerFile {
             keepalive_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(10),
             pages: None,
+            proxy_protocol: false,
         }
     }
 }

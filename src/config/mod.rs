@@ -159,6 +159,9 @@ pub struct ServerConfig {
     /// Pages (`error.html`, `ratelimited.html`) for requests outside every room; `None` uses
     /// the pages built into the binary.
     pub pages: Option<PathBuf>,
+    /// Every connection opens with a PROXY v1 or v2 header (SPEC §12), believed from
+    /// `identity.trusted_proxies` only.
+    pub proxy_protocol: bool,
 }
 
 #[derive(Clone, PartialEq)]

@@ -288,6 +288,7 @@ impl Validator<'_> {
             keepalive_timeout: s.keepalive_timeout,
             header_timeout: s.header_timeout,
             pages,
+            proxy_protocol: s.proxy_protocol,
         })
     }
 

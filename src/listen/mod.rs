@@ -25,11 +25,13 @@ use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
-use pingora::protocols::{Stream, ALPN};
+use pingora::protocols::{SocketDigest, Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
+
+pub mod proxy_protocol;
 
 /// The largest request head accepted (request line and headers). Browsers send a few KiB;
 /// nginx's default allows 4 × 8 KiB.
@@ -101,6 +103,49 @@ impl<A> Edge<A> {
     fn closed(&self, why: Closed) {
         self.app.metrics.downstream_closed[why.index()].inc();
     }
+
+    /// Makes `source` (from a PROXY header) the connection's client, if the peer that sent the
+    /// header is a trusted proxy: identity, rate limits and X-Forwarded-For then all see it.
+    fn believe(&self, stream: &mut Stream, source: std::net::SocketAddr) {
+        let peer = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        let trusted = peer.is_some_and(|ip| self.app.snapshot().config.identity.is_trusted(ip));
+        if !trusted {
+            return;
+        }
+        let digest = SocketDigest::from_raw_fd(stream.id());
+        let _ = digest
+            .peer_addr
+            .set(Some(pingora::protocols::l4::socket::SocketAddr::Inet(
+                source,
+            )));
+        stream.set_socket_digest(digest);
+    }
+}
+
+/// Reads a PROXY header within `header`: the bytes that followed it and the client it names,
+/// or `None` when it is missing, invalid, truncated or late.
+async fn read_proxy_header(
+    stream: &mut Stream,
+    header: Duration,
+) -> Option<(BytesMut, Option<std::net::SocketAddr>)> {
+    let deadline = tokio::time::Instant::now() + header;
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        match proxy_protocol::parse(&buf) {
+            proxy_protocol::Parsed::Complete { len, source } => {
+                let rest = buf.split_off(len);
+                return Some((rest, source));
+            }
+            proxy_protocol::Parsed::Invalid => return None,
+            proxy_protocol::Parsed::Incomplete => {}
+        }
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
+    }
 }
 
 #[async_trait]
@@ -118,12 +163,29 @@ where
         }
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
+        // What followed a PROXY header in the same reads: the start of the first request.
+        let mut leftover = BytesMut::new();
+        if self.app.snapshot().config.server.proxy_protocol {
+            match read_proxy_header(&mut stream, self.waits().header).await {
+                Some((rest, source)) => {
+                    leftover = rest;
+                    if let Some(source) = source {
+                        self.believe(&mut stream, source);
+                    }
+                }
+                None => {
+                    self.app.metrics.proxy_protocol_rejected.inc();
+                    return None;
+                }
+            }
+        }
         loop {
             let waits = self.waits();
             // A new connection gets header_timeout for its first byte; a kept-alive one may
             // idle for keepalive_timeout.
             let idle = if first { waits.header } else { waits.keepalive };
-            let head = match read_head(&mut stream, idle, waits.header, shutdown).await {
+            let buf = std::mem::take(&mut leftover);
+            let head = match read_head(&mut stream, buf, idle, waits.header, shutdown).await {
                 Head::Complete(head) => head,
                 Head::Closed => return None,
                 Head::TimedOut { started } => {
@@ -179,22 +241,25 @@ enum Head {
 /// within `header` of that first byte.
 async fn read_head(
     stream: &mut Stream,
+    mut buf: BytesMut,
     idle: Duration,
     header: Duration,
     shutdown: &ShutdownWatch,
 ) -> Head {
-    let mut buf = BytesMut::with_capacity(HEAD_BUF);
-    let mut shutdown = shutdown.clone();
-    // The first byte: an idle connection is closed at once when the server shuts down.
-    let first = tokio::select! {
-        biased;
-        read = tokio::time::timeout(idle, stream.read_buf(&mut buf)) => read,
-        _ = shutdown.wait_for(|down| *down) => return Head::Closed,
-    };
-    match first {
-        Err(_) => return Head::TimedOut { started: false },
-        Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
-        Ok(Ok(_)) => {}
+    if buf.is_empty() {
+        buf.reserve(HEAD_BUF);
+        let mut shutdown = shutdown.clone();
+        // The first byte: an idle connection is closed at once when the server shuts down.
+        let first = tokio::select! {
+            biased;
+            read = tokio::time::timeout(idle, stream.read_buf(&mut buf)) => read,
+            _ = shutdown.wait_for(|down| *down) => return Head::Closed,
+        };
+        match first {
+            Err(_) => return Head::TimedOut { started: false },
+            Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
+            Ok(Ok(_)) => {}
+        }
     }
     let deadline = tokio::time::Instant::now() + header;
     loop {
