@@ -46,11 +46,7 @@ printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\n" > "$RES
 STORE="$OUT/store.tsv"
 printf "round\tsyncs_per_s\tsent_bytes_per_s\treceived_bytes_per_s\tredis_cpu_pct\treq_per_s\n" > "$STORE"
 
-PLAIN_PORT=$(free_port)
-$PROXY_PIN "$PLAIN" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/plain.log" 2>&1 &
-PLAIN_PID=$!
-PIDS+=("$PLAIN_PID")
-wait_port "$PLAIN_PORT"
+start_plain
 start_vestibule local "$CAPACITY"; LOCAL_PID=$VPID; LOCAL_PORT=$VPORT; LOCAL_ADMIN=$VADMIN
 start_vestibule node_a "$CLUSTER"; NODE_PID=$VPID; NODE_PORT=$VPORT; NODE_ADMIN=$VADMIN
 # Its peer, idle but syncing: the measured node shares its room with one more live node.

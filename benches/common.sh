@@ -104,6 +104,16 @@ limit = 100000'
 RULES_API_KEY=${RULES/'"path"'/'"header:x-api-key"'}
 RULES_API_KEY=${RULES_API_KEY/per-path/api-key}
 
+# Starts the plain Pingora proxy (the reference) in front of the origin; sets PLAIN_PORT,
+# PLAIN_PID.
+start_plain() {
+  PLAIN_PORT=$(free_port)
+  $PROXY_PIN "$PLAIN" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/plain.log" 2>&1 &
+  PLAIN_PID=$!
+  PIDS+=("$PLAIN_PID")
+  wait_port "$PLAIN_PORT"
+}
+
 # Writes $OUT/<name>/vestibule.toml with <extra> after the common sections; sets VPORT and
 # VADMIN (its admin port).
 write_vestibule() { # name extra

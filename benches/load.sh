@@ -37,11 +37,7 @@ echo "== origin: $ORIGIN_KIND on 127.0.0.1:$ORIGIN_PORT; $CONNECTIONS connection
 
 get_cookie
 
-PLAIN_PORT=$(free_port)
-$PROXY_PIN "$PLAIN" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/plain.log" 2>&1 &
-PLAIN_PID=$!
-PIDS+=("$PLAIN_PID")
-wait_port "$PLAIN_PORT"
+start_plain
 start_vestibule allowed "$ROOM"; ALLOWED_PID=$VPID; ALLOWED_PORT=$VPORT; ALLOWED_ADMIN=$VADMIN
 start_vestibule rules "$ROOM
 $RULES"; RULES_PID=$VPID; RULES_PORT=$VPORT; RULES_ADMIN=$VADMIN

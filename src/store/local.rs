@@ -224,20 +224,13 @@ impl CounterStore for LocalStore {
 
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
         let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        if marks.is_empty() {
+            return None;
+        }
         marks
             .get(&(Arc::<str>::from(scope), mark))
             .filter(|&&at| at > now.millis())
             .map(|&at| Timestamp::from_millis(at))
-    }
-
-    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {
-        let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        if marks.is_empty() {
-            return false;
-        }
-        marks
-            .get(&(Arc::<str>::from(scope), mark))
-            .is_some_and(|&at| at > now.millis())
     }
 
     fn sweep(&self, now: Timestamp) {

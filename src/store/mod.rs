@@ -133,11 +133,13 @@ pub trait CounterStore: Send + Sync {
     /// nothing twice, a re-presented winning token is not counted twice.
     fn mark(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool;
 
-    /// Whether `mark` is set in `scope` (and has not expired).
-    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool;
-
-    /// Until when `mark` is set in `scope`, if it is.
+    /// Until when `mark` is set in `scope`, if it is (and has not expired).
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp>;
+
+    /// Whether `mark` is set in `scope` (and has not expired).
+    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {
+        self.marked_until(scope, mark, now).is_some()
+    }
 
     /// The seed shared rate-limit keys are hashed with: the same on every node of a cluster,
     /// and secret (it comes from the store). `None` without a shared store, or before the first

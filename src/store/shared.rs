@@ -339,7 +339,7 @@ impl SharedStore {
         self.health.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn own(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Own>> {
+    fn own_map(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Own>> {
         self.own.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -357,7 +357,7 @@ impl SharedStore {
         };
         let mut pushed = Vec::new();
         let mut counters = Vec::new();
-        for (k, o) in self.own().iter() {
+        for (k, o) in self.own_map().iter() {
             if o.expire_ms > now.millis() && (full || o.value != o.pushed) {
                 pushed.push((k.clone(), o.value));
                 counters.push((encode_key(k), o.value, o.expire_ms));
@@ -391,7 +391,7 @@ impl SharedStore {
     /// Takes in a successful sync's reply to `req`.
     pub fn apply(&self, req: SyncRequest, reply: SyncReply, now: Timestamp) -> SyncFigures {
         {
-            let mut own = self.own();
+            let mut own = self.own_map();
             for (k, v) in &req.pushed {
                 if let Some(o) = own.get_mut(k) {
                     o.pushed = *v;
@@ -590,7 +590,7 @@ impl CounterStore for SharedStore {
 
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let remote = self.remote.load();
-        let mut own = self.own();
+        let mut own = self.own_map();
         let o = own.entry(key.clone()).or_insert(Own {
             value: 0,
             pushed: 0,
@@ -615,7 +615,7 @@ impl CounterStore for SharedStore {
     fn split(&self, key: &CounterKey, now: Timestamp) -> (i64, i64) {
         let others = self.remote.load().values.get(key).copied().unwrap_or(0);
         let own = self
-            .own()
+            .own_map()
             .get(key)
             .filter(|o| o.expire_ms > now.millis())
             .copied();
@@ -626,7 +626,7 @@ impl CounterStore for SharedStore {
     }
 
     fn own(&self, key: &CounterKey, now: Timestamp) -> i64 {
-        self.own()
+        self.own_map()
             .get(key)
             .filter(|o| o.expire_ms > now.millis())
             .map_or(0, |o| o.value)
@@ -639,7 +639,7 @@ impl CounterStore for SharedStore {
                 *merged.entry((k.slot, k.id)).or_insert(0) += v;
             }
         }
-        for (k, o) in self.own().iter() {
+        for (k, o) in self.own_map().iter() {
             if &*k.scope == scope && k.kind == kind && o.expire_ms > now.millis() {
                 *merged.entry((k.slot, k.id)).or_insert(0) += o.value;
             }
@@ -661,12 +661,8 @@ impl CounterStore for SharedStore {
         true
     }
 
-    fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {
-        self.local.is_marked(scope, mark, now)
-    }
-
     fn sweep(&self, now: Timestamp) {
-        self.own().retain(|_, o| o.expire_ms > now.millis());
+        self.own_map().retain(|_, o| o.expire_ms > now.millis());
         self.local.sweep(now);
     }
 

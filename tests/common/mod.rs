@@ -582,11 +582,17 @@ impl Redis {
 
     /// On a given port (to bring a stopped server back where the nodes look for it).
     pub fn start_on(port: u16) -> Option<Redis> {
+        Redis::spawn(port, &[])
+    }
+
+    /// `redis-server` on `port` with `extra` arguments, in a folder of its own.
+    fn spawn(port: u16, extra: &[&str]) -> Option<Redis> {
         let dir = tempfile::tempdir().expect("temp dir");
+        let port_text = port.to_string();
         let child = Command::new("redis-server")
             .args([
                 "--port",
-                &port.to_string(),
+                &port_text,
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -596,6 +602,7 @@ impl Redis {
                 "--dir",
                 dir.path().to_str().expect("utf-8 path"),
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -663,38 +670,16 @@ impl RedisCluster {
     pub fn start() -> Option<RedisCluster> {
         let mut shards = Vec::new();
         for _ in 0..3 {
-            let port = free_port();
-            let dir = tempfile::tempdir().expect("temp dir");
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
+            let shard = Redis::spawn(
+                free_port(),
+                &[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
                     "nodes.conf",
-                    "--dir",
-                    dir.path().to_str().expect("utf-8 path"),
-                ])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn();
-            let Ok(child) = child else {
-                eprintln!("!!!!!!!! SKIPPED: redis-server cannot be started; `.ci/run` installs it !!!!!!!!");
-                return None;
-            };
-            shards.push(Redis { port, child, dir });
-            assert!(wait_for_port(
-                SocketAddr::from(([127, 0, 0, 1], port)),
-                Duration::from_secs(10)
-            ));
+                ],
+            )?;
+            shards.push(shard);
         }
         let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
         args.extend(shards.iter().map(|s| format!("127.0.0.1:{}", s.port)));
