@@ -60,6 +60,21 @@ impl Admin {
                 "ids": ring.ids().collect::<Vec<_>>(),
             })),
             "cluster": cluster_status(&*self.app.state.store),
+            "listeners": {
+                "listen": config.server.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "tls_listen": config.server.tls_listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "h2c": config.server.h2c,
+                "proxy_protocol": config.server.proxy_protocol,
+                "redirect_to_https": config.server.redirect_to_https,
+            },
+            "tls": snapshot.tls.as_ref().map(|tls| json!({
+                "min_version": tls.min_version.as_str(),
+                "certificates": tls.certs.iter().map(|c| json!({
+                    "names": c.names,
+                    "not_after": crate::time::Timestamp::from_secs(c.not_after.max(0) as u64).rfc3339(),
+                    "file": c.cert_file.display().to_string(),
+                })).collect::<Vec<_>>(),
+            })),
             "rooms": snapshot.rooms.iter().map(|r| room_status(r, &*self.app.state.store, now)).collect::<Vec<_>>(),
             "rate_limits": snapshot.rules.iter().map(|r| rule_status(r, now)).collect::<Vec<_>>(),
         })
@@ -377,7 +392,7 @@ fn status_html(s: &Value) -> String {
          table{{border-collapse:collapse}}td,th{{border:1px solid #d5d9e0;padding:.3rem .6rem;text-align:left}}th{{background:#f1f3f6}}\
          .ok{{color:#16803c}}.bad{{color:#b42318;font-weight:600}}</style></head><body>\
          <h1>vestibule</h1><p>config generation {} loaded {} (started {}) · keys: active {} of {}</p>{error}{cluster}\
-         <h2>Rooms</h2>{}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}\
+         <h2>Rooms</h2>{}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}{}\
          <p><a href=/status>JSON</a> · <a href=/metrics>metrics</a></p></body></html>",
         esc(&s["generation"]),
         esc(&s["loaded_at"]),
@@ -387,5 +402,12 @@ fn status_html(s: &Value) -> String {
         table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
         table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
         table(peers, &["addr", "healthy"]),
+        match s["tls"]["certificates"].as_array() {
+            Some(certs) => format!(
+                "<h2>Certificates</h2>{}",
+                table(certs, &["names", "not_after", "file"])
+            ),
+            None => String::new(),
+        },
     )
 }

@@ -153,6 +153,18 @@ fn describe_changes(old: &Snapshot, new: &Snapshot) -> Vec<String> {
             changes.push(format!("room {}: pages changed", room.name()));
         }
     }
+    match (&old.tls, &new.tls) {
+        (Some(a), Some(b)) if b.differs_from(a) => changes.push(format!(
+            "tls: certificates reloaded ({})",
+            crate::listen::tls::summary(b)
+        )),
+        (None, Some(b)) => changes.push(format!(
+            "tls: certificates loaded ({})",
+            crate::listen::tls::summary(b)
+        )),
+        (Some(_), None) => changes.push("tls: no certificates".into()),
+        _ => {}
+    }
     if old.pages.fingerprint() != new.pages.fingerprint() {
         changes.push("server pages changed".into());
     }

@@ -63,6 +63,13 @@ pub struct Metrics {
     pub cluster_nodes: IntGauge,
     pub room_slot_share: GaugeVec,
     pub proxy_protocol_rejected: IntCounter,
+    /// TLS handshakes: `[ok, failed]`.
+    pub tls_handshakes: [IntCounter; 2],
+    tls_handshakes_vec: IntCounterVec,
+    /// Requests by protocol and transport: index `h2 * 2 + tls`.
+    pub downstream_requests: [IntCounter; 4],
+    downstream_requests_vec: IntCounterVec,
+    pub tls_certificate_expiry: GaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -97,7 +104,34 @@ impl Metrics {
         );
         let downstream_closed = crate::listen::Closed::ALL
             .map(|c| downstream_closed_vec.with_label_values(&[c.as_str()]));
+        let tls_handshakes_vec = counter_vec(
+            "vestibule_tls_handshakes_total",
+            "TLS handshakes on the TLS listeners, by result.",
+            &["result"],
+        );
+        let tls_handshakes = ["ok", "failed"].map(|r| tls_handshakes_vec.with_label_values(&[r]));
+        let downstream_requests_vec = counter_vec(
+            "vestibule_downstream_requests_total",
+            "Client requests, by HTTP version and whether the connection is TLS.",
+            &["protocol", "tls"],
+        );
+        let downstream_requests = [
+            ("http1", "false"),
+            ("http1", "true"),
+            ("h2", "false"),
+            ("h2", "true"),
+        ]
+        .map(|(p, t)| downstream_requests_vec.with_label_values(&[p, t]));
         let m = Metrics {
+            tls_handshakes,
+            tls_handshakes_vec,
+            downstream_requests,
+            downstream_requests_vec,
+            tls_certificate_expiry: gauge_vec(
+                "vestibule_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of each certificate in service (Unix time), by DNS name.",
+                &["name"],
+            ),
             store_up: IntGauge::new(
                 "vestibule_store_up",
                 "1 while the counter store answers (always 1 for the in-process store).",
@@ -265,6 +299,9 @@ impl Metrics {
             Box::new(self.cluster_nodes.clone()),
             Box::new(self.room_slot_share.clone()),
             Box::new(self.proxy_protocol_rejected.clone()),
+            Box::new(self.tls_handshakes_vec.clone()),
+            Box::new(self.downstream_requests_vec.clone()),
+            Box::new(self.tls_certificate_expiry.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -295,6 +332,17 @@ impl Metrics {
             None => {
                 self.store_up.set(1);
                 self.cluster_nodes.set(1);
+            }
+        }
+        self.tls_certificate_expiry.reset();
+        if let Some(tls) = &snapshot.tls {
+            // In the order SNI prefers them: a name on two certificates shows the first one's.
+            for cert in tls.certs.iter().rev() {
+                for name in &cert.names {
+                    self.tls_certificate_expiry
+                        .with_label_values(&[name])
+                        .set(cert.not_after as f64);
+                }
             }
         }
         self.room_slot_share.reset();

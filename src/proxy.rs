@@ -113,6 +113,21 @@ impl ProxyHttp for Proxy {
             .map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip().to_canonical());
         ctx.peer_ip = Some(peer);
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        let h2 = session.is_http2();
+        self.app.metrics.downstream_requests[usize::from(h2) * 2 + usize::from(tls)].inc();
+        if snapshot.config.server.redirect_to_https && !tls {
+            if let Some(location) = https_location(session.req_header(), &snapshot, peer) {
+                let extra = vec![(
+                    "Location",
+                    HeaderValue::from_str(&location).map_err(|_| {
+                        Error::explain(ErrorType::HTTPStatus(400), "host not fit for a URL")
+                    })?,
+                )];
+                let body = Bytes::from(format!("This site is served over https: {location}\n"));
+                respond(session, 308, "text/plain; charset=utf-8", extra, body).await?;
+                return Ok(true);
+            }
+        }
         let answer = self.decide(session.req_header(), &snapshot, peer, tls, now, ctx);
         match answer {
             Answer::Forward => Ok(false),
@@ -186,6 +201,10 @@ impl ProxyHttp for Proxy {
         strip_internal_headers(upstream);
         single_content_length(upstream)?;
         strip_room_cookies(upstream, ctx.snapshot.rooms.cookie_names())?;
+        upstream.insert_header(
+            "X-Forwarded-Proto",
+            if ctx.secure { "https" } else { "http" },
+        )?;
         if let Some(peer) = ctx.peer_ip {
             let trusted = ctx.snapshot.config.identity.is_trusted(peer);
             set_forwarded_for(upstream, peer, trusted)?;
@@ -550,6 +569,40 @@ fn request_host(req: &RequestHeader) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// Where `redirect_to_https` sends a plain request: the same host, path and query on the first
+/// TLS listener's port. `None` for ACME HTTP-01 challenges (proxied, so certificate renewals
+/// keep working) and for requests a trusted proxy says arrived over https.
+fn https_location(req: &RequestHeader, snapshot: &Snapshot, peer: IpAddr) -> Option<String> {
+    if path::normalize(req.uri.path()).starts_with("/.well-known/acme-challenge/") {
+        return None;
+    }
+    if snapshot.config.identity.is_trusted(peer) && forwarded_https(req) {
+        return None;
+    }
+    let host = request_host(req);
+    if host.is_empty() {
+        return None;
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let port = snapshot
+        .config
+        .server
+        .tls_listen
+        .first()
+        .map_or(443, |a| a.port());
+    let target = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let target = if target.starts_with('/') { target } else { "/" };
+    Some(if port == 443 {
+        format!("https://{host}{target}")
+    } else {
+        format!("https://{host}:{port}{target}")
+    })
+}
+
 /// `X-Forwarded-Proto: https` (believed only from a trusted proxy, checked by the caller).
 fn forwarded_https(req: &RequestHeader) -> bool {
     req.headers
@@ -680,39 +733,38 @@ async fn write_rate_limited(
 /// Removes every room cookie from the `Cookie` headers bound for the origin; other cookies,
 /// and headers without a room cookie, pass byte for byte.
 fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
-    if names.is_empty() || !req.headers.contains_key(header::COOKIE) {
+    let values = req.headers.get_all(header::COOKIE);
+    let mut iter = values.iter();
+    let (Some(first), second) = (iter.next(), iter.next()) else {
+        return Ok(());
+    };
+    // One field that holds no room cookie: nothing to do (the usual HTTP/1.1 request).
+    if second.is_none() && cookie::strip(first.as_bytes(), names) == Stripped::Unchanged {
         return Ok(());
     }
-    let stripped: Vec<Stripped> = req
-        .headers
-        .get_all(header::COOKIE)
-        .iter()
-        .map(|v| cookie::strip(v.as_bytes(), names))
-        .collect();
-    if stripped.iter().all(|s| *s == Stripped::Unchanged) {
-        return Ok(());
-    }
-    let values: Vec<HeaderValue> = req
-        .headers
-        .get_all(header::COOKIE)
-        .iter()
-        .cloned()
-        .collect();
-    req.remove_header(&header::COOKIE);
-    for (value, s) in values.into_iter().zip(stripped) {
-        match s {
-            Stripped::Unchanged => req.append_header("Cookie", value)?,
-            Stripped::Changed(bytes) => req.append_header(
-                "Cookie",
-                HeaderValue::from_bytes(&bytes).map_err(|_| {
-                    Error::explain(
-                        ErrorType::InternalError,
-                        "stripped cookie is not a header value",
-                    )
-                })?,
-            )?,
-            Stripped::Empty => false,
+    // Several fields (HTTP/2 sends one per cookie) become one, as an HTTP/1.1 origin expects
+    // (RFC 9113 §8.2.3), without the room cookies.
+    let mut joined: Vec<u8> = Vec::new();
+    for value in values.iter() {
+        let part = match cookie::strip(value.as_bytes(), names) {
+            Stripped::Unchanged => value.as_bytes().to_vec(),
+            Stripped::Changed(bytes) => bytes,
+            Stripped::Empty => continue,
         };
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(&part);
+    }
+    req.remove_header(&header::COOKIE);
+    if !joined.is_empty() {
+        let value = HeaderValue::from_bytes(&joined).map_err(|_| {
+            Error::explain(
+                ErrorType::InternalError,
+                "joined cookie is not a header value",
+            )
+        })?;
+        req.insert_header(header::COOKIE, value)?;
     }
     Ok(())
 }

@@ -45,6 +45,10 @@ impl WatchSet {
         if snapshot.keys.is_some() {
             set.add(&snapshot.config.keys_file);
         }
+        for c in &snapshot.config.tls.certificates {
+            set.add(&c.cert);
+            set.add(&c.key);
+        }
         let mut page_dirs: Vec<&Path> = snapshot
             .rooms
             .iter()

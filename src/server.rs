@@ -45,22 +45,33 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     let mut server = Server::new_with_opt_and_conf(opt, config.pingora_conf());
     server.bootstrap();
 
-    let edge = Edge::new(
-        pingora::proxy::http_proxy(&server.configuration, Proxy::new(app.clone())),
-        app.clone(),
+    let mut http = pingora::proxy::http_proxy(&server.configuration, Proxy::new(app.clone()));
+    let mut h_opts = pingora::apps::HttpServerOptions::default();
+    // Prior knowledge on plain listeners (the edge hands such connections over); ignored on TLS.
+    h_opts.h2c = config.server.h2c;
+    // An HTTP/2 connection with no open stream is closed like an idle HTTP/1 one.
+    h_opts.h2_idle_timeout = Some(config.server.keepalive_timeout);
+    http.server_options = Some(h_opts);
+    // Pingora's HTTP/2 defaults stay: 100 concurrent streams, a 64 KiB header list, and the h2
+    // crate's limits on resets and CONTINUATION frames (README, "TLS, HTTP/2 and balancers").
+    let http = Arc::new(http);
+
+    let mut proxy = Service::new(
+        "vestibule proxy".into(),
+        Edge::new(http.clone(), app.clone()),
     );
-    let mut proxy = Service::new("vestibule proxy".into(), edge);
     for addr in &config.server.listen {
-        // No L4 read buffer: the HTTP/1 parser reads into its own, and an idle connection then
-        // holds none (Pingora's default puts 64 KiB in front of every socket).
-        proxy.add_listener(
-            ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings {
-                read: Some(0),
-                write: None,
-            }),
-        );
+        proxy.add_listener(bufferless(addr));
     }
     server.add_service(proxy);
+    if !config.server.tls_listen.is_empty() {
+        // The edge runs the handshake itself, with the certificates in service at that moment.
+        let mut tls = Service::new("vestibule tls".into(), Edge::tls(http, app.clone()));
+        for addr in &config.server.tls_listen {
+            tls.add_listener(bufferless(addr));
+        }
+        server.add_service(tls);
+    }
 
     let mut admin = Service::new("vestibule admin".into(), Admin::new(app.clone()));
     admin.add_tcp(&config.admin.listen.to_string());
@@ -94,6 +105,16 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
         server.add_service(demo_origin_service(Some(addr), 1));
     }
     server
+}
+
+/// A TCP listener without an L4 read buffer: the HTTP/1 parser and rustls read into their own
+/// buffers, and an idle connection then holds none (Pingora's default puts 64 KiB in front of
+/// every socket).
+fn bufferless(addr: &SocketAddr) -> ListenerConfig {
+    ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings {
+        read: Some(0),
+        write: None,
+    })
 }
 
 /// The demo origin as a service of its own, listening on `addr` if given (callers may add

@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub pages: Arc<Pages>,
     /// The key ring; loaded only when a room needs it.
     pub keys: Option<KeyRing>,
+    /// The certificates of the TLS listeners, when `[tls]` names any.
+    pub tls: Option<Arc<crate::listen::tls::Tls>>,
     pub rooms: RoomSet,
     pub rules: RuleSet,
     /// Problems worth a look that do not stop loading.
@@ -94,6 +96,23 @@ impl Snapshot {
             }
         };
 
+        let tls =
+            match crate::listen::tls::Tls::load(&config.tls, previous.and_then(|p| p.tls.as_ref()))
+            {
+                Ok(tls) => tls,
+                Err(e) => {
+                    errors.extend(e);
+                    None
+                }
+            };
+        if !config.server.tls_listen.is_empty() && config.tls.certificates.is_empty() {
+            errors.push(ConfigError::new(
+                &config.path,
+                Some("tls.certificates".into()),
+                "needs at least one { cert, key } pair while server.tls_listen is open",
+            ));
+        }
+
         // Rooms sharing a pages folder share one compiled set.
         let mut page_sets: HashMap<PathBuf, Arc<Pages>> = HashMap::new();
         let mut rooms = Vec::new();
@@ -148,6 +167,7 @@ impl Snapshot {
                 upstream,
                 pages,
                 keys,
+                tls,
                 rooms: RoomSet::new(rooms),
                 rules,
                 warnings,

@@ -20,6 +20,16 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
         list(&new.server.listen),
     );
     check(
+        "server.tls_listen",
+        list(&old.server.tls_listen),
+        list(&new.server.tls_listen),
+    );
+    check(
+        "server.h2c",
+        old.server.h2c.to_string(),
+        new.server.h2c.to_string(),
+    );
+    check(
         "server.threads",
         old.server.threads.to_string(),
         new.server.threads.to_string(),
@@ -66,6 +76,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
 /// the sockets actually open.
 pub fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.server.listen = serving.server.listen.clone();
+    new.server.tls_listen = serving.server.tls_listen.clone();
+    new.server.h2c = serving.server.h2c;
     new.server.threads = serving.server.threads;
     new.server.work_stealing = serving.server.work_stealing;
     new.server.pid_file = serving.server.pid_file.clone();

@@ -30,6 +30,30 @@ pub struct FileConfig {
     pub log: LogFile,
     #[serde(default)]
     pub cluster: ClusterFile,
+    #[serde(default)]
+    pub tls: TlsFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+pub struct TlsFile {
+    pub certificates: Vec<CertificateFile>,
+    pub min_version: String,
+}
+
+impl Default for TlsFile {
+    fn default() -> Self {
+        TlsFile {
+            certificates: Vec::new(),
+            min_version: "1.2".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CertificateFile {
+    pub cert: String,
+    pub key: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +98,9 @@ pub struct ServerFile {
     /// Pages for requests outside every room (502 and 429); built-in pages when unset.
     pub pages: Option<String>,
     pub proxy_protocol: bool,
+    pub tls_listen: Vec<String>,
+    pub h2c: bool,
+    pub redirect_to_https: bool,
 }
 
 impl Default for ServerFile {
@@ -89,6 +116,9 @@ impl Default for ServerFile {
             header_timeout: Duration::from_secs(10),
             pages: None,
             proxy_protocol: false,
+            tls_listen: Vec::new(),
+            h2c: false,
+            redirect_to_https: false,
         }
     }
 }

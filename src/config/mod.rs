@@ -38,6 +38,47 @@ pub struct Config {
     pub rate_limits: Vec<RuleConfig>,
     pub log: LogConfig,
     pub cluster: ClusterConfig,
+    pub tls: TlsConfig,
+}
+
+/// `[tls]`: the certificates of the TLS listeners (SPEC §12). The files are loaded and checked
+/// with the snapshot (`listen::tls`), and reload like the key ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub certificates: Vec<CertificatePaths>,
+    pub min_version: TlsVersion,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            certificates: Vec::new(),
+            min_version: TlsVersion::Tls12,
+        }
+    }
+}
+
+/// One `tls.certificates` entry: a PEM chain (leaf first) and its private key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificatePaths {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The oldest TLS version the TLS listeners accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "1.2",
+            TlsVersion::Tls13 => "1.3",
+        }
+    }
 }
 
 /// `[cluster]`: where counters live (SPEC §9). Restart-only.
@@ -162,6 +203,12 @@ pub struct ServerConfig {
     /// Every connection opens with a PROXY v1 or v2 header (SPEC §12), believed from
     /// `identity.trusted_proxies` only.
     pub proxy_protocol: bool,
+    /// TLS listeners (HTTP/2 and HTTP/1.1 by ALPN). Restart-only, like `listen`.
+    pub tls_listen: Vec<SocketAddr>,
+    /// Plain listeners also take HTTP/2 with prior knowledge. Restart-only.
+    pub h2c: bool,
+    /// Plain listeners answer 308 to the https URL, except for ACME challenges.
+    pub redirect_to_https: bool,
 }
 
 #[derive(Clone, PartialEq)]

@@ -123,6 +123,7 @@ impl Validator<'_> {
         let rate_limits = self.rules(&file.rate_limit);
         let log = self.log(&file);
         let cluster = self.cluster(&file);
+        let tls = self.tls(&file);
         let keys_file = self.resolve(&file.keys.file);
         if file.keys.file.trim().is_empty() {
             self.err("keys.file", "must name the key ring file");
@@ -138,7 +139,48 @@ impl Validator<'_> {
             rate_limits,
             log: log?,
             cluster,
+            tls,
         })
+    }
+
+    fn tls(&mut self, file: &FileConfig) -> TlsConfig {
+        let t = &file.tls;
+        let min_version = match t.min_version.as_str() {
+            "1.2" => TlsVersion::Tls12,
+            "1.3" => TlsVersion::Tls13,
+            other => {
+                self.err(
+                    "tls.min_version",
+                    format!("must be \"1.2\" or \"1.3\", got \"{other}\""),
+                );
+                TlsVersion::Tls12
+            }
+        };
+        let mut certificates = Vec::new();
+        for (i, c) in t.certificates.iter().enumerate() {
+            for (what, p) in [("cert", &c.cert), ("key", &c.key)] {
+                if p.trim().is_empty() {
+                    self.err(
+                        format!("tls.certificates[{i}].{what}"),
+                        "must name a PEM file",
+                    );
+                }
+            }
+            certificates.push(CertificatePaths {
+                cert: self.resolve(&c.cert),
+                key: self.resolve(&c.key),
+            });
+        }
+        if !file.server.tls_listen.is_empty() && t.certificates.is_empty() {
+            self.err(
+                "tls.certificates",
+                "needs at least one { cert, key } pair: server.tls_listen is set",
+            );
+        }
+        TlsConfig {
+            certificates,
+            min_version,
+        }
     }
 
     fn cluster(&mut self, file: &FileConfig) -> ClusterConfig {
@@ -277,6 +319,24 @@ impl Validator<'_> {
                 self.err(key, "must be between 1s and 1h");
             }
         }
+        let mut tls_listen = Vec::new();
+        for (i, l) in s.tls_listen.iter().enumerate() {
+            if let Some(a) = self.socket_addr(format!("server.tls_listen[{i}]"), l) {
+                if listen.contains(&a) {
+                    self.err(
+                        format!("server.tls_listen[{i}]"),
+                        format!("{a} is also in server.listen"),
+                    );
+                }
+                tls_listen.push(a);
+            }
+        }
+        if s.redirect_to_https && s.tls_listen.is_empty() {
+            self.err(
+                "server.redirect_to_https",
+                "needs server.tls_listen: there is no https listener to redirect to",
+            );
+        }
         let pages = s.pages.as_deref().map(|p| self.resolve(p));
         Some(ServerConfig {
             listen,
@@ -289,6 +349,9 @@ impl Validator<'_> {
             header_timeout: s.header_timeout,
             pages,
             proxy_protocol: s.proxy_protocol,
+            tls_listen,
+            h2c: s.h2c,
+            redirect_to_https: s.redirect_to_https,
         })
     }
 

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
+use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{SocketDigest, Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,6 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::app::App;
 
 pub mod proxy_protocol;
+pub mod tls;
 
 /// The largest request head accepted (request line and headers). Browsers send a few KiB;
 /// nginx's default allows 4 × 8 KiB.
@@ -78,17 +80,73 @@ pub struct Waits {
     pub header: Duration,
 }
 
+/// The first bytes of an HTTP/2 connection with prior knowledge (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// The proxy app behind the edge's connection handling.
 pub struct Edge<A> {
     inner: Arc<A>,
     app: Arc<App>,
+    /// This edge's listeners speak TLS (with the snapshot's certificates).
+    tls: bool,
 }
 
 impl<A> Edge<A> {
-    pub fn new(inner: A, app: Arc<App>) -> Edge<A> {
+    /// An edge for plain listeners.
+    pub fn new(inner: Arc<A>, app: Arc<App>) -> Edge<A> {
         Edge {
-            inner: Arc::new(inner),
+            inner,
             app,
+            tls: false,
+        }
+    }
+
+    /// An edge for TLS listeners: it runs the handshake itself (after any PROXY header), with
+    /// the certificates of the snapshot in service when the connection arrives.
+    pub fn tls(inner: Arc<A>, app: Arc<App>) -> Edge<A> {
+        Edge {
+            inner,
+            app,
+            tls: true,
+        }
+    }
+
+    /// The TLS handshake, within `header_timeout`; `early` are bytes already read past a PROXY
+    /// header (the start of the ClientHello). Counted either way.
+    async fn handshake(&self, stream: Stream, early: &[u8]) -> Option<Stream> {
+        let snapshot = self.app.snapshot();
+        let handshakes = &self.app.metrics.tls_handshakes;
+        let Some(tls) = snapshot.tls.clone() else {
+            // Validation keeps certificates while a TLS listener is open; refuse rather than panic.
+            handshakes[1].inc();
+            return None;
+        };
+        // Listeners hand over their own L4 streams; bytes read ahead go back in front.
+        let mut l4 = match stream.into_any().downcast::<L4Stream>() {
+            Ok(l4) => l4,
+            Err(_) => {
+                handshakes[1].inc();
+                return None;
+            }
+        };
+        l4.rewind(early);
+        let timeout = snapshot.config.server.header_timeout;
+        drop(snapshot);
+        match tokio::time::timeout(timeout, tls.acceptor.tls_handshake(*l4)).await {
+            Ok(Ok(stream)) => {
+                handshakes[0].inc();
+                Some(Box::new(stream))
+            }
+            Ok(Err(e)) => {
+                handshakes[1].inc();
+                log::debug!("TLS handshake failed: {e}");
+                None
+            }
+            Err(_) => {
+                handshakes[1].inc();
+                self.closed(Closed::HeaderTimeout);
+                None
+            }
         }
     }
 
@@ -158,14 +216,18 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
-            return ServerApp::process_new(&self.inner, stream, shutdown).await;
-        }
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
         // What followed a PROXY header in the same reads: the start of the first request.
         let mut leftover = BytesMut::new();
-        if self.app.snapshot().config.server.proxy_protocol {
+        let (proxy_protocol, h2c) = {
+            let snapshot = self.app.snapshot();
+            (
+                snapshot.config.server.proxy_protocol,
+                snapshot.config.server.h2c,
+            )
+        };
+        if proxy_protocol {
             match read_proxy_header(&mut stream, self.waits().header).await {
                 Some((rest, source)) => {
                     leftover = rest;
@@ -177,6 +239,14 @@ where
                     self.app.metrics.proxy_protocol_rejected.inc();
                     return None;
                 }
+            }
+        }
+        if self.tls {
+            stream = self
+                .handshake(stream, &std::mem::take(&mut leftover))
+                .await?;
+            if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+                return ServerApp::process_new(&self.inner, stream, shutdown).await;
             }
         }
         loop {
@@ -204,6 +274,13 @@ where
                     return None;
                 }
             };
+            if first && !self.tls && h2c && head.starts_with(H2_PREFACE) {
+                // HTTP/2 with prior knowledge: Pingora's HTTP/2 loop takes the connection, and
+                // finds the preface it looks for where it was read.
+                let mut l4 = stream.into_any().downcast::<L4Stream>().ok()?;
+                l4.rewind(&head);
+                return ServerApp::process_new(&self.inner, l4, shutdown).await;
+            }
             let mut session = ServerSession::new_http1(stream);
             match settings.take() {
                 Some(s) => s.apply_to_session(&mut session),
