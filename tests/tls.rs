@@ -651,3 +651,93 @@ fn failed_and_slow_handshakes_are_counted_and_closed() {
         .unwrap();
     assert_eq!(resp.status(), 200);
 }
+
+/// A rustls client for `site.test` with the given versions and ALPN, connected to `tls`.
+fn raw_tls(
+    pki: &Pki,
+    tls: SocketAddr,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .unwrap()
+    .with_root_certificates(pki.rustls_roots())
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let name = rustls::pki_types::ServerName::try_from("site.test").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let sock = TcpStream::connect(tls).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    rustls::StreamOwned::new(conn, sock)
+}
+
+#[test]
+fn min_version_refuses_older_clients_and_follows_a_reload() {
+    let origin = Origin::start();
+    let pki = Pki::new();
+    let site = pki.issue("site", &["site.test"]);
+    let tls = free_addr();
+    let v = start_tls(&origin, tls, "", &certificates(&[&site]));
+    let request = b"GET /__echo HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
+    let answer = |versions: &[&'static rustls::SupportedProtocolVersion]| {
+        let mut s = raw_tls(&pki, tls, versions, &[b"http/1.1"]);
+        if s.write_all(request).is_err() {
+            return String::new();
+        }
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert!(answer(&[&rustls::version::TLS12]).starts_with("HTTP/1.1 200"));
+    assert!(answer(&[&rustls::version::TLS13]).starts_with("HTTP/1.1 200"));
+
+    let generation = v.generation();
+    let text = std::fs::read_to_string(v.config_path()).unwrap();
+    std::fs::write(
+        v.config_path(),
+        text.replace("[tls]\n", "[tls]\nmin_version = \"1.3\"\n"),
+    )
+    .unwrap();
+    v.wait_generation_above(generation);
+    assert_eq!(answer(&[&rustls::version::TLS12]), "");
+    assert!(answer(&[&rustls::version::TLS13]).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn an_http2_connection_that_never_sends_its_preface_is_closed() {
+    let origin = Origin::start();
+    let pki = Pki::new();
+    let site = pki.issue("site", &["site.test"]);
+    let tls = free_addr();
+    let v = start_tls(
+        &origin,
+        tls,
+        "header_timeout = \"1s\"",
+        &certificates(&[&site]),
+    );
+    let mut s = raw_tls(&pki, tls, &[&rustls::version::TLS13], &[b"h2"]);
+    // Complete the handshake, then say nothing.
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).unwrap();
+    }
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]));
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            // The server's SETTINGS would come only after the preface.
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break false,
+            Err(_) => break true,
+        }
+    };
+    assert!(closed, "still open after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(v.metric("vestibule_downstream_closed_total{reason=\"header_timeout\"}") >= 1.0);
+}

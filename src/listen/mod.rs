@@ -33,6 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::app::App;
 
 pub mod proxy_protocol;
+mod replay;
 pub mod tls;
 
 /// The largest request head accepted (request line and headers). Browsers send a few KiB;
@@ -108,6 +109,31 @@ impl<A> Edge<A> {
             inner,
             app,
             tls: true,
+        }
+    }
+
+    /// The HTTP/2 client preface, within `header_timeout`; `None` (the connection is closed)
+    /// when it is late or wrong.
+    async fn read_preface(&self, stream: &mut Stream) -> Option<bytes::Bytes> {
+        let mut preface = BytesMut::with_capacity(H2_PREFACE.len());
+        let read = tokio::time::timeout(self.waits().header, async {
+            while preface.len() < H2_PREFACE.len() {
+                let mut limited = (&mut *stream).take((H2_PREFACE.len() - preface.len()) as u64);
+                match limited.read_buf(&mut preface).await {
+                    Ok(n) if n > 0 => {}
+                    _ => return false,
+                }
+            }
+            true
+        })
+        .await;
+        match read {
+            Ok(true) if preface[..] == *H2_PREFACE => Some(preface.freeze()),
+            Ok(_) => None,
+            Err(_) => {
+                self.closed(Closed::HeaderTimeout);
+                None
+            }
         }
     }
 
@@ -246,6 +272,10 @@ where
                 .handshake(stream, &std::mem::take(&mut leftover))
                 .await?;
             if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+                // The HTTP/2 handshake waits for the client's preface without a deadline: read
+                // it here within header_timeout, then hand it over with the connection.
+                let preface = self.read_preface(&mut stream).await?;
+                let stream: Stream = Box::new(replay::Replay::new(stream, preface));
                 return ServerApp::process_new(&self.inner, stream, shutdown).await;
             }
         }
