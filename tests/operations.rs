@@ -21,7 +21,19 @@ const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 
 /// Drives traffic through every feature and returns the instance.
 fn busy_instance(origin: &Origin) -> Vestibule {
-    let v = Setup::new(origin.addr).extra(EVERYTHING).start();
+    let tls = free_addr();
+    let v = Setup::new(origin.addr)
+        .extra(EVERYTHING)
+        .self_signed_tls(tls, &["site.test"])
+        .start();
+    // One request over TLS (HTTP/2), for the edge's series.
+    assert!(wait_for_port(tls, Duration::from_secs(10)));
+    let insecure = reqwest::blocking::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let resp = insecure.get(format!("https://{tls}/")).send().unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     let c = client();
     let get = |path: &str, ip: &str, cookie: Option<&str>| {
         let mut r = c.get(v.url(path)).header("X-Forwarded-For", ip);
@@ -439,6 +451,7 @@ fn alert_rules_pass_their_promtool_tests() {
         "VestibuleConfigReloadFailed",
         "VestibulePenaltyBoxNearlyFull",
         "VestibuleWaitOverAnHour",
+        "VestibuleCertificateExpiresSoon",
     ] {
         assert!(rules.contains(&format!("alert: {alert}")), "no {alert}");
     }
@@ -489,7 +502,7 @@ fn the_dashboard_is_ready_for_many_instances() {
             if expr.contains("by (instance") {
                 assert!(legend.contains("{{instance}}"), "{title}: {legend}");
             } else {
-                let aggregated = ["sum(", "sum by", "histogram_quantile(", "max("]
+                let aggregated = ["sum(", "sum by", "histogram_quantile(", "max(", "min by ("]
                     .iter()
                     .any(|a| expr.starts_with(a));
                 assert!(aggregated, "{title}: not aggregated over instances: {expr}");

@@ -159,6 +159,8 @@ pub struct Setup {
     pub admin: Option<String>,
     pub keys: String,
     pub env: Vec<(String, String)>,
+    /// Files written into the proxy's folder before it starts: (relative path, contents).
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 impl Setup {
@@ -171,7 +173,27 @@ impl Setup {
             admin: None,
             keys: format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
             env: Vec::new(),
+            files: Vec::new(),
         }
+    }
+
+    /// Writes `contents` to `name` (relative to the config file) before the proxy starts.
+    pub fn file(mut self, name: &str, contents: impl Into<Vec<u8>>) -> Setup {
+        self.files.push((name.to_owned(), contents.into()));
+        self
+    }
+
+    /// A self-signed certificate for `names` in `tls/site.pem` and `tls/site.key`, a TLS
+    /// listener at `addr` and the `[tls]` table that names them.
+    pub fn self_signed_tls(self, addr: SocketAddr, names: &[&str]) -> Setup {
+        let ck = rcgen::generate_simple_self_signed(
+            names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        )
+        .expect("certificate");
+        self.file("tls/site.pem", ck.cert.pem())
+            .file("tls/site.key", ck.key_pair.serialize_pem())
+            .server(&format!("tls_listen = [\"{addr}\"]"))
+            .extra("[tls]\ncertificates = [{ cert = \"tls/site.pem\", key = \"tls/site.key\" }]")
     }
 
     pub fn extra(mut self, toml: &str) -> Setup {
@@ -225,6 +247,13 @@ impl Vestibule {
         let dir = tempfile::tempdir().expect("temp dir");
         copy_pages(&dir.path().join("pages"));
         std::fs::write(dir.path().join("keys.toml"), &setup.keys).expect("keys");
+        for (name, contents) in &setup.files {
+            let path = dir.path().join(name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).expect("folder");
+            }
+            std::fs::write(path, contents).expect("file");
+        }
         let proxy = free_addr();
         let admin_addr = free_addr();
         let admin = setup
