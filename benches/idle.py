@@ -7,6 +7,7 @@ and again after a wait, and prints one line of figures (KiB). Loopback only; bou
 and time.
 
     benches/idle.py --pid PID --addr 127.0.0.1:8080 [--conns 10000] [--hold 5] [--after 60]
+    benches/idle.py --tls --pid PID --addr 127.0.0.1:8443 ...   # TLS connections (no cert check)
 """
 
 import argparse
@@ -41,6 +42,7 @@ def main():
     p.add_argument("--close", choices=["client", "server"], default="client",
                    help="client: we close them; server: wait for the proxy's keepalive_timeout")
     p.add_argument("--server-wait", type=float, default=90.0)
+    p.add_argument("--tls", action="store_true", help="TLS 1.3 with HTTP/1.1 by ALPN")
     a = p.parse_args()
     host, port = a.addr.rsplit(":", 1)
     if not host.startswith("127.") and host != "localhost":
@@ -51,12 +53,22 @@ def main():
     before = rss_kib(a.pid)
     fd0 = fds(a.pid)
     request = (f"GET {a.path} HTTP/1.1\r\nHost: bench\r\n\r\n").encode()
+    context = None
+    if a.tls:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.set_alpn_protocols(["http/1.1"])
     socks = []
     deadline = time.time() + 300
     for _ in range(a.conns):
         if time.time() > deadline:
             break
         s = socket.create_connection((host, int(port)), timeout=10)
+        if context is not None:
+            s = context.wrap_socket(s, server_hostname="bench.test")
         s.sendall(request)
         got = b""
         while b"\r\n\r\n" not in got:

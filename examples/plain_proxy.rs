@@ -1,7 +1,10 @@
 //! The reference for every load figure: a Pingora proxy with no features at all, same pingora
 //! version, same thread count, one fixed upstream.
 //!
-//! `cargo run --release --example plain_proxy -- <listen> <upstream> <threads>`
+//! `cargo run --release --example plain_proxy -- <listen> <upstream> <threads> [<tls_listen> <cert> <key>]`
+//!
+//! With a TLS listener, it is Pingora's own: rustls with ring, TLS 1.2 and 1.3, ALPN h2 and
+//! http/1.1 (what vestibule's TLS listeners offer too).
 
 use async_trait::async_trait;
 use pingora::prelude::*;
@@ -43,6 +46,12 @@ fn main() {
     server.bootstrap();
     let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, Plain { upstream });
     proxy.add_tcp(&listen);
+    if let (Some(tls), Some(cert), Some(key)) = (args.next(), args.next(), args.next()) {
+        let mut settings =
+            pingora::listeners::tls::TlsSettings::intermediate(&cert, &key).expect("TLS files");
+        settings.enable_h2();
+        proxy.add_tls_with_settings(&tls, None, settings);
+    }
     server.add_service(proxy);
     server.run_forever()
 }

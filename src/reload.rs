@@ -46,8 +46,14 @@ impl WatchSet {
             set.add(&snapshot.config.keys_file);
         }
         for c in &snapshot.config.tls.certificates {
-            set.add(&c.cert);
-            set.add(&c.key);
+            for file in [&c.cert, &c.key] {
+                set.add(file);
+                // A symlink (certbot's live/ folder) is watched where it points, too: a file
+                // rewritten in place there changes nothing in the link's own folder.
+                if let Ok(target) = std::fs::canonicalize(file) {
+                    set.add(&target);
+                }
+            }
         }
         let mut page_dirs: Vec<&Path> = snapshot
             .rooms
