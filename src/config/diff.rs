@@ -104,6 +104,8 @@ pub fn describe(old: &Config, new: &Config) -> Vec<String> {
         &mut out,
     );
     diff_fields("log", &log_fields(old), &log_fields(new), &mut out);
+    diff_fields("server", &server_fields(old), &server_fields(new), &mut out);
+    diff_fields("tls", &tls_fields(old), &tls_fields(new), &mut out);
     if old.admin.token != new.admin.token {
         out.push("admin: token changed".into());
     }
@@ -203,6 +205,29 @@ fn upstream_fields(c: &Config) -> Fields {
         ("connect_timeout", duration(u.connect_timeout)),
         ("read_timeout", duration(u.read_timeout)),
         ("health_check", duration(u.health_check)),
+    ]
+}
+
+/// The `[server]` settings a reload applies (the others need a restart).
+fn server_fields(c: &Config) -> Fields {
+    vec![
+        ("keepalive_timeout", duration(c.server.keepalive_timeout)),
+        ("header_timeout", duration(c.server.header_timeout)),
+        ("proxy_protocol", c.server.proxy_protocol.to_string()),
+        ("redirect_to_https", c.server.redirect_to_https.to_string()),
+    ]
+}
+
+fn tls_fields(c: &Config) -> Fields {
+    let files: Vec<String> = c
+        .tls
+        .certificates
+        .iter()
+        .map(|p| p.cert.display().to_string())
+        .collect();
+    vec![
+        ("min_version", c.tls.min_version.as_str().to_owned()),
+        ("certificates", format!("[{}]", files.join(", "))),
     ]
 }
 
@@ -354,12 +379,22 @@ mod tests {
     #[test]
     fn restart_settings() {
         let old = parse("");
-        let mut new = parse("[server]\nlisten = [\"0.0.0.0:9090\"]\nthreads = 4\n[admin]\nlisten = \"127.0.0.1:9999\"\n");
+        let mut new = parse("[server]\nlisten = [\"0.0.0.0:9090\"]\ntls_listen = [\"0.0.0.0:9443\"]\nh2c = true\nthreads = 4\nredirect_to_https = true\n[admin]\nlisten = \"127.0.0.1:9999\"\n[tls]\ncertificates = [{ cert = \"a.pem\", key = \"a.key\" }]\n");
         let keys: Vec<&str> = needs_restart(&old, &new)
             .iter()
             .map(|(k, _, _)| *k)
             .collect();
-        assert_eq!(keys, ["server.listen", "server.threads", "admin.listen"]);
+        // Certificates, min_version and redirect_to_https apply at reload; sockets do not.
+        assert_eq!(
+            keys,
+            [
+                "server.listen",
+                "server.tls_listen",
+                "server.h2c",
+                "server.threads",
+                "admin.listen"
+            ]
+        );
         keep_restart_settings(&mut new, &old);
         assert!(needs_restart(&old, &new).is_empty());
     }

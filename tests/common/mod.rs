@@ -319,13 +319,16 @@ impl Vestibule {
         }
         let resp = req.send().expect("admin answers");
         let status = resp.status().as_u16();
-        (status, resp.text().unwrap_or_default())
+        let body = resp
+            .text()
+            .unwrap_or_else(|e| panic!("admin {path}: {status}, body unreadable: {e}"));
+        (status, body)
     }
 
     pub fn status(&self) -> serde_json::Value {
         let (code, body) = self.admin_get("/status");
         assert_eq!(code, 200, "{body}");
-        serde_json::from_str(&body).expect("status is JSON")
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("status is not JSON ({e}): {body:?}"))
     }
 
     /// The config generation `/status` reports.
