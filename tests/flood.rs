@@ -9,15 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Sends `count` keep-alive requests with distinct `X-Key` values on one connection, one after
 /// the other, reading each response; returns how many were 429.
 fn flood(addr: std::net::SocketAddr, first: u64, count: u64) -> u64 {

@@ -10,16 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Resident memory of `pid`, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn start(origin: &Origin) -> Vestibule {
     Setup::new(origin.addr)
         .server("h2c = true\nheader_timeout = \"2s\"")

@@ -136,6 +136,34 @@ fn start_tls(origin: &Origin, tls: SocketAddr, server: &str, extra: &str) -> Ves
     v
 }
 
+/// One site behind a TLS listener: the origin, a test CA, `site.test`'s certificate, and the
+/// proxy, with `server` lines in `[server]` and `extra` tables after `[tls]`.
+struct OneSite {
+    origin: Origin,
+    pki: Pki,
+    site: Issued,
+    tls: SocketAddr,
+    v: Vestibule,
+}
+
+impl OneSite {
+    fn start(server: &str, extra: &str) -> OneSite {
+        let origin = Origin::start();
+        let pki = Pki::new();
+        let site = pki.issue("site", &["site.test"]);
+        let tls = free_addr();
+        let tables = format!("{}{extra}", certificates(&[&site]));
+        let v = start_tls(&origin, tls, server, &tables);
+        OneSite {
+            origin,
+            pki,
+            site,
+            tls,
+            v,
+        }
+    }
+}
+
 fn echo(resp: reqwest::blocking::Response) -> Vec<(String, String)> {
     echo_headers(&resp.text().unwrap())
 }
@@ -248,11 +276,13 @@ fn sni_picks_the_certificate_over_http1_and_http2() {
 
 #[test]
 fn a_renewed_certificate_serves_new_handshakes_and_open_connections_stay() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let first = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let v = start_tls(&origin, tls, "", &certificates(&[&first]));
+    let OneSite {
+        origin: _origin,
+        pki,
+        site: first,
+        tls,
+        v,
+    } = OneSite::start("", "");
     let url = format!("https://site.test:{}/__echo", tls.port());
 
     let kept = https_client(&pki, tls, &["site.test"], true);
@@ -382,17 +412,16 @@ fn check_names_the_file_of_a_bad_certificate_or_key() {
 
 #[test]
 fn http2_serves_rooms_and_limits_and_joins_cookies_for_the_origin() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let extra = format!(
-        "{}[[room]]\nname = \"shop\"\npaths = [\"/shop\"]\npages = \"pages\"\nallow_percentage = 0\n\
+    let extra = "[[room]]\nname = \"shop\"\npaths = [\"/shop\"]\npages = \"pages\"\nallow_percentage = 0\n\
          [[room]]\nname = \"open\"\npaths = [\"/open\"]\ncookie_name = \"wr_open\"\npages = \"pages\"\nallow_percentage = 100\nbypass_paths = [\"/open/static/\"]\n\
-         [[rate_limit]]\nname = \"tight\"\npaths = [\"/limited\"]\nalgorithm = \"token_bucket\"\nlimit = 2\nperiod = \"10s\"\n",
-        certificates(&[&site])
-    );
-    let v = start_tls(&origin, tls, "h2c = true", &extra);
+         [[rate_limit]]\nname = \"tight\"\npaths = [\"/limited\"]\nalgorithm = \"token_bucket\"\nlimit = 2\nperiod = \"10s\"\n";
+    let OneSite {
+        origin: _origin,
+        pki,
+        site: _,
+        tls,
+        v,
+    } = OneSite::start("h2c = true", extra);
     let base = format!("https://site.test:{}", tls.port());
     let h2 = https_client(&pki, tls, &["site.test"], false);
 
@@ -484,16 +513,13 @@ fn http2_serves_rooms_and_limits_and_joins_cookies_for_the_origin() {
 
 #[test]
 fn redirect_to_https_spares_acme_challenges() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let v = start_tls(
-        &origin,
+    let OneSite {
+        origin,
+        pki,
+        site: _,
         tls,
-        "redirect_to_https = true",
-        &certificates(&[&site]),
-    );
+        v,
+    } = OneSite::start("redirect_to_https = true", "");
     let resp = client()
         .get(v.url("/shop/x?page=2"))
         .header("Host", "site.test")
@@ -551,19 +577,15 @@ fn echo_through_tls(pki: &Pki, tls: SocketAddr, prefix: &[u8]) -> Option<String>
 
 #[test]
 fn the_proxy_protocol_comes_before_tls() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let extra = format!(
-        "{}[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
-        certificates(&[&site])
-    );
-    let v = start_tls(
-        &origin,
+    let OneSite {
+        origin: _origin,
+        pki,
+        site: _,
         tls,
+        v,
+    } = OneSite::start(
         "proxy_protocol = true\nheader_timeout = \"1s\"",
-        &extra,
+        "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
     );
     assert_eq!(
         echo_through_tls(&pki, tls, b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n").as_deref(),
@@ -608,33 +630,26 @@ fn the_proxy_protocol_comes_before_tls() {
 
 #[test]
 fn an_untrusted_balancer_is_not_believed_over_tls() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let extra = format!(
-        "{}[identity]\ntrusted_proxies = [\"10.9.0.0/16\"]\n",
-        certificates(&[&site])
+    let site = OneSite::start(
+        "proxy_protocol = true",
+        "[identity]\ntrusted_proxies = [\"10.9.0.0/16\"]\n",
     );
-    let _v = start_tls(&origin, tls, "proxy_protocol = true", &extra);
+    let (pki, tls) = (&site.pki, site.tls);
     assert_eq!(
-        echo_through_tls(&pki, tls, b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n").as_deref(),
+        echo_through_tls(pki, tls, b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n").as_deref(),
         Some("127.0.0.1")
     );
 }
 
 #[test]
 fn failed_and_slow_handshakes_are_counted_and_closed() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let v = start_tls(
-        &origin,
+    let OneSite {
+        origin: _origin,
+        pki,
+        site: _,
         tls,
-        "header_timeout = \"1s\"",
-        &certificates(&[&site]),
-    );
+        v,
+    } = OneSite::start("header_timeout = \"1s\"", "");
     // Plain HTTP on the TLS port, then a silent connection.
     let answer = raw_exchange(tls, b"GET / HTTP/1.1\r\nHost: site.test\r\n\r\n");
     assert!(!answer.contains("200"), "{answer}");
@@ -681,11 +696,13 @@ fn raw_tls(
 
 #[test]
 fn min_version_refuses_older_clients_and_follows_a_reload() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let v = start_tls(&origin, tls, "", &certificates(&[&site]));
+    let OneSite {
+        origin: _origin,
+        pki,
+        site: _,
+        tls,
+        v,
+    } = OneSite::start("", "");
     let request = b"GET /__echo HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
     let answer = |versions: &[&'static rustls::SupportedProtocolVersion]| {
         let mut s = raw_tls(&pki, tls, versions, &[b"http/1.1"]);
@@ -713,16 +730,13 @@ fn min_version_refuses_older_clients_and_follows_a_reload() {
 
 #[test]
 fn an_http2_connection_that_never_sends_its_preface_is_closed() {
-    let origin = Origin::start();
-    let pki = Pki::new();
-    let site = pki.issue("site", &["site.test"]);
-    let tls = free_addr();
-    let v = start_tls(
-        &origin,
+    let OneSite {
+        origin: _origin,
+        pki,
+        site: _,
         tls,
-        "header_timeout = \"1s\"",
-        &certificates(&[&site]),
-    );
+        v,
+    } = OneSite::start("header_timeout = \"1s\"", "");
     let mut s = raw_tls(&pki, tls, &[&rustls::version::TLS13], &[b"h2"]);
     // Complete the handshake, then say nothing.
     while s.conn.is_handshaking() {

@@ -745,3 +745,15 @@ impl RedisCluster {
             .collect()
     }
 }
+
+/// Resident memory of process `pid`, KiB. Panics when it cannot be read: a figure of 0 would
+/// pass every "memory stayed low" check.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("no /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS for {pid}"))
+}
