@@ -60,6 +60,11 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
         new.admin.listen.to_string(),
     );
     check(
+        "upstream.keepalive_pool_size",
+        old.upstream.keepalive_pool_size.to_string(),
+        new.upstream.keepalive_pool_size.to_string(),
+    );
+    check(
         "upstream.ca_file",
         format!("{:?}", old.upstream.ca_file),
         format!("{:?}", new.upstream.ca_file),
@@ -85,6 +90,7 @@ pub fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.server.graceful_shutdown = serving.server.graceful_shutdown;
     new.admin.listen = serving.admin.listen;
     new.upstream.ca_file = serving.upstream.ca_file.clone();
+    new.upstream.keepalive_pool_size = serving.upstream.keepalive_pool_size;
     new.cluster = serving.cluster.clone();
 }
 

@@ -174,6 +174,12 @@ pub struct UpstreamFile {
     pub read_timeout: Duration,
     #[serde(default = "default_health_check", with = "humantime_serde")]
     pub health_check: Duration,
+    #[serde(default = "default_keepalive_pool_size")]
+    pub keepalive_pool_size: usize,
+}
+
+fn default_keepalive_pool_size() -> usize {
+    1024
 }
 
 fn default_connect_timeout() -> Duration {

@@ -239,6 +239,8 @@ pub struct UpstreamConfig {
     pub read_timeout: Duration,
     /// Probe interval; zero turns probing off (every peer counts as healthy).
     pub health_check: Duration,
+    /// Idle origin connections kept for reuse, per worker thread. Restart-only.
+    pub keepalive_pool_size: usize,
 }
 
 /// One `upstream.peers` entry, resolved when the config was loaded.
@@ -490,6 +492,10 @@ impl Config {
         conf.grace_period_seconds = Some(total - timeout - slack);
         conf.graceful_shutdown_timeout_seconds = Some(timeout);
         conf.work_stealing = self.server.work_stealing;
+        // Pingora's default (128) is below the concurrency of a busy edge: once more
+        // connections are in flight than the pool holds, released ones are closed and the next
+        // requests open new ones (README, TLS and HTTP/2 figures).
+        conf.upstream_keepalive_pool_size = self.upstream.keepalive_pool_size;
         conf.ca_file = self
             .upstream
             .ca_file

@@ -420,3 +420,34 @@ fn shared_applies_to_window_rules_only() {
     ));
     assert!(e.contains("rate_limit[0].shared"), "{e}");
 }
+
+#[test]
+fn edge_and_pool_settings_are_checked() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.upstream.keepalive_pool_size, 1024);
+    assert!(c.server.tls_listen.is_empty() && !c.server.h2c && !c.server.redirect_to_https);
+    let e = errors(&MINIMAL.replace("[upstream]\n", "[upstream]\nkeepalive_pool_size = 0\n"));
+    assert!(
+        e.contains("upstream.keepalive_pool_size: must be between 1 and 65536, got 0"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[tls]\nmin_version = \"1.1\"\n"));
+    assert!(
+        e.contains("tls.min_version: must be \"1.2\" or \"1.3\""),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nredirect_to_https = true\ntls_listen = []\n"
+    ));
+    assert!(
+        e.contains("server.redirect_to_https: needs server.tls_listen"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nlisten = [\"127.0.0.1:8080\"]\ntls_listen = [\"127.0.0.1:8080\"]\n[tls]\ncertificates = [{{ cert = \"a.pem\", key = \"a.key\" }}]\n"
+    ));
+    assert!(
+        e.contains("server.tls_listen[0]: 127.0.0.1:8080 is also in server.listen"),
+        "{e}"
+    );
+}

@@ -486,6 +486,12 @@ impl Validator<'_> {
                 ),
             }
         }
+        if u.keepalive_pool_size == 0 || u.keepalive_pool_size > 65_536 {
+            self.err(
+                "upstream.keepalive_pool_size",
+                format!("must be between 1 and 65536, got {}", u.keepalive_pool_size),
+            );
+        }
         Some(UpstreamConfig {
             peers,
             tls: u.tls,
@@ -494,6 +500,7 @@ impl Validator<'_> {
             connect_timeout: u.connect_timeout,
             read_timeout: u.read_timeout,
             health_check: u.health_check,
+            keepalive_pool_size: u.keepalive_pool_size,
         })
     }
 
