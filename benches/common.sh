@@ -217,6 +217,8 @@ check_path() { # name expect admin-port before-count requests
 
 measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check the path
   local name=$1 url=$2 pid=$3; shift 3
+  # ONLY (a regex): measure just the matching scenarios, with their plain references.
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
   $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" "$@" "$url" >/dev/null
   local counted=0
   if [ -n "${EXPECT:-}" ]; then
@@ -248,6 +250,7 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
 # variables, and H2_STREAMS (concurrent streams per connection).
 measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
   local name=$1 url=$2 pid=$3; shift 3
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
   $LOAD_PIN h2load -c"$CONNECTIONS" -m"${H2_STREAMS:-10}" -D"$WARMUP" "$@" "$url" >/dev/null
   local counted=0
   if [ -n "${EXPECT:-}" ]; then
@@ -264,7 +267,8 @@ measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
   mean=$(to_ms "$(awk '/^time for request:/ { print $6 }' "$h")")
   cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
   rss=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
-  if [ "$ok" != "$requests" ]; then
+  # Answers that arrive as h2load stops count in its status codes but not as done.
+  if [ "$ok" -lt "$requests" ]; then
     echo "!! $name: $requests requests done, $ok with 2xx" >&2
     FAILED+=("$name (round $ROUND): $requests done, $ok 2xx")
   fi

@@ -6,6 +6,7 @@
 #   benches/load.sh                      # 3 rounds x 6 scenarios x 10 s
 #   ROUNDS=5 DURATION=20 CONNECTIONS=64 benches/load.sh
 #   VESTIBULE_BIN=/path/to/vestibule benches/load.sh   # measure a prebuilt binary
+#   ONLY='handshakes' TLS=1 benches/load.sh   # just the scenarios matching a regex
 #   TLS=1 benches/load.sh                # also over TLS: h1 keep-alive (wrk), h2 (h2load),
 #                                        # and full handshakes (wrk, a new connection each time)
 #
@@ -122,7 +123,7 @@ for name in order:
                f"{best(name, 'cpu_us_per_req') / best(ref(name), 'cpu_us_per_req'):.2f}x",
                f"{rss / peak(ref(name)):.2f}x")
     print(f"| {name} | {med(name, 'rps'):.0f} | {med(name, 'p50_ms'):.3f} | {med(name, 'p99_ms'):.3f} | {cpu:.1f} | {rss:.0f} | {' | '.join(cmp)} |")
-print(f"\n(medians of {len(by['plain_proxy'])} rounds; RSS is the peak)")
+print(f"\n(medians of {max(len(v) for v in by.values())} rounds; RSS is the peak)")
 PY
 echo
 echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page <= 0.60x plain CPU/req; RSS <= 2x."
