@@ -322,6 +322,20 @@ impl ProxyHttp for Proxy {
         }
     }
 
+    /// Errors a client causes (it went away mid-answer, closed without TLS close_notify, sent
+    /// something broken) are not logged at error level: any client could otherwise write one
+    /// line per connection, and they say nothing about the proxy. They stay at debug.
+    fn suppress_error_log(&self, session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
+        let client = error.esource() == &ErrorSource::Downstream;
+        if client {
+            log::debug!(
+                "client error: {error}, {}",
+                self.request_summary(session, ctx)
+            );
+        }
+        client
+    }
+
     /// What Pingora's own error lines say about a request: no query string, which may carry
     /// secrets, and no headers.
     fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {

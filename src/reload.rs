@@ -36,6 +36,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(1);
 struct WatchSet {
     dirs: HashSet<PathBuf>,
     files: HashSet<PathBuf>,
+    /// The files' names, to pass over other files' events without a file-system call.
+    names: HashSet<std::ffi::OsString>,
 }
 
 impl WatchSet {
@@ -76,11 +78,15 @@ impl WatchSet {
         if let Some(dir) = file.parent() {
             self.dirs.insert(dir.to_path_buf());
         }
+        if let Some(name) = file.file_name() {
+            self.names.insert(name.to_owned());
+        }
         self.files.insert(file);
     }
 
     fn matters(&self, path: &Path) -> bool {
-        self.files.contains(&absolute(path))
+        path.file_name().is_some_and(|n| self.names.contains(n))
+            && self.files.contains(&absolute(path))
     }
 }
 
@@ -153,15 +159,24 @@ impl BackgroundService for Reloader {
         };
         // When the pending reload fires: (quiet deadline, latest allowed).
         let mut pending: Option<(Instant, Instant)> = None;
+        // The generation whose files `set` watches.
+        let mut watched_generation = 0;
         loop {
-            // Follow the config: watch the folders the snapshot in service names.
-            let wanted = WatchSet::of(&self.app.snapshot(), self.app.config_path());
-            if wanted != set {
-                if let Some(w) = watcher.as_mut() {
-                    sync_watches(w, &mut watching, &wanted.dirs);
+            // Follow the config: watch the folders the snapshot in service names. Worked out
+            // again only after a reload: events for other files in those folders (a log file
+            // next to the config, say) cost no file-system calls.
+            let snapshot = self.app.snapshot();
+            if snapshot.generation != watched_generation {
+                let wanted = WatchSet::of(&snapshot, self.app.config_path());
+                if wanted != set {
+                    if let Some(w) = watcher.as_mut() {
+                        sync_watches(w, &mut watching, &wanted.dirs);
+                    }
+                    set = wanted;
                 }
-                set = wanted;
+                watched_generation = snapshot.generation;
             }
+            drop(snapshot);
             let fire_at = pending.map(|(quiet, latest)| quiet.min(latest));
             tokio::select! {
                 _ = shutdown.changed() => return,

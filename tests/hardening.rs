@@ -470,3 +470,25 @@ fn idle_and_slow_connections_are_closed() {
         assert_eq!(c.get(v.url("/__echo")).send().unwrap().status(), 200);
     }
 }
+
+/// Clients that hang up before their answer are the clients' doing: the log gets no error line
+/// for them (at error level, any client could write one line per connection).
+#[test]
+fn clients_that_hang_up_do_not_fill_the_log() {
+    use std::io::Write;
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).start();
+    for _ in 0..20 {
+        let mut s = std::net::TcpStream::connect(v.proxy).unwrap();
+        s.write_all(b"GET /__slow?ms=300 HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        drop(s);
+    }
+    // Every one of them reached the origin and was given up on by the proxy.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(origin.served() >= 20, "{} served", origin.served());
+    let log = v.log_text();
+    assert!(!log.contains("Fail to proxy"), "{log}");
+    // The proxy still answers.
+    assert_eq!(client().get(v.url("/__echo")).send().unwrap().status(), 200);
+}
