@@ -32,13 +32,25 @@ stop() {
 }
 
 NCPU=$(nproc)
-if [ "$NCPU" -ge 2 ] && command -v taskset >/dev/null; then
-  PROXY_PIN="taskset -c 0"
-  LOAD_PIN="taskset -c 1-$((NCPU - 1))"
-else
-  PROXY_PIN=""
-  LOAD_PIN=""
+# Where each part runs: CPU lists for taskset (PROXY_CPUS, WRK_CPUS, ORIGIN_CPUS; load.sh takes
+# them as --cpus PROXY:WRK:ORIGIN). By default the proxy under test gets CPU 0 and wrk and the
+# origin the others, when there are at least two.
+if [ "$NCPU" -ge 2 ]; then
+  PROXY_CPUS=${PROXY_CPUS:-0}
+  WRK_CPUS=${WRK_CPUS:-1-$((NCPU - 1))}
+  ORIGIN_CPUS=${ORIGIN_CPUS:-$WRK_CPUS}
 fi
+pin() { # cpu-list -> a taskset prefix, or nothing
+  if [ -n "${1:-}" ] && command -v taskset >/dev/null; then echo "taskset -c $1"; fi
+}
+cpu_count() { # cpu-list like 0-3,8 -> 5
+  python3 -c 'import sys; print(sum(int(b) - int(a) + 1 for a, _, b in (p.partition("-") if "-" in p else (p, "-", p) for p in sys.argv[1].split(","))))' "$1"
+}
+PROXY_PIN=$(pin "${PROXY_CPUS:-}")
+LOAD_PIN=$(pin "${WRK_CPUS:-}")
+ORIGIN_PIN=$(pin "${ORIGIN_CPUS:-}")
+# nginx workers: one per origin CPU unless ORIGIN_WORKERS says otherwise.
+ORIGIN_WORKERS=${ORIGIN_WORKERS:-$( [ -n "${ORIGIN_CPUS:-}" ] && cpu_count "$ORIGIN_CPUS" || echo 1)}
 
 build() {
   echo "== building (release)"
@@ -56,8 +68,8 @@ start_origin() {
     mkdir -p "$OUT/nginx"
     cat > "$OUT/nginx/nginx.conf" <<EOF
 daemon off;
-master_process off;
-worker_processes 1;
+master_process $( [ "$ORIGIN_WORKERS" -gt 1 ] && echo on || echo off );
+worker_processes $ORIGIN_WORKERS;
 pid $OUT/nginx/nginx.pid;
 error_log $OUT/nginx/error.log warn;
 events { worker_connections 4096; }
@@ -70,10 +82,10 @@ http {
   }
 }
 EOF
-    $LOAD_PIN nginx -p "$OUT/nginx" -c "$OUT/nginx/nginx.conf" >"$OUT/nginx/stdout.log" 2>&1 &
+    $ORIGIN_PIN nginx -p "$OUT/nginx" -c "$OUT/nginx/nginx.conf" >"$OUT/nginx/stdout.log" 2>&1 &
   else
     ORIGIN_KIND="vestibule demo origin"
-    $LOAD_PIN "$BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" --threads 1 >"$OUT/origin.log" 2>&1 &
+    $ORIGIN_PIN "$BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" --threads "$ORIGIN_WORKERS" >"$OUT/origin.log" 2>&1 &
   fi
   ORIGIN_PID=$!
   PIDS+=("$ORIGIN_PID")
@@ -115,7 +127,7 @@ make_certificate() {
 }
 
 # Starts the plain Pingora proxy (the reference) in front of the origin; sets PLAIN_PORT,
-# PLAIN_PID (and PLAIN_TLS_PORT with TLS=1).
+# PLAIN_PID (and PLAIN_TLS_PORT with TLS=1). Arguments go to plain_proxy (--no-work-stealing).
 start_plain() {
   PLAIN_PORT=$(free_port)
   local tls=()
@@ -123,7 +135,7 @@ start_plain() {
     PLAIN_TLS_PORT=$(free_port)
     tls=("127.0.0.1:$PLAIN_TLS_PORT" "$TLS_CERT" "$TLS_KEY")
   fi
-  $PROXY_PIN "$PLAIN" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" "${tls[@]}" >"$OUT/plain.log" 2>&1 &
+  $PROXY_PIN "$PLAIN" "$@" "127.0.0.1:$PLAIN_PORT" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" "${tls[@]}" >"$OUT/plain.t${PROXY_THREADS}${1:-}.log" 2>&1 &
   PLAIN_PID=$!
   PIDS+=("$PLAIN_PID")
   wait_port "$PLAIN_PORT"
@@ -219,14 +231,14 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
   local name=$1 url=$2 pid=$3; shift 3
   # ONLY (a regex): measure just the matching scenarios, with their plain references.
   if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
-  $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" "$@" "$url" >/dev/null
+  $LOAD_PIN wrk -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -d"${WARMUP}s" "$@" "$url" >/dev/null
   local counted=0
   if [ -n "${EXPECT:-}" ]; then
     if [ "$EXPECT" = origin ]; then counted=$(forwarded "$ADMIN"); else counted=$(room_pages "$ADMIN"); fi
   fi
   local before; before=$(ticks "$pid")
   local w="$OUT/$name.round$ROUND.wrk"
-  $LOAD_PIN wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" > "$w"
+  $LOAD_PIN wrk -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" > "$w"
   local after; after=$(ticks "$pid")
   local requests rps p50 p99 cpu rss
   requests=$(awk '/requests in/ { print $1 }' "$w")
@@ -242,7 +254,7 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
   if [ -n "${EXPECT:-}" ]; then
     check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" >> "$RESULTS"
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" "$PROXY_THREADS" >> "$RESULTS"
   echo "   $name: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu us CPU/req, RSS $rss KiB"
 }
 
@@ -251,14 +263,14 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
 measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
   local name=$1 url=$2 pid=$3; shift 3
   if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
-  $LOAD_PIN h2load -c"$CONNECTIONS" -m"${H2_STREAMS:-10}" -D"$WARMUP" "$@" "$url" >/dev/null
+  $LOAD_PIN h2load -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -m"${H2_STREAMS:-10}" -D"$WARMUP" "$@" "$url" >/dev/null
   local counted=0
   if [ -n "${EXPECT:-}" ]; then
     if [ "$EXPECT" = origin ]; then counted=$(forwarded "$ADMIN"); else counted=$(room_pages "$ADMIN"); fi
   fi
   local h="$OUT/$name.round$ROUND.h2load"
   local before; before=$(ticks "$pid")
-  $LOAD_PIN h2load -c"$CONNECTIONS" -m"${H2_STREAMS:-10}" -D"$DURATION" "$@" "$url" > "$h"
+  $LOAD_PIN h2load -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -m"${H2_STREAMS:-10}" -D"$DURATION" "$@" "$url" > "$h"
   local after; after=$(ticks "$pid")
   local requests rps mean cpu rss ok
   requests=$(awk '/^requests:/ { print $8 }' "$h")
@@ -276,6 +288,6 @@ measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
     # Streams in flight when h2load stops are answered but not counted by it.
     SLACK=$((CONNECTIONS * ${H2_STREAMS:-10} * 2)) check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$mean" "-" "$cpu" "$rss" >> "$RESULTS"
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$mean" "-" "$cpu" "$rss" "$PROXY_THREADS" >> "$RESULTS"
   echo "   $name: $rps req/s, mean $mean ms, $cpu us CPU/req, RSS $rss KiB"
 }

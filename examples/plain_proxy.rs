@@ -1,7 +1,10 @@
 //! The reference for every load figure: a Pingora proxy with no features at all, same pingora
 //! version, same thread count, one fixed upstream.
 //!
-//! `cargo run --release --example plain_proxy -- <listen> <upstream> <threads> [<tls_listen> <cert> <key>]`
+//! `cargo run --release --example plain_proxy -- [--no-work-stealing] <listen> <upstream> <threads> [<tls_listen> <cert> <key>]`
+//!
+//! Its configuration is Pingora's default (work stealing on) unless `--no-work-stealing` says
+//! otherwise: the scaling benchmark measures both.
 //!
 //! With a TLS listener, it is Pingora's own: rustls with ring, TLS 1.2 and 1.3, ALPN h2 and
 //! http/1.1 (what vestibule's TLS listeners offer too).
@@ -28,7 +31,9 @@ impl ProxyHttp for Plain {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let work_stealing = !all.iter().any(|a| a == "--no-work-stealing");
+    let mut args = all.into_iter().filter(|a| a != "--no-work-stealing");
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:8090".into());
     let upstream = args
         .next()
@@ -38,6 +43,7 @@ fn main() {
     let threads = args.next().and_then(|t| t.parse().ok()).unwrap_or(2);
     let conf = ServerConf {
         threads,
+        work_stealing,
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(1),
         ..Default::default()
