@@ -1,7 +1,9 @@
 //! What lives as long as the process: the snapshot in service, the metrics, and the outcome of
 //! the last reload. Every service (proxy, admin, background tasks) shares one `Arc<App>`.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -19,9 +21,33 @@ pub struct ReloadError {
     pub at: Timestamp,
 }
 
+static NEXT_APP: AtomicU64 = AtomicU64::new(0);
+
+/// A worker thread's own reference to a snapshot: cloning it writes a reference count that
+/// only this thread uses (see [`App::request_snapshot`]).
+pub struct ThreadSnapshot(Arc<Snapshot>);
+
+impl std::ops::Deref for ThreadSnapshot {
+    type Target = Snapshot;
+    fn deref(&self) -> &Snapshot {
+        &self.0
+    }
+}
+
+/// (app id, generation, snapshot) of the last request a thread served.
+type Cached = Option<(u64, u64, Arc<ThreadSnapshot>)>;
+
+thread_local! {
+    static THREAD_SNAPSHOT: RefCell<Cached> = const { RefCell::new(None) };
+}
+
 pub struct App {
+    /// Tells this App's snapshot apart from another's in a thread's cache (tests run several).
+    id: u64,
     config_path: PathBuf,
     current: ArcSwap<Snapshot>,
+    /// The generation of `current`, stored after it.
+    generation: AtomicU64,
     pub metrics: Metrics,
     pub state: State,
     last_reload_error: Mutex<Option<ReloadError>>,
@@ -39,7 +65,9 @@ impl App {
         let metrics = Metrics::new();
         metrics.refresh(&snapshot, &*state.store);
         Ok(Arc::new(App {
+            id: NEXT_APP.fetch_add(1, Ordering::Relaxed),
             config_path: config_path.to_path_buf(),
+            generation: AtomicU64::new(snapshot.generation),
             current: ArcSwap::from_pointee(snapshot),
             metrics,
             state,
@@ -52,6 +80,27 @@ impl App {
     /// The snapshot in service. Hold it for the whole request.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
+    }
+
+    /// The snapshot in service, for one request, through this thread's own reference: cloning
+    /// the shared `Arc` on every request made every worker thread write (and pull over) the same
+    /// reference count, a cost that grows with the threads. A thread's cached snapshot is
+    /// replaced at its first request after a reload (until then an idle thread keeps the old
+    /// one alive).
+    pub fn request_snapshot(&self) -> Arc<ThreadSnapshot> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let cached = THREAD_SNAPSHOT.try_with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if let Some((app, g, s)) = &*cell {
+                if *app == self.id && *g == generation {
+                    return s.clone();
+                }
+            }
+            let fresh = Arc::new(ThreadSnapshot(self.current.load_full()));
+            *cell = Some((self.id, fresh.generation, fresh.clone()));
+            fresh
+        });
+        cached.unwrap_or_else(|_| Arc::new(ThreadSnapshot(self.current.load_full())))
     }
 
     pub fn config_path(&self) -> &Path {
@@ -112,6 +161,7 @@ impl App {
         let generation = new.generation;
         let new = Arc::new(new);
         self.current.store(new.clone());
+        self.generation.store(generation, Ordering::Release);
         self.metrics
             .config_reloads
             .with_label_values(&["success"])

@@ -84,7 +84,7 @@ impl fmt::Debug for SigningKey {
     }
 }
 
-/// Values remembered as verified, per ring.
+/// Values remembered as verified (and tokens remembered as signed), per ring and worker thread.
 const VERIFIED_CACHE: usize = 4096;
 
 /// The ring of `keys.toml`.

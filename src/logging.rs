@@ -7,15 +7,15 @@
 //! room, decision, each rule's outcome, origin and total time. Cookie values, keys and tokens
 //! never appear in any line.
 //!
-//! Access lines are buffered (at most [`BUFFER_LIMIT`] bytes) and written by
+//! Access lines are buffered per thread (at most [`BUFFER_LIMIT`] bytes each) and written by
 //! [`flush`], which the housekeeping task calls every 100 ms, instead of one `write(2)` per
-//! request. Any other line flushes the buffer and is written at once, so order is kept and
-//! errors are never delayed. Until the housekeeping task turns buffering on (and after it turns
+//! request and without a lock that every thread takes. Any other line flushes the buffers and
+//! is written at once, so order is kept and errors are never delayed. Until the housekeeping task turns buffering on (and after it turns
 //! it off at shutdown) everything is written straight through.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 
@@ -35,29 +35,59 @@ struct Logger {
 }
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
-/// Access lines waiting to be written.
-static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// Access lines waiting to be written: one buffer per thread, so request threads never wait on
+/// each other's lines (one shared buffer was a lock every request of every thread took). The
+/// list is what [`flush`] writes; a thread's buffer stays in it after the thread ends.
+static BUFFERS: Mutex<Vec<Arc<Mutex<Vec<u8>>>>> = Mutex::new(Vec::new());
 static BUFFERING: AtomicBool = AtomicBool::new(false);
-/// Buffered bytes that force a write.
+/// Buffered bytes (in one thread's buffer) that force a write.
 pub const BUFFER_LIMIT: usize = 64 * 1024;
 
-/// Writes one line: access lines may wait in the buffer, anything else goes out at once
-/// (after what is buffered).
-fn emit(line: &[u8], access: bool) {
-    let mut buffer = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
-    buffer.extend_from_slice(line);
-    if !access || !BUFFERING.load(Ordering::Relaxed) || buffer.len() >= BUFFER_LIMIT {
-        let _ = std::io::stderr().lock().write_all(&buffer);
+thread_local! {
+    static BUFFER: Arc<Mutex<Vec<u8>>> = {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        lock(&BUFFERS).push(buffer.clone());
+        buffer
+    };
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes and empties a buffer: whole lines in one `write(2)`, under stderr's lock so lines of
+/// different threads never interleave.
+fn write_out(buffer: &mut Vec<u8>) {
+    if !buffer.is_empty() {
+        let _ = std::io::stderr().lock().write_all(buffer);
         buffer.clear();
     }
 }
 
-/// Writes whatever is buffered.
+/// Writes one line: access lines may wait in this thread's buffer, anything else goes out at
+/// once, after every buffered line.
+fn emit(line: &[u8], access: bool) {
+    if access && BUFFERING.load(Ordering::Relaxed) {
+        let buffered = BUFFER.try_with(|b| {
+            let mut b = lock(b);
+            b.extend_from_slice(line);
+            if b.len() >= BUFFER_LIMIT {
+                write_out(&mut b);
+            }
+        });
+        if buffered.is_ok() {
+            return;
+        }
+    }
+    flush();
+    let _ = std::io::stderr().lock().write_all(line);
+}
+
+/// Writes whatever is buffered, every thread's.
 pub fn flush() {
-    let mut buffer = BUFFER.lock().unwrap_or_else(|p| p.into_inner());
-    if !buffer.is_empty() {
-        let _ = std::io::stderr().lock().write_all(&buffer);
-        buffer.clear();
+    let buffers: Vec<_> = lock(&BUFFERS).clone();
+    for b in buffers {
+        write_out(&mut lock(&b));
     }
 }
 

@@ -48,7 +48,8 @@ impl Proxy {
 
 /// Per-request state. Dropped after `logging` on every path.
 pub struct RequestCtx {
-    snapshot: Arc<Snapshot>,
+    /// This thread's reference to the snapshot in service (see `App::request_snapshot`).
+    snapshot: Arc<crate::app::ThreadSnapshot>,
     started: Instant,
     peer_ip: Option<IpAddr>,
     /// The client's address after trusted proxies.
@@ -85,7 +86,7 @@ impl ProxyHttp for Proxy {
 
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
-            snapshot: self.app.snapshot(),
+            snapshot: self.app.request_snapshot(),
             started: Instant::now(),
             peer_ip: None,
             client_ip: None,
@@ -510,16 +511,19 @@ impl Proxy {
         }
         let mut checks = Checks::new();
         let blocked = snapshot.rules.check(scope, view, now, &mut checks);
-        let handles = self.app.metrics.handles(snapshot);
+        self.app.metrics.with_handles(snapshot, |handles| {
+            for checked in checks.iter() {
+                if let Some(counters) = handles.rules.get(checked.rule) {
+                    counters[checked.check.outcome.index()].inc();
+                }
+            }
+        });
         let mut limited = None;
         for (i, checked) in checks.into_iter().enumerate() {
             let Some(rule) = snapshot.rules.get(checked.rule) else {
                 continue;
             };
             let check = checked.check;
-            if let Some(counters) = handles.rules.get(checked.rule) {
-                counters[check.outcome.index()].inc();
-            }
             ctx.rule_outcomes.push((checked.rule, check.outcome));
             if Some(i) == blocked {
                 limited = Some(Limited {
@@ -540,17 +544,18 @@ impl Proxy {
 
     /// Counts a room decision.
     fn record(&self, snapshot: &Snapshot, room: usize, outcome: &Outcome) {
-        let handles = self.app.metrics.handles(snapshot);
-        let Some(h) = handles.rooms.get(room) else {
-            return;
-        };
-        h.decisions[outcome.decision.index()].inc();
-        if outcome.admitted {
-            h.admitted.inc();
-        }
-        if let Some(reason) = outcome.rejected {
-            h.rejected[reason.index()].inc();
-        }
+        self.app.metrics.with_handles(snapshot, |handles| {
+            let Some(h) = handles.rooms.get(room) else {
+                return;
+            };
+            h.decisions[outcome.decision.index()].inc();
+            if outcome.admitted {
+                h.admitted.inc();
+            }
+            if let Some(reason) = outcome.rejected {
+                h.rejected[reason.index()].inc();
+            }
+        });
     }
 }
 

@@ -16,8 +16,8 @@
 //! Verification order: well-formed, key known, signature (constant time), bound to this user, not
 //! expired. Nothing in an unauthenticated token is interpreted before its signature checks out.
 //!
-//! A browser presents the same cookie on every request, so a [`VerifiedCache`] remembers values
-//! whose signature already checked out: a hit needs the exact bytes (compared in constant time)
+//! A browser presents the same cookie on every request, so a [`VerifiedCache`] (one per worker
+//! thread) remembers values whose signature already checked out: a hit needs the exact bytes (compared in constant time)
 //! and skips only parsing and the HMAC; the binding and expiry are checked every time. The cache
 //! belongs to one key ring, so changing the ring starts a new one.
 
@@ -284,22 +284,36 @@ impl Token {
     }
 }
 
-/// A bounded LRU map split into shards, each behind its own lock, chosen by a hash keyed with
-/// random keys (so nobody can aim entries at one shard).
-struct ShardedLru<K: std::hash::Hash + Eq, V> {
-    shards: [std::sync::Mutex<lru::LruCache<K, V>>; CACHE_SHARDS],
+/// A bounded LRU map per thread, one cache instance at a time per thread (a key ring's; a
+/// reload's new ring starts afresh). A shared map behind locks made every request of every
+/// worker thread lock, reorder and reference-count the same entries when clients repeat their
+/// cookie, a cost that grew with the threads. Per thread there is nothing to share: with work
+/// stealing off a connection stays on its thread, so its cookie's repeats hit that thread's
+/// cache, and a miss costs one HMAC. Entries are looked up by a hash keyed with random keys,
+/// so nobody can aim entries at each other.
+struct ThreadLru {
+    /// Which instance a thread's cache belongs to.
+    id: u64,
+    capacity: std::num::NonZeroUsize,
     hasher: ahash::RandomState,
 }
 
-const CACHE_SHARDS: usize = 16;
+static NEXT_CACHE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-impl<K: std::hash::Hash + Eq, V> ShardedLru<K, V> {
-    /// Room for about `capacity` entries in all.
+type Verified = (Box<[u8]>, std::sync::Arc<Token>);
+type PerThread<V> = std::cell::RefCell<Option<(u64, lru::LruCache<u64, V>)>>;
+
+thread_local! {
+    static VERIFIED: PerThread<Verified> = const { std::cell::RefCell::new(None) };
+    static SIGNED: PerThread<(Claims, std::sync::Arc<str>)> = const { std::cell::RefCell::new(None) };
+}
+
+impl ThreadLru {
+    /// Room for `capacity` entries per thread.
     fn new(capacity: usize) -> Self {
-        let per_shard = std::num::NonZeroUsize::new(capacity.div_ceil(CACHE_SHARDS).max(1))
-            .unwrap_or(std::num::NonZeroUsize::MIN);
-        ShardedLru {
-            shards: std::array::from_fn(|_| std::sync::Mutex::new(lru::LruCache::new(per_shard))),
+        ThreadLru {
+            id: NEXT_CACHE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            capacity: std::num::NonZeroUsize::new(capacity).unwrap_or(std::num::NonZeroUsize::MIN),
             hasher: ahash::RandomState::new(),
         }
     }
@@ -308,45 +322,64 @@ impl<K: std::hash::Hash + Eq, V> ShardedLru<K, V> {
         self.hasher.hash_one(item)
     }
 
-    /// The shard for `hash`, locked (a poisoned lock still holds a usable cache).
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, lru::LruCache<K, V>> {
-        self.shards[(hash >> 60) as usize % CACHE_SHARDS]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` on this thread's cache of this instance (emptied first if it held another
+    /// instance's entries). `None` while the thread is being torn down.
+    fn with<V: 'static, R>(
+        &self,
+        slot: &'static std::thread::LocalKey<PerThread<V>>,
+        f: impl FnOnce(&mut lru::LruCache<u64, V>) -> R,
+    ) -> Option<R> {
+        slot.try_with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if cell.as_ref().is_none_or(|(id, _)| *id != self.id) {
+                *cell = Some((self.id, lru::LruCache::new(self.capacity)));
+            }
+            let (_, cache) = cell.as_mut()?;
+            Some(f(cache))
+        })
+        .ok()
+        .flatten()
     }
 }
 
 /// Recently signed lottery tokens, by their claims. One identity gets the same token for a whole
 /// bucket by design, so a client that keeps asking without its cookie (a refresh storm, a bot)
 /// is answered without another HMAC.
-pub struct SignedCache(ShardedLru<Claims, std::sync::Arc<str>>);
+pub struct SignedCache(ThreadLru);
 
 impl SignedCache {
+    /// Up to `capacity` values per thread.
     pub fn new(capacity: usize) -> SignedCache {
-        SignedCache(ShardedLru::new(capacity))
+        SignedCache(ThreadLru::new(capacity))
     }
 
     /// The cookie value for `claims` signed by `key`, from the cache when it was signed before.
     pub fn sign(&self, claims: Claims, key: &SigningKey) -> std::sync::Arc<str> {
         let hash = self.0.hash(&claims);
-        if let Some(v) = self.0.shard(hash).get(&claims) {
-            return v.clone();
+        let hit = self.0.with(&SIGNED, |c| {
+            c.get(&hash)
+                .filter(|(cached, _)| *cached == claims)
+                .map(|(_, v)| v.clone())
+        });
+        if let Some(Some(v)) = hit {
+            return v;
         }
         let value: std::sync::Arc<str> = claims.sign(key).into();
-        self.0.shard(hash).put(claims, value.clone());
+        self.0
+            .with(&SIGNED, |c| c.put(hash, (claims, value.clone())));
         value
     }
 }
 
 /// Presented values whose signature checked out: keyed hash of the bytes -> (those bytes, the
 /// parsed token).
-pub struct VerifiedCache(ShardedLru<u64, (Box<[u8]>, std::sync::Arc<Token>)>);
+pub struct VerifiedCache(ThreadLru);
 
 impl VerifiedCache {
-    /// A cache of about `capacity` values (each holds the value and its parsed token, about
-    /// 600 bytes).
+    /// A cache of up to `capacity` values per thread (each holds the value and its parsed
+    /// token, about 600 bytes).
     pub fn new(capacity: usize) -> VerifiedCache {
-        VerifiedCache(ShardedLru::new(capacity))
+        VerifiedCache(ThreadLru::new(capacity))
     }
 
     /// Parses `value` and checks its signature with `ring`, or finds it already checked.
@@ -355,15 +388,19 @@ impl VerifiedCache {
             return Err(Reject::Malformed);
         }
         let hash = self.0.hash(value);
-        if let Some((bytes, token)) = self.0.shard(hash).get(&hash) {
-            if constant_time_eq(bytes, value) {
-                return Ok(token.clone());
-            }
+        let hit = self.0.with(&VERIFIED, |c| {
+            c.get(&hash)
+                .filter(|(bytes, _)| constant_time_eq(bytes, value))
+                .map(|(_, token)| token.clone())
+        });
+        if let Some(Some(token)) = hit {
+            return Ok(token);
         }
         let token = Token::parse(value)?;
         token.verify_signature(ring)?;
         let token = std::sync::Arc::new(token);
-        self.0.shard(hash).put(hash, (value.into(), token.clone()));
+        self.0
+            .with(&VERIFIED, |c| c.put(hash, (value.into(), token.clone())));
         Ok(token)
     }
 }

@@ -4,10 +4,16 @@
 //! (room and rule names, validated as labels) or from fixed sets, never from requests, so the
 //! number of series is bounded.
 
+mod sharded;
+
+use std::sync::Arc;
+
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
+
+pub use sharded::Counter;
 
 use crate::ratelimit::Outcome;
 use crate::room::Decision;
@@ -22,34 +28,35 @@ pub struct Handles {
     /// By room position: decisions (by `Decision::ALL`), admitted, rejections (by `Reject::ALL`).
     pub rooms: Vec<RoomHandles>,
     /// By rule position: outcomes (by `Outcome::ALL`).
-    pub rules: Vec<[IntCounter; 4]>,
+    pub rules: Vec<[Arc<Counter>; 4]>,
 }
 
 pub struct RoomHandles {
-    pub decisions: [IntCounter; Decision::ALL.len()],
-    pub admitted: IntCounter,
-    pub rejected: [IntCounter; 6],
+    pub decisions: [Arc<Counter>; Decision::ALL.len()],
+    pub admitted: Arc<Counter>,
+    pub rejected: [Arc<Counter>; 6],
 }
 
-/// The registry and handles to every family.
+/// The registry and handles to every family. The families every request counts in are
+/// [`sharded`], so worker threads do not contend for their cache lines.
 pub struct Metrics {
     handles: arc_swap::ArcSwapOption<Handles>,
     registry: Registry,
-    pub upstream_responses: IntCounterVec,
+    upstream_responses: sharded::CounterVec,
     /// `upstream_responses` by class (1xx..5xx), resolved once.
-    by_class: [IntCounter; 5],
-    pub upstream_response_seconds: Histogram,
+    by_class: [Arc<Counter>; 5],
+    upstream_response_seconds: sharded::Histogram,
     pub config_reloads: IntCounterVec,
     pub config_generation: IntGauge,
     pub upstream_unavailable: IntCounter,
-    pub room_decisions: IntCounterVec,
-    pub room_admitted: IntCounterVec,
+    room_decisions: sharded::CounterVec,
+    room_admitted: sharded::CounterVec,
     pub room_allow_percentage: GaugeVec,
-    pub token_rejected: IntCounterVec,
+    token_rejected: sharded::CounterVec,
     pub room_active_users: IntGaugeVec,
     pub room_waiting_users: IntGaugeVec,
     pub room_wait_estimate: GaugeVec,
-    pub ratelimit_decisions: IntCounterVec,
+    ratelimit_decisions: sharded::CounterVec,
     pub ratelimit_penalty_box: IntGaugeVec,
     pub ratelimit_penalty_box_capacity: IntGaugeVec,
     /// Client connections the edge closed, by `Closed::ALL`.
@@ -67,8 +74,8 @@ pub struct Metrics {
     pub tls_handshakes: [IntCounter; 2],
     tls_handshakes_vec: IntCounterVec,
     /// Requests by protocol and transport: index `h2 * 2 + tls`.
-    pub downstream_requests: [IntCounter; 4],
-    downstream_requests_vec: IntCounterVec,
+    pub downstream_requests: [Arc<Counter>; 4],
+    downstream_requests_vec: sharded::CounterVec,
     pub tls_certificate_expiry: GaugeVec,
 }
 
@@ -87,14 +94,11 @@ fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let upstream_responses = IntCounterVec::new(
-            Opts::new(
-                "vestibule_upstream_responses_total",
-                "Responses received from the origin, by status class.",
-            ),
+        let upstream_responses = sharded::CounterVec::new(
+            "vestibule_upstream_responses_total",
+            "Responses received from the origin, by status class.",
             &["status_class"],
-        )
-        .unwrap_or_else(|e| unreachable!("{e}"));
+        );
         let by_class =
             ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| upstream_responses.with_label_values(&[c]));
         let downstream_closed_vec = counter_vec(
@@ -110,7 +114,7 @@ impl Metrics {
             &["result"],
         );
         let tls_handshakes = ["ok", "failed"].map(|r| tls_handshakes_vec.with_label_values(&[r]));
-        let downstream_requests_vec = counter_vec(
+        let downstream_requests_vec = sharded::CounterVec::new(
             "vestibule_downstream_requests_total",
             "Client requests, by HTTP version and whether the connection is TLS.",
             &["protocol", "tls"],
@@ -175,17 +179,14 @@ impl Metrics {
             handles: arc_swap::ArcSwapOption::empty(),
             by_class,
             upstream_responses,
-            upstream_response_seconds: Histogram::with_opts(
-                HistogramOpts::new(
-                    "vestibule_upstream_response_seconds",
-                    "Time from sending a request to the origin to receiving its response header.",
-                )
-                .buckets(vec![
+            upstream_response_seconds: sharded::Histogram::new(
+                "vestibule_upstream_response_seconds",
+                "Time from sending a request to the origin to receiving its response header.",
+                &[
                     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                     30.0,
-                ]),
-            )
-            .unwrap_or_else(|e| unreachable!("{e}")),
+                ],
+            ),
             config_reloads: IntCounterVec::new(
                 Opts::new(
                     "vestibule_config_reloads_total",
@@ -204,12 +205,12 @@ impl Metrics {
                 "Requests answered with the 502 page because no origin could be reached.",
             )
             .unwrap_or_else(|e| unreachable!("{e}")),
-            room_decisions: counter_vec(
+            room_decisions: sharded::CounterVec::new(
                 "vestibule_room_decisions_total",
                 "Waiting-room decisions, by room and decision.",
                 &["room", "decision"],
             ),
-            room_admitted: counter_vec(
+            room_admitted: sharded::CounterVec::new(
                 "vestibule_room_admitted_total",
                 "Waiting users let in, by room.",
                 &["room"],
@@ -219,7 +220,7 @@ impl Metrics {
                 "The chance (0-100) that an eligible waiting user gets in right now.",
                 &["room"],
             ),
-            token_rejected: counter_vec(
+            token_rejected: sharded::CounterVec::new(
                 "vestibule_token_rejected_total",
                 "Presented room cookies that were not trusted, by room and reason.",
                 &["room", "reason"],
@@ -239,7 +240,7 @@ impl Metrics {
                 "Estimated wait of a user joining now, seconds, by percentile.",
                 &["room", "percentile"],
             ),
-            ratelimit_decisions: counter_vec(
+            ratelimit_decisions: sharded::CounterVec::new(
                 "vestibule_ratelimit_decisions_total",
                 "Rate-limit rule verdicts, by rule and outcome.",
                 &["rule", "outcome"],
@@ -399,11 +400,16 @@ impl Metrics {
         self.config_generation.set(snapshot.generation as i64);
     }
 
-    /// The counter handles for `snapshot`'s rooms and rules (built on first use per generation).
-    pub fn handles(&self, snapshot: &Snapshot) -> std::sync::Arc<Handles> {
-        if let Some(h) = self.handles.load_full() {
-            if h.generation == snapshot.generation {
-                return h;
+    /// Calls `f` with the counter handles for `snapshot`'s rooms and rules (built on first use
+    /// per generation). Borrowed through arc-swap's thread-local guard rather than cloned, so
+    /// requests do not write a shared reference count.
+    pub fn with_handles<R>(&self, snapshot: &Snapshot, f: impl FnOnce(&Handles) -> R) -> R {
+        {
+            let current = self.handles.load();
+            if let Some(h) = &*current {
+                if h.generation == snapshot.generation {
+                    return f(h);
+                }
             }
         }
         let rooms = snapshot
@@ -436,7 +442,7 @@ impl Metrics {
             rules,
         });
         self.handles.store(Some(h.clone()));
-        h
+        f(&h)
     }
 
     /// Counts one origin response.
