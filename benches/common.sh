@@ -163,6 +163,7 @@ certificates = [{ cert = \"$TLS_CERT\", key = \"$TLS_KEY\" }]"
 [server]
 listen = ["127.0.0.1:$VPORT"]
 threads = $PROXY_THREADS
+work_stealing = ${WORK_STEALING:-false}
 pid_file = "$OUT/$name/vestibule.pid"
 upgrade_sock = "$OUT/$name/upgrade.sock"
 $tls_listen

@@ -6,6 +6,8 @@
 #   benches/load.sh                      # 3 rounds x 6 scenarios x 10 s
 #   ROUNDS=5 DURATION=20 CONNECTIONS=64 benches/load.sh
 #   VESTIBULE_BIN=/path/to/vestibule benches/load.sh   # measure a prebuilt binary
+#   BASELINE_BIN=/path/to/older/vestibule benches/load.sh   # also an earlier build's allowed,
+#                                        # 3 rules and access-log rows (baseline_*), same rounds
 #   ONLY='handshakes' TLS=1 benches/load.sh   # just the scenarios matching a regex
 #   TLS=1 benches/load.sh                # also over TLS: h1 keep-alive (wrk), h2 (h2load),
 #                                        # and full handshakes (wrk, a new connection each time)
@@ -86,6 +88,15 @@ for PROXY_THREADS in $THREAD_LIST; do
 $RULES"; P[$t rules_pid]=$VPID P[$t rules_port]=$VPORT P[$t rules_admin]=$VADMIN
   start_vestibule "waiting.t$t" "$ROOM"; P[$t waiting_pid]=$VPID P[$t waiting_port]=$VPORT P[$t waiting_admin]=$VADMIN P[$t waiting_tls]=${VTLS_PORT:-}
   ACCESS_LOG=true start_vestibule "access_log.t$t" "$ROOM"; P[$t log_pid]=$VPID P[$t log_port]=$VPORT P[$t log_admin]=$VADMIN
+  if [ -n "${BASELINE_BIN:-}" ]; then
+    # An earlier build, in the same rounds: before/after figures that share the machine's drift.
+    SAVED_BIN=$BIN BIN=$BASELINE_BIN
+    start_vestibule "baseline_allowed.t$t" "$ROOM"; P[$t b_allowed_pid]=$VPID P[$t b_allowed_port]=$VPORT P[$t b_allowed_admin]=$VADMIN
+    start_vestibule "baseline_rules.t$t" "$ROOM
+$RULES"; P[$t b_rules_pid]=$VPID P[$t b_rules_port]=$VPORT P[$t b_rules_admin]=$VADMIN
+    ACCESS_LOG=true start_vestibule "baseline_access_log.t$t" "$ROOM"; P[$t b_log_pid]=$VPID P[$t b_log_port]=$VPORT P[$t b_log_admin]=$VADMIN
+    BIN=$SAVED_BIN
+  fi
 done
 
 for ROUND in $(seq 1 "$ROUNDS"); do
@@ -102,6 +113,11 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     EXPECT=origin ADMIN=${P[$t rules_admin]} measure vestibule_3_rules "http://127.0.0.1:${P[$t rules_port]}/" "${P[$t rules_pid]}" -H "Cookie: $COOKIE"
     EXPECT=page ADMIN=${P[$t waiting_admin]} measure vestibule_waiting_page "http://127.0.0.1:${P[$t waiting_port]}/" "${P[$t waiting_pid]}"
     EXPECT=origin ADMIN=${P[$t log_admin]} measure vestibule_allowed_with_access_log "http://127.0.0.1:${P[$t log_port]}/" "${P[$t log_pid]}" -H "Cookie: $COOKIE"
+    if [ -n "${BASELINE_BIN:-}" ]; then
+      EXPECT=origin ADMIN=${P[$t b_allowed_admin]} measure baseline_allowed "http://127.0.0.1:${P[$t b_allowed_port]}/" "${P[$t b_allowed_pid]}" -H "Cookie: $COOKIE"
+      EXPECT=origin ADMIN=${P[$t b_rules_admin]} measure baseline_3_rules "http://127.0.0.1:${P[$t b_rules_port]}/" "${P[$t b_rules_pid]}" -H "Cookie: $COOKIE"
+      EXPECT=origin ADMIN=${P[$t b_log_admin]} measure baseline_allowed_with_access_log "http://127.0.0.1:${P[$t b_log_port]}/" "${P[$t b_log_pid]}" -H "Cookie: $COOKIE"
+    fi
     if [ "${TLS:-0}" = 1 ]; then
       measure plain_proxy_tls "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}"
       EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed_tls "https://127.0.0.1:${P[$t allowed_tls]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE"
