@@ -208,52 +208,6 @@ impl<A> Edge<A> {
     }
 }
 
-/// Registers a just-accepted TCP connection with the reactor of the worker thread that serves
-/// it. Without work stealing every worker thread is a runtime of its own, and Pingora accepts
-/// on one of them and hands each connection to a random one, still registered with the
-/// acceptor's reactor: every read and write readiness of that connection was then noticed on
-/// one thread and handed to another. The socket is duplicated, registered here, and the
-/// original descriptor closed. Anything but a TCP stream is left as it is; `None` when the
-/// socket cannot be duplicated (the connection is closed).
-fn rehome(stream: Stream) -> Option<Stream> {
-    use pingora::protocols::GetSocketDigest;
-    use std::os::fd::{AsRawFd, BorrowedFd};
-    let tcp = stream.get_socket_digest().is_some_and(|d| {
-        matches!(
-            d.peer_addr(),
-            Some(pingora::protocols::l4::socket::SocketAddr::Inet(_))
-        )
-    });
-    if !tcp || !stream.as_any().is::<L4Stream>() {
-        return Some(stream);
-    }
-    let old = stream.into_any().downcast::<L4Stream>().ok()?;
-    // SAFETY: `old` owns this descriptor and stays alive until the duplicate exists.
-    let fd = unsafe { BorrowedFd::borrow_raw(old.as_raw_fd()) };
-    let dup = match fd.try_clone_to_owned() {
-        Ok(dup) => dup,
-        Err(e) => {
-            log::warn!("duplicating a client socket: {e}");
-            return None;
-        }
-    };
-    // O_NONBLOCK belongs to the open file, which the duplicate shares.
-    let tcp = match tokio::net::TcpStream::from_std(std::net::TcpStream::from(dup)) {
-        Ok(tcp) => tcp,
-        Err(e) => {
-            log::warn!("registering a client socket: {e}");
-            return None;
-        }
-    };
-    let established = old.established_ts;
-    drop(old);
-    let mut new = L4Stream::from(tcp);
-    new.established_ts = established;
-    let digest = SocketDigest::from_raw_fd(new.as_raw_fd());
-    new.set_socket_digest(digest);
-    Some(Box::new(new))
-}
-
 /// Reads a PROXY header within `header`: the bytes that followed it and the client it names,
 /// or `None` when it is missing, invalid, truncated or late.
 async fn read_proxy_header(
@@ -292,17 +246,13 @@ where
         let mut first = true;
         // What followed a PROXY header in the same reads: the start of the first request.
         let mut leftover = BytesMut::new();
-        let (proxy_protocol, h2c, work_stealing) = {
+        let (proxy_protocol, h2c) = {
             let snapshot = self.app.snapshot();
             (
                 snapshot.config.server.proxy_protocol,
                 snapshot.config.server.h2c,
-                snapshot.config.server.work_stealing,
             )
         };
-        if !work_stealing {
-            stream = rehome(stream)?;
-        }
         if proxy_protocol {
             match read_proxy_header(&mut stream, self.waits().header).await {
                 Some((rest, source)) => {
