@@ -171,5 +171,72 @@ fn identity(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tokens, decisions, rate_limits, pages, identity);
+/// What one counter increment and one histogram observation cost when every worker thread
+/// updates the same series: `prometheus`'s (one atomic, or five, that every thread writes)
+/// against the per-thread slots of `vestibule::metrics::sharded`. Each iteration is one update
+/// on each of `threads` threads running at once; with one thread it is the uncontended cost.
+fn contended_metrics(c: &mut Criterion) {
+    use std::time::{Duration, Instant};
+    use vestibule::metrics::sharded;
+
+    fn run(threads: usize, iters: u64, update: &(dyn Fn() + Sync)) -> Duration {
+        let start = std::sync::Barrier::new(threads);
+        let elapsed = std::sync::Mutex::new(Duration::ZERO);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    start.wait();
+                    let t = Instant::now();
+                    for _ in 0..iters {
+                        update();
+                    }
+                    let e = t.elapsed();
+                    let mut max = elapsed.lock().unwrap();
+                    *max = (*max).max(e);
+                });
+            }
+        });
+        elapsed.into_inner().unwrap()
+    }
+
+    let theirs = prometheus::IntCounter::new("b_total", "Bench.").unwrap();
+    let ours = sharded::CounterVec::new("c_total", "Bench.", &["x"]).with_label_values(&["a"]);
+    let bounds = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
+    let their_histogram = prometheus::Histogram::with_opts(
+        prometheus::HistogramOpts::new("b_seconds", "Bench.").buckets(bounds.to_vec()),
+    )
+    .unwrap();
+    let our_histogram = sharded::Histogram::new("c_seconds", "Bench.", &bounds);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for threads in [1, 2.min(cores)] {
+        let mut g = c.benchmark_group(format!("metrics_{threads}_threads"));
+        g.bench_function("prometheus_counter_inc", |b| {
+            b.iter_custom(|iters| run(threads, iters, &|| theirs.inc()))
+        });
+        g.bench_function("sharded_counter_inc", |b| {
+            b.iter_custom(|iters| run(threads, iters, &|| ours.inc()))
+        });
+        g.bench_function("prometheus_histogram_observe", |b| {
+            b.iter_custom(|iters| {
+                run(threads, iters, &|| {
+                    their_histogram.observe(black_box(0.003))
+                })
+            })
+        });
+        g.bench_function("sharded_histogram_observe", |b| {
+            b.iter_custom(|iters| run(threads, iters, &|| our_histogram.observe(black_box(0.003))))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(
+    benches,
+    tokens,
+    decisions,
+    rate_limits,
+    pages,
+    identity,
+    contended_metrics
+);
 criterion_main!(benches);

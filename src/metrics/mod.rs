@@ -4,7 +4,7 @@
 //! (room and rule names, validated as labels) or from fixed sets, never from requests, so the
 //! number of series is bounded.
 
-mod sharded;
+pub mod sharded;
 
 use std::sync::Arc;
 

@@ -26,11 +26,21 @@ struct Slot(AtomicU64);
 static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    /// This thread's slot, `usize::MAX` until its first update (a const initializer and no
+    /// destructor: the cheapest kind of thread-local to read).
+    static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
 }
 
 fn shard() -> usize {
-    SHARD.try_with(|s| *s).unwrap_or(0)
+    SHARD.with(|s| {
+        let shard = s.get();
+        if shard != usize::MAX {
+            return shard;
+        }
+        let shard = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        s.set(shard);
+        shard
+    })
 }
 
 /// A monotonic count, one slot per shard.
