@@ -221,11 +221,20 @@ fn saving_by_rename_is_picked_up_and_sighup_reloads() {
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("allow_percentage = 0", "allow_percentage = 100");
+    // Every worker thread has served a request, so each holds a reference to this snapshot.
+    for _ in 0..8 {
+        assert_eq!(decision(&v, None), "deny");
+    }
+    let before = v.generation();
     // The way vim or an atomic writer saves: write elsewhere, rename over the original.
     let tmp = v.path(".vestibule.toml.swp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
-    assert!(eventually(Duration::from_secs(2), || decision(&v, None) == "allow"));
+    v.wait_generation_above(before);
+    // Once the reload is in, no worker thread answers from the old snapshot.
+    for _ in 0..8 {
+        assert_eq!(decision(&v, None), "allow");
+    }
     // SIGHUP always re-reads; nothing changed, yet it is a success.
     let g = v.generation();
     let ok = v.metric("vestibule_config_reloads_total{result=\"success\"}");
