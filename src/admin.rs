@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::app::App;
-use crate::config::{Action, Admission, Algorithm, KeyPart, Scope};
+use crate::config::{Action as RuleAction, Admission, Algorithm, KeyPart, Scope};
+use crate::controls::{Action, Controls};
 use crate::ratelimit::Rule;
 use crate::room::Room;
 use crate::snapshot::Snapshot;
@@ -27,6 +28,77 @@ pub struct Admin {
 impl Admin {
     pub fn new(app: Arc<App>) -> Admin {
         Admin { app }
+    }
+
+    /// An operator action (SPEC §13): `/rooms/<room>/<action>`.
+    async fn action(&self, session: &mut ServerSession, snapshot: &Snapshot) -> Response<Vec<u8>> {
+        if snapshot.config.admin.token.is_none() {
+            return text(
+                StatusCode::FORBIDDEN,
+                "operator actions need a bearer token: set [admin] token in the config\n",
+            );
+        }
+        let req = session.req_header();
+        let method = req.method.clone();
+        let path = req.uri.path().to_owned();
+        let query = req.uri.query().unwrap_or("").to_owned();
+        let mut parts = path["/rooms/".len()..].splitn(2, '/');
+        let (name, what) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let Some(room) = snapshot.rooms.iter().find(|r| r.name() == name) else {
+            return problem(
+                StatusCode::NOT_FOUND,
+                &format!("no room is named \"{}\"", name.escape_default()),
+            );
+        };
+        let body = match read_body(session).await {
+            Ok(body) => body,
+            Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+        };
+        let action = match parse_action(&method, what, &query, &body) {
+            Ok(action) => action,
+            Err((status, message)) => return problem(status, &message),
+        };
+        let now = crate::time::Timestamp::now();
+        let store = &*self.app.state.store;
+        let (overrides, written) =
+            self.app
+                .state
+                .controls
+                .apply(room.name(), &action, "admin", store, now);
+        self.app
+            .metrics
+            .admin_actions
+            .with_label_values(&[room.name(), action.label()])
+            .inc();
+        let detail = match &action {
+            Action::Admit(n) => format!("{n} more let in"),
+            _ => crate::controls::describe(&overrides),
+        };
+        log::info!(
+            "room {}: operator action {} by admin: {detail}",
+            room.name(),
+            action.label()
+        );
+        if let Err(e) = &written {
+            log::error!(
+                "room {}: operator overrides apply but are not kept across a restart: {e}",
+                room.name()
+            );
+        }
+        let body = json!({
+            "room": room.name(),
+            "action": action.label(),
+            "overrides": overrides,
+            "sold_out": room.sold_out(),
+            "paused": room.controls().held().paused,
+            "admit_grants_left": crate::controls::grants_left(store, room.name(), now),
+            "persisted": written.is_ok(),
+        });
+        reply(
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_vec_pretty(&body).unwrap_or_default(),
+        )
     }
 
     fn status(&self, snapshot: &Snapshot) -> Value {
@@ -75,7 +147,7 @@ impl Admin {
                     "file": c.cert_file.display().to_string(),
                 })).collect::<Vec<_>>(),
             })),
-            "rooms": snapshot.rooms.iter().map(|r| room_status(r, &*self.app.state.store, now)).collect::<Vec<_>>(),
+            "rooms": snapshot.rooms.iter().map(|r| room_status(r, &*self.app.state.store, &self.app.state.controls, now)).collect::<Vec<_>>(),
             "rate_limits": snapshot.rules.iter().map(|r| rule_status(r, now)).collect::<Vec<_>>(),
         })
     }
@@ -117,7 +189,7 @@ fn rule_status(rule: &Rule, now: crate::time::Timestamp) -> Value {
         "paths": c.paths,
         "methods": c.methods.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
         "scope": if c.scope == Scope::All { "all" } else { "origin" },
-        "action": if c.action == Action::Block { "block" } else { "log" },
+        "action": if c.action == RuleAction::Block { "block" } else { "log" },
         "max_keys": c.max_keys,
         "policy": rule.policy(),
         "penalty_box_entries": rule.penalty_box_len(now),
@@ -159,6 +231,7 @@ fn secs(d: std::time::Duration) -> u64 {
 fn room_status(
     room: &Room,
     store: &dyn crate::store::CounterStore,
+    overrides: &Controls,
     now: crate::time::Timestamp,
 ) -> Value {
     let c = &room.config;
@@ -199,6 +272,10 @@ fn room_status(
             v["slot_share"] = json!(store.allotment(&c.name).fraction());
         }
     }
+    v["sold_out"] = json!(room.sold_out());
+    v["paused"] = json!(room.controls().held().paused);
+    v["overrides"] = json!(overrides.overrides(&c.name));
+    v["admit_grants_left"] = json!(crate::controls::grants_left(store, &c.name, now));
     if let Some(f) = room.figures(now) {
         v["active_users"] = json!(f.active);
         v["waiting_users"] = json!(f.waiting);
@@ -225,6 +302,114 @@ fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
         "text/plain; charset=utf-8",
         body.as_bytes().to_vec(),
     )
+}
+
+/// A JSON error answer.
+fn problem(status: StatusCode, message: &str) -> Response<Vec<u8>> {
+    let body = json!({ "error": message });
+    reply(
+        status,
+        "application/json",
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}
+
+/// Most bytes an action body may have: 500 characters of 4 bytes each.
+const MAX_BODY: usize = crate::controls::MAX_MESSAGE_CHARS * 4;
+
+/// Reads an action's body, refusing one longer than [`MAX_BODY`] without reading it all.
+async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
+    let too_long = || {
+        format!(
+            "the body is longer than {} characters",
+            crate::controls::MAX_MESSAGE_CHARS
+        )
+    };
+    let declared = session
+        .req_header()
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_long());
+    }
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(too_long());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(format!("cannot read the body: {e}")),
+        }
+    }
+}
+
+/// The action a method, path tail, query and body ask for.
+fn parse_action(
+    method: &http::Method,
+    what: &str,
+    query: &str,
+    body: &[u8],
+) -> Result<Action, (StatusCode, String)> {
+    use http::Method;
+    let bad = |m: &str| Err((StatusCode::BAD_REQUEST, m.to_owned()));
+    let action =
+        match (method, what) {
+            (&Method::POST, "pause") => Action::Pause,
+            (&Method::POST, "resume") => Action::Resume,
+            (&Method::POST, "admit") => {
+                let count = query
+                    .split('&')
+                    .filter_map(|kv| kv.split_once('='))
+                    .find(|(k, _)| *k == "count")
+                    .map(|(_, v)| v);
+                let Some(count) = count else {
+                    return bad("admit needs ?count=N");
+                };
+                match count.parse::<u64>() {
+                    Ok(n) if (1..=crate::controls::MAX_ADMIT).contains(&n) => Action::Admit(n),
+                    _ => {
+                        return bad(&format!(
+                            "count must be a whole number from 1 to {}",
+                            crate::controls::MAX_ADMIT
+                        ))
+                    }
+                }
+            }
+            (&Method::PUT, "message") => {
+                let Ok(text) = std::str::from_utf8(body) else {
+                    return bad("the message is not UTF-8");
+                };
+                match crate::controls::check_message(text) {
+                    Ok(text) => Action::SetMessage(text),
+                    Err(e) => return bad(&e),
+                }
+            }
+            (&Method::DELETE, "message") => Action::ClearMessage,
+            (&Method::PUT, "sold-out") => Action::SetSoldOut,
+            (&Method::DELETE, "sold-out") => Action::ClearSoldOut,
+            (&Method::DELETE, "overrides") => Action::ClearOverrides,
+            (_, "pause" | "resume" | "admit" | "message" | "sold-out" | "overrides") => {
+                return Err((
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{method} does not apply to {what}; see SPEC §13"),
+                ))
+            }
+            _ => return Err((
+                StatusCode::NOT_FOUND,
+                "no such action; try pause, resume, admit?count=N, message, sold-out or overrides"
+                    .to_owned(),
+            )),
+        };
+    if !matches!(action, Action::SetMessage(_)) && !body.is_empty() {
+        return bad("this action takes no body");
+    }
+    Ok(action)
 }
 
 /// Whether the request carries `Authorization: Bearer <token>`.
@@ -257,6 +442,9 @@ impl ServeHttp for Admin {
                 );
                 return resp;
             }
+        }
+        if session.req_header().uri.path().starts_with("/rooms/") {
+            return self.action(session, &snapshot).await;
         }
         let req = session.req_header();
         if req.method != http::Method::GET && req.method != http::Method::HEAD {

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod alloc;
 pub mod app;
 pub mod config;
+pub mod controls;
 pub mod cookie;
 pub mod demo;
 pub mod identity;

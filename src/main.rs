@@ -310,6 +310,9 @@ fn run(path: &Path, options: RunOptions) -> ExitCode {
     let snapshot = app.snapshot();
     vestibule::logging::init(&snapshot.config.log);
     raise_fd_limit();
+    // Operator actions taken before the restart (read once logging is up, so a broken file
+    // is reported).
+    app.state.controls.load(&snapshot.config.admin.state_file);
     for w in &snapshot.warnings {
         log::warn!("{w}");
     }

@@ -23,15 +23,22 @@ pub enum PageKind {
     Deny,
     RateLimited,
     Error,
+    SoldOut,
+    QueueFull,
 }
 
+/// Pages a set must have: sets written before the later pages existed get the built-in ones.
+const REQUIRED: usize = 5;
+
 impl PageKind {
-    pub const ALL: [PageKind; 5] = [
+    pub const ALL: [PageKind; 7] = [
         PageKind::StartWaiting,
         PageKind::KeepWaiting,
         PageKind::Deny,
         PageKind::RateLimited,
         PageKind::Error,
+        PageKind::SoldOut,
+        PageKind::QueueFull,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -41,6 +48,8 @@ impl PageKind {
             PageKind::Deny => "deny.html",
             PageKind::RateLimited => "ratelimited.html",
             PageKind::Error => "error.html",
+            PageKind::SoldOut => "soldout.html",
+            PageKind::QueueFull => "queuefull.html",
         }
     }
 
@@ -51,6 +60,8 @@ impl PageKind {
             PageKind::Deny => include_str!("../pages/deny.html"),
             PageKind::RateLimited => include_str!("../pages/ratelimited.html"),
             PageKind::Error => include_str!("../pages/error.html"),
+            PageKind::SoldOut => include_str!("../pages/soldout.html"),
+            PageKind::QueueFull => include_str!("../pages/queuefull.html"),
         }
     }
 }
@@ -92,6 +103,10 @@ pub struct PageContext<'a> {
     pub rule: &'a str,
     /// The status of the response.
     pub status: u16,
+    /// The line is paused by an operator (SPEC §13): nobody is let in for now.
+    pub paused: bool,
+    /// The operator's notice for the room, if any (escaped like every value).
+    pub message: Option<&'a str>,
 }
 
 impl<'a> PageContext<'a> {
@@ -112,6 +127,8 @@ impl<'a> PageContext<'a> {
             retry_after,
             rule: "",
             status,
+            paused: false,
+            message: None,
         }
     }
 
@@ -150,6 +167,8 @@ impl<'a> PageContext<'a> {
             retry_after: 5,
             rule: "sample",
             status: 502,
+            paused: true,
+            message: Some("Sample notice: doors open at 10:00."),
         }
     }
 }
@@ -173,6 +192,8 @@ struct RenderKey {
     retry_after: u64,
     rule: Box<str>,
     status: u16,
+    paused: bool,
+    message: Option<Box<str>>,
 }
 
 fn estimate_bits(e: &Estimates) -> [Option<u64>; 3] {
@@ -194,6 +215,8 @@ impl RenderKey {
             retry_after: c.retry_after,
             rule: c.rule.into(),
             status: c.status,
+            paused: c.paused,
+            message: c.message.map(Into::into),
         }
     }
 
@@ -211,6 +234,8 @@ impl RenderKey {
             && self.retry_after == c.retry_after
             && *self.rule == *c.rule
             && self.status == c.status
+            && self.paused == c.paused
+            && self.message.as_deref() == c.message
     }
 }
 
@@ -225,6 +250,8 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
         c.users_ahead,
         c.retry_after,
         c.status,
+        c.paused,
+        c.message,
     )
         .hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
@@ -276,10 +303,13 @@ impl Pages {
     pub fn load(dir: &Path, key: &str) -> Result<Pages, ConfigErrors> {
         let mut errors = Vec::new();
         let mut sources = Vec::new();
-        for kind in PageKind::ALL {
+        for (i, kind) in PageKind::ALL.into_iter().enumerate() {
             let file = dir.join(kind.file_name());
             match std::fs::read_to_string(&file) {
                 Ok(text) => sources.push((kind, text)),
+                Err(e) if i >= REQUIRED && e.kind() == std::io::ErrorKind::NotFound => {
+                    sources.push((kind, kind.builtin_source().to_owned()))
+                }
                 Err(e) => errors.push(ConfigError::new(
                     &file,
                     Some(key.to_owned()),
@@ -290,7 +320,7 @@ impl Pages {
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        let sources: [(PageKind, String); 5] = sources
+        let sources: [(PageKind, String); 7] = sources
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
         Pages::compile(Some(dir.to_path_buf()), key, sources)
@@ -299,7 +329,7 @@ impl Pages {
     fn compile(
         dir: Option<PathBuf>,
         key: &str,
-        sources: [(PageKind, String); 5],
+        sources: [(PageKind, String); 7],
     ) -> Result<Pages, ConfigErrors> {
         let mut env = environment();
         let mut errors = Vec::new();
@@ -421,6 +451,10 @@ pub struct WaitingJson<'a> {
     pub queue_all: bool,
     pub users_ahead: Option<u64>,
     pub wait_estimate_minutes: Estimates,
+    /// The line is paused by an operator.
+    pub paused: bool,
+    /// The operator's notice, if any.
+    pub message: Option<&'a str>,
 }
 
 impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
@@ -428,12 +462,14 @@ impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
         WaitingJson {
             room: ctx.room,
             decision: ctx.decision,
-            in_waiting_room: matches!(ctx.decision, "anon" | "wait" | "lost" | "deny"),
+            in_waiting_room: matches!(ctx.decision, "anon" | "wait" | "lost" | "deny" | "sold_out"),
             refresh_seconds: ctx.refresh_seconds,
             queueing: ctx.queueing,
             queue_all: ctx.queue_all,
             users_ahead: ctx.users_ahead,
             wait_estimate_minutes: ctx.wait_estimate_minutes,
+            paused: ctx.paused,
+            message: ctx.message,
         }
     }
 }

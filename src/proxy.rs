@@ -671,7 +671,12 @@ async fn write_room_page(
     // (two requests per check-in). Pages reload by script, or by a `<noscript>` meta refresh.
     if matches!(
         outcome.decision,
-        Decision::Anon | Decision::Wait | Decision::Lost | Decision::Deny
+        Decision::Anon
+            | Decision::Wait
+            | Decision::Lost
+            | Decision::Deny
+            | Decision::SoldOut
+            | Decision::QueueFull
     ) {
         extra.push(("Retry-After", HeaderValue::from(outcome.refresh_secs)));
     }

@@ -507,7 +507,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                     i,
                 )));
             }
-            Decision::Deny | Decision::Bypass => {}
+            Decision::Deny | Decision::Bypass | Decision::SoldOut | Decision::QueueFull => {}
         }
     }
 

@@ -133,7 +133,10 @@ impl Snapshot {
                     }
                 },
             };
-            rooms.push(Room::new(room.clone(), pages, &state.store));
+            rooms.push(
+                Room::new(room.clone(), pages, &state.store)
+                    .with_controls(state.controls.cell(&room.name)),
+            );
         }
 
         let rules = RuleSet::new(

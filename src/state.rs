@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::config::{ClusterConfig, Config, StoreKind};
+use crate::controls::Controls;
 use crate::ratelimit::RuleStates;
 use crate::store::local::LocalStore;
 use crate::store::shared::SharedStore;
@@ -17,6 +18,8 @@ pub struct State {
     pub rules: RuleStates,
     /// The same store as `store` when it is shared with other nodes (SPEC §9), and how.
     pub shared: Option<(Arc<SharedStore>, ClusterConfig)>,
+    /// Operator actions (SPEC §13), by room name.
+    pub controls: Arc<Controls>,
 }
 
 impl State {
@@ -26,6 +29,7 @@ impl State {
             store: Arc::new(LocalStore::new()),
             rules: RuleStates::default(),
             shared: None,
+            controls: Arc::default(),
         }
     }
 
@@ -50,6 +54,7 @@ impl State {
             store: store.clone(),
             rules: RuleStates::default(),
             shared: Some((store, c.clone())),
+            controls: Arc::default(),
         }
     }
 }

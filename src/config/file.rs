@@ -128,6 +128,7 @@ impl Default for ServerFile {
 pub struct AdminFile {
     pub listen: String,
     pub token: String,
+    pub state_file: String,
 }
 
 impl Default for AdminFile {
@@ -135,6 +136,7 @@ impl Default for AdminFile {
         AdminFile {
             listen: "127.0.0.1:9901".into(),
             token: String::new(),
+            state_file: "state/overrides.json".into(),
         }
     }
 }
@@ -239,6 +241,8 @@ pub struct RoomFile {
     pub rejoin_grace: Option<Duration>,
     pub queue_all: Option<bool>,
     pub title: Option<String>,
+    pub max_waiting_users: Option<i64>,
+    pub sold_out: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

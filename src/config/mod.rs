@@ -216,6 +216,8 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Bearer token; required when `listen` is not a loopback address.
     pub token: Option<String>,
+    /// Where operator actions (SPEC §13) are kept across restarts.
+    pub state_file: PathBuf,
 }
 
 impl std::fmt::Debug for AdminConfig {
@@ -223,6 +225,7 @@ impl std::fmt::Debug for AdminConfig {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("state_file", &self.state_file)
             .finish()
     }
 }
@@ -269,6 +272,8 @@ pub struct RoomConfig {
     pub queue_all: bool,
     /// What visitors are told they are waiting for (the room's name unless set).
     pub title: String,
+    /// Admit nobody new; waiting visitors see `soldout.html` and keep their place.
+    pub sold_out: bool,
 }
 
 /// How a room lets people in.
@@ -297,6 +302,8 @@ pub struct CapacityConfig {
     pub refresh: Duration,
     /// A waiting visitor who stops checking in and comes back within this keeps their place.
     pub rejoin_grace: Duration,
+    /// New arrivals get `queuefull.html` once this many wait; 0 = no limit.
+    pub max_waiting_users: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

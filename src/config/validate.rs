@@ -364,7 +364,19 @@ impl Validator<'_> {
         if token.as_ref().is_some_and(|t| t.len() < 16) {
             self.err("admin.token", "must be at least 16 characters");
         }
-        Some(AdminConfig { listen, token })
+        let state_file = file.admin.state_file.trim();
+        if state_file.is_empty() {
+            self.err(
+                "admin.state_file",
+                "must name a file (operator actions are kept in it)",
+            );
+        }
+        let state_file = self.resolve(state_file);
+        Some(AdminConfig {
+            listen,
+            token,
+            state_file,
+        })
     }
 
     fn identity(&mut self, file: &FileConfig) -> Option<IdentityPolicy> {
@@ -664,6 +676,7 @@ impl Validator<'_> {
                 pages,
                 queue_all: r.queue_all.unwrap_or(false),
                 title,
+                sold_out: r.sold_out.unwrap_or(false),
             });
         }
         out
@@ -684,6 +697,7 @@ impl Validator<'_> {
             ("session_duration", r.session_duration.is_some()),
             ("refresh", r.refresh.is_some()),
             ("rejoin_grace", r.rejoin_grace.is_some()),
+            ("max_waiting_users", r.max_waiting_users.is_some()),
         ];
         match method {
             "lottery" => {
@@ -741,6 +755,7 @@ impl Validator<'_> {
                     v as u32
                 };
                 let new_users_per_minute = limit("new_users_per_minute", r.new_users_per_minute);
+                let max_waiting_users = limit("max_waiting_users", r.max_waiting_users);
                 let total_active_users = limit("total_active_users", r.total_active_users);
                 if new_users_per_minute == 0 && total_active_users == 0 {
                     self.err(
@@ -780,6 +795,7 @@ impl Validator<'_> {
                     session_duration,
                     refresh,
                     rejoin_grace,
+                    max_waiting_users,
                 }))
             }
             other => {

@@ -77,6 +77,12 @@ pub struct Metrics {
     pub downstream_requests: [Arc<Counter>; 4],
     downstream_requests_vec: sharded::CounterVec,
     pub tls_certificate_expiry: GaugeVec,
+    /// Operator actions (SPEC §13), by room and action.
+    pub admin_actions: IntCounterVec,
+    /// Operator overrides in force, by room and override (`paused`, `sold_out`, `message`).
+    pub room_override: IntGaugeVec,
+    /// Admissions granted by `admit` and not taken yet, by room.
+    pub room_admit_grants: IntGaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -135,6 +141,21 @@ impl Metrics {
                 "vestibule_tls_certificate_expiry_timestamp_seconds",
                 "notAfter of each certificate in service (Unix time), by DNS name.",
                 &["name"],
+            ),
+            admin_actions: counter_vec(
+                "vestibule_admin_actions_total",
+                "Operator actions taken on the admin endpoint, by room and action.",
+                &["room", "action"],
+            ),
+            room_override: int_gauge_vec(
+                "vestibule_room_override",
+                "Operator overrides in force (1) or not (0), by room and override: paused, sold_out (the room is sold out, by override or config), message.",
+                &["room", "override"],
+            ),
+            room_admit_grants: int_gauge_vec(
+                "vestibule_room_admit_grants",
+                "Admissions an operator granted with admit and nobody has taken yet, by room.",
+                &["room"],
             ),
             store_up: IntGauge::new(
                 "vestibule_store_up",
@@ -303,6 +324,9 @@ impl Metrics {
             Box::new(self.tls_handshakes_vec.clone()),
             Box::new(self.downstream_requests_vec.clone()),
             Box::new(self.tls_certificate_expiry.clone()),
+            Box::new(self.admin_actions.clone()),
+            Box::new(self.room_override.clone()),
+            Box::new(self.room_admit_grants.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -347,6 +371,8 @@ impl Metrics {
             }
         }
         self.room_slot_share.reset();
+        self.room_override.reset();
+        self.room_admit_grants.reset();
         self.room_allow_percentage.reset();
         self.room_active_users.reset();
         self.room_waiting_users.reset();
@@ -360,6 +386,22 @@ impl Metrics {
                 self.token_rejected.with_label_values(&[name, r.as_str()]);
             }
             self.room_admitted.with_label_values(&[name]);
+            for action in crate::controls::Action::LABELS {
+                self.admin_actions.with_label_values(&[name, action]);
+            }
+            let held = room.controls().held();
+            for (key, on) in [
+                ("paused", held.paused),
+                ("sold_out", room.sold_out()),
+                ("message", room.controls().message().is_some()),
+            ] {
+                self.room_override
+                    .with_label_values(&[name, key])
+                    .set(i64::from(on));
+            }
+            self.room_admit_grants
+                .with_label_values(&[name])
+                .set(crate::controls::grants_left(store, name, now) as i64);
             self.room_allow_percentage
                 .with_label_values(&[name])
                 .set(room.effective_allow_percentage(now));

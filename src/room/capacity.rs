@@ -80,7 +80,7 @@ use crate::store::{
 use crate::time::Timestamp;
 use crate::token::{unit_interval, Claims, Dec, Reject, Token};
 
-use super::{CookieAction, Decision, Outcome, Place, Presented};
+use super::{CookieAction, Decision, Hold, Outcome, Place, Presented};
 
 /// Length of the check-in rate window.
 const CHECKIN_WINDOW: Duration = Duration::from_secs(10);
@@ -201,6 +201,8 @@ pub struct Capacity {
     /// Ticks a waiting user stays counted after their last check-in.
     live_ticks: u64,
     rejoin_grace: Duration,
+    /// New arrivals are turned away once this many wait; 0 = no limit.
+    max_waiting: u64,
     queue_all: bool,
     store: Arc<dyn CounterStore>,
     checkins: Arc<dyn WindowCounter>,
@@ -250,6 +252,7 @@ impl Capacity {
             bucket_secs: (c.refresh.as_secs() / 2).max(1),
             live_ticks: (live_secs / TICK_SECS as f64).ceil() as u64,
             rejoin_grace: c.rejoin_grace,
+            max_waiting: u64::from(c.max_waiting_users),
             queue_all,
             store,
             checkins,
@@ -297,8 +300,8 @@ impl Capacity {
             CounterKind::Waiting | CounterKind::Arrived => (slot + self.live_ticks + 2) * TICK_SECS,
             CounterKind::Admitted => (slot + 3) * 60,
             CounterKind::Arrivals | CounterKind::Returned => (slot + RETURN_MINUTES + 2) * 60,
-            // Not a capacity counter.
-            CounterKind::Window => (slot + 2) * 60,
+            // Not capacity counters.
+            CounterKind::Window | CounterKind::Granted | CounterKind::GrantUsed => (slot + 2) * 60,
         };
         self.store.add(
             &self.key(kind, slot, id),
@@ -836,6 +839,18 @@ impl Capacity {
         presented: &Presented,
         now: Timestamp,
     ) -> Outcome {
+        self.decide_held(ring, uid, presented, &Hold::NONE, now)
+    }
+
+    /// Decides under what holds the room beyond its settings (operator actions).
+    pub fn decide_held(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        presented: &Presented,
+        hold: &Hold,
+        now: Timestamp,
+    ) -> Outcome {
         let valid = presented.valid.as_ref();
 
         // Admitted users keep access, whatever else holds the room, until their session is
@@ -844,7 +859,7 @@ impl Capacity {
             if !self.is_revoked(&token.claims, now) {
                 return self.keep_active(ring, uid, token, now);
             }
-            let mut outcome = self.arrive(ring, uid, now);
+            let mut outcome = self.arrive(ring, uid, hold, now);
             outcome.rejected = Some(Reject::Revoked);
             return outcome;
         }
@@ -854,27 +869,34 @@ impl Capacity {
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some()) {
             let last = token_secs(token.claims.chk.or(token.claims.arr).unwrap_or(0));
             if now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs() {
-                return self.check_in(ring, uid, token, now);
+                return self.check_in(ring, uid, token, hold, now);
             }
-            let mut outcome = self.arrive(ring, uid, now);
+            let mut outcome = self.arrive(ring, uid, hold, now);
             outcome.rejected = Some(Reject::Expired);
             return outcome;
         }
-        self.arrive(ring, uid, now)
+        self.arrive(ring, uid, hold, now)
     }
 
     /// A new arrival: straight in while there are free slots and nobody waits, else the queue.
-    fn arrive(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Outcome {
+    fn arrive(&self, ring: &KeyRing, uid: &Identity, hold: &Hold, now: Timestamp) -> Outcome {
         self.store.demand(&self.scope, 1, now);
         let view = self.view(now);
         // Nobody waiting, not even a recent arrival who has not come back yet: straight in.
         if !self.queue_all
+            && !hold.held
             && view.waiting_total == 0
             && view.arrived.is_empty()
             && self.slots(now).here != Some(0)
             && self.try_admit(now)
         {
             return self.admit(ring, uid, Some(now.secs()), now);
+        }
+        // The line is full: no place in it, and those in it keep theirs.
+        if self.max_waiting > 0 && view.expected_waiting() >= self.max_waiting as f64 {
+            let mut outcome = Outcome::new(Decision::QueueFull, CookieAction::Keep);
+            outcome.refresh_secs = self.refresh_secs();
+            return outcome;
         }
         let bucket = self.bucket(now.secs());
         let interval = self.interval(arrival_draw(uid, now));
@@ -914,7 +936,14 @@ impl Capacity {
         outcome
     }
 
-    fn check_in(&self, ring: &KeyRing, uid: &Identity, token: &Token, now: Timestamp) -> Outcome {
+    fn check_in(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        token: &Token,
+        hold: &Hold,
+        now: Timestamp,
+    ) -> Outcome {
         let c = &token.claims;
         let arrival = c.arr.map_or(now.secs(), token_secs);
         let bucket = self.bucket(arrival);
@@ -937,23 +966,41 @@ impl Capacity {
         self.store.demand(&self.scope, 1, now);
         let Some(mut rng) = token.rng(ring) else {
             // Its key left the ring since it was checked: not trusted.
-            return self.arrive(ring, uid, now);
+            return self.arrive(ring, uid, hold, now);
         };
         let draw = unit_interval(rng.next_u64());
         let jitter = unit_interval(rng.next_u64());
-        if !self.queue_all {
+        let leave = || match (first, counted) {
+            (true, Some(arrived)) => self.came_back(bucket, arrived, now),
+            _ => self.leave_queue(bucket, counted, now),
+        };
+        if !self.queue_all && !hold.held {
             let slots = self.slots(now);
             let eligible = match self.order {
                 QueueOrder::Fifo => self.fifo_reserved(&view, arrival, slots.cluster, now),
                 QueueOrder::Random => draw < self.random_chance(slots.here, now),
             };
             if eligible && slots.here != Some(0) && self.try_admit(now) {
-                match (first, counted) {
-                    (true, Some(arrived)) => self.came_back(bucket, arrived, now),
-                    _ => self.leave_queue(bucket, counted, now),
-                }
+                leave();
                 return self.admit(ring, uid, Some(arrival), now);
             }
+        }
+        // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
+        // oldest two buckets), random to whoever checks in first (check-ins come in a random
+        // order).
+        let at_head = match self.order {
+            QueueOrder::Fifo => view
+                .waiting
+                .keys()
+                .next()
+                .is_none_or(|&head| bucket <= head + 1),
+            QueueOrder::Random => true,
+        };
+        if at_head && (hold.grant)() {
+            self.add(CounterKind::Active, now.minute(), 0, 1, now);
+            self.invalidate();
+            leave();
+            return self.admit(ring, uid, Some(arrival), now);
         }
         match (first, counted) {
             (true, Some(arrived)) => {

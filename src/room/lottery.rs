@@ -23,7 +23,7 @@ use crate::keys::KeyRing;
 use crate::time::Timestamp;
 use crate::token::{Claims, Dec, Reject, Token};
 
-use super::{CookieAction, Decision, Outcome, Presented};
+use super::{CookieAction, Decision, Hold, Outcome, Presented};
 
 /// A lottery room's settings, in whole seconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,14 +96,30 @@ impl Lottery {
         presented: &Presented,
         now: Timestamp,
     ) -> Outcome {
+        self.decide_held(ring, uid, presented, &Hold::NONE, now)
+    }
+
+    /// Decides under what holds the room beyond its settings (operator actions).
+    pub fn decide_held(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        presented: &Presented,
+        hold: &Hold,
+        now: Timestamp,
+    ) -> Outcome {
         let valid = presented.valid.as_ref();
         // Admitted users keep access, whatever holds the room.
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
             return self.allow(ring, uid, Some(token), now, false);
         }
         let waiting = valid.filter(|t| t.claims.dec == Dec::Wait);
-        // Closed, or holding everyone: nobody new gets in, and those waiting keep their place.
-        if self.allow_percentage == 0 || self.queue_all {
+        // Closed, or holding everyone: nobody new gets in, and those waiting keep their place;
+        // an operator's `admit` still lets in those whose wait is over.
+        if self.allow_percentage == 0 || self.queue_all || hold.held {
+            if waiting.is_some_and(|t| self.due(t, now) == Due::Eligible) && (hold.grant)() {
+                return self.allow(ring, uid, None, now, true);
+            }
             return self.hold(ring, uid, waiting.map(|t| &**t), now);
         }
         if self.allow_percentage >= 100 {
@@ -115,6 +131,8 @@ impl Lottery {
             Some((t, Due::Eligible)) if self.wins(t, ring) => {
                 self.allow(ring, uid, None, now, true)
             }
+            // Lost the draw, but an operator let some more in.
+            Some((_, Due::Eligible)) if (hold.grant)() => self.allow(ring, uid, None, now, true),
             // Lost the draw: wait again, with a new wait token.
             Some((_, Due::Eligible)) => {
                 let mut outcome = self.start_waiting(ring, uid, now);

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::config::{Admission, HostPattern, RoomConfig};
+use crate::controls::RoomCell;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::{Estimates, PageContext, PageKind, Pages};
@@ -38,16 +39,22 @@ pub enum Decision {
     Deny,
     /// Never held (bypass rule, or the room is disabled).
     Bypass,
+    /// The room is sold out (SPEC §13): show `soldout`; the visitor keeps their place in line.
+    SoldOut,
+    /// The line is full (`max_waiting_users`): show `queuefull`, no wait token.
+    QueueFull,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 6] = [
+    pub const ALL: [Decision; 8] = [
         Decision::Allow,
         Decision::Anon,
         Decision::Wait,
         Decision::Lost,
         Decision::Deny,
         Decision::Bypass,
+        Decision::SoldOut,
+        Decision::QueueFull,
     ];
 
     /// Position in [`Decision::ALL`].
@@ -64,6 +71,8 @@ impl Decision {
             Decision::Lost => "lost",
             Decision::Deny => "deny",
             Decision::Bypass => "bypass",
+            Decision::SoldOut => "sold_out",
+            Decision::QueueFull => "queue_full",
         }
     }
 
@@ -76,6 +85,8 @@ impl Decision {
     pub fn page(self) -> PageKind {
         match self {
             Decision::Deny => PageKind::Deny,
+            Decision::SoldOut => PageKind::SoldOut,
+            Decision::QueueFull => PageKind::QueueFull,
             Decision::Wait | Decision::Lost => PageKind::KeepWaiting,
             _ => PageKind::StartWaiting,
         }
@@ -106,6 +117,26 @@ pub struct Outcome {
     pub estimates: Estimates,
     /// Capacity rooms: the admitted user's place, which a revoke gives back.
     pub place: Option<Place>,
+    /// Held because an operator paused the line.
+    pub paused: bool,
+    /// Held requests: the operator's notice for the room.
+    pub message: Option<Arc<String>>,
+}
+
+/// What holds a room beyond its own settings (SPEC §13), handed to its admission policy.
+pub struct Hold<'a> {
+    /// Paused or sold out: nobody new is let in; everyone keeps their place.
+    pub held: bool,
+    /// Takes one admission from an operator's `admit` grant, if there is one.
+    pub grant: &'a dyn Fn() -> bool,
+}
+
+impl Hold<'_> {
+    /// Nothing holds the room.
+    pub const NONE: Hold<'static> = Hold {
+        held: false,
+        grant: &|| false,
+    };
 }
 
 /// An admitted user's place in a capacity room: their session, and the minute they are counted
@@ -128,6 +159,8 @@ impl Outcome {
             users_ahead: None,
             estimates: Estimates::default(),
             place: None,
+            paused: false,
+            message: None,
         }
     }
 }
@@ -184,6 +217,8 @@ pub struct Room {
     pub pages: Arc<Pages>,
     policy: Policy,
     store: Arc<dyn CounterStore>,
+    /// Operator overrides (SPEC §13); the same cell across reloads.
+    controls: Arc<RoomCell>,
 }
 
 impl std::fmt::Debug for Room {
@@ -224,7 +259,26 @@ impl Room {
             pages,
             policy,
             store: store.clone(),
+            controls: Arc::default(),
         }
+    }
+
+    /// This room decides under `controls` (the operator overrides kept for its name).
+    pub fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
+        self.controls = controls;
+        self
+    }
+
+    pub fn controls(&self) -> &RoomCell {
+        &self.controls
+    }
+
+    /// Whether the room is sold out now: the operator's override, else the `sold_out` key.
+    pub fn sold_out(&self) -> bool {
+        self.controls
+            .held()
+            .sold_out
+            .unwrap_or(self.config.sold_out)
     }
 
     pub fn name(&self) -> &str {
@@ -243,10 +297,28 @@ impl Room {
             return Outcome::new(Decision::Bypass, CookieAction::Keep);
         }
         let presented = Presented::check(ring, uid, cookies, now);
-        let mut outcome = match &self.policy {
-            Policy::Lottery(l) => l.decide(ring, uid, &presented, now),
-            Policy::Capacity(c) => c.decide(ring, uid, &presented, now),
+        let held = self.controls.held();
+        let sold_out = held.sold_out.unwrap_or(self.config.sold_out);
+        let hold = Hold {
+            held: held.paused || sold_out,
+            // An operator's `admit`: not while sold out.
+            grant: &|| !sold_out && self.controls.take_grant(&*self.store, self.name(), now),
         };
+        let mut outcome = match &self.policy {
+            Policy::Lottery(l) => l.decide_held(ring, uid, &presented, &hold, now),
+            Policy::Capacity(c) => c.decide_held(ring, uid, &presented, &hold, now),
+        };
+        if !outcome.decision.forwards() {
+            if sold_out && outcome.decision != Decision::QueueFull {
+                outcome.decision = Decision::SoldOut;
+                outcome.users_ahead = None;
+                outcome.estimates = Estimates::default();
+                outcome.refresh_secs = self.closed_refresh();
+            } else if held.paused {
+                outcome.paused = true;
+            }
+            outcome.message = self.controls.message();
+        }
         outcome.rejected = outcome.rejected.or(presented.rejected);
         if let (Policy::Lottery(l), true, Some(t)) =
             (&self.policy, outcome.admitted, &presented.valid)
@@ -288,6 +360,15 @@ impl Room {
         Some(token.claims.dec)
     }
 
+    /// How often a closed or sold-out page checks again: `closed_refresh` of a lottery room,
+    /// `refresh` of a capacity room.
+    fn closed_refresh(&self) -> u64 {
+        match &self.policy {
+            Policy::Lottery(l) => l.closed_refresh,
+            Policy::Capacity(c) => c.refresh_secs(),
+        }
+    }
+
     /// How long a held visitor should wait before asking again: the refresh of a capacity
     /// room, the wait period of a lottery room (or its `closed_refresh` when closed).
     pub fn retry_after(&self) -> u64 {
@@ -302,6 +383,9 @@ impl Room {
     pub fn effective_allow_percentage(&self, now: Timestamp) -> f64 {
         if !self.config.enabled {
             return 100.0;
+        }
+        if self.controls.held().paused || self.sold_out() {
+            return 0.0;
         }
         match &self.policy {
             Policy::Lottery(_) if self.config.queue_all => 0.0,
@@ -327,7 +411,7 @@ impl Room {
     }
 
     /// The template variables for a waiting, deny or rate-limit page of this room.
-    pub fn page_context<'a>(&'a self, outcome: &Outcome) -> PageContext<'a> {
+    pub fn page_context<'a>(&'a self, outcome: &'a Outcome) -> PageContext<'a> {
         let mut ctx = PageContext::plain(
             &self.config.name,
             outcome.decision.as_str(),
@@ -339,6 +423,8 @@ impl Room {
         ctx.queueing = self.config.admission.method();
         ctx.queue_all = self.config.queue_all;
         ctx.users_ahead = outcome.users_ahead;
+        ctx.paused = outcome.paused;
+        ctx.message = outcome.message.as_deref().map(String::as_str);
         ctx
     }
 }

@@ -90,6 +90,10 @@ pub enum CounterKind {
     Returned,
     /// A shared rate-limit window's count of key `id` in interval `slot` (scope: the rule).
     Window,
+    /// Admissions an operator granted (`admit`) at `slot` (Unix milliseconds).
+    Granted,
+    /// Admissions taken from the grant made at `slot`.
+    GrantUsed,
 }
 
 /// Something that happens once and is remembered until it cannot matter any more: a mark.

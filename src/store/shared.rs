@@ -157,6 +157,8 @@ fn kind_code(k: CounterKind) -> char {
         CounterKind::Arrivals => 'v',
         CounterKind::Returned => 'r',
         CounterKind::Window => 'x',
+        CounterKind::Granted => 'g',
+        CounterKind::GrantUsed => 'u',
     }
 }
 
@@ -169,6 +171,8 @@ fn kind_of(c: &str) -> Option<CounterKind> {
         "v" => CounterKind::Arrivals,
         "r" => CounterKind::Returned,
         "x" => CounterKind::Window,
+        "g" => CounterKind::Granted,
+        "u" => CounterKind::GrantUsed,
         _ => return None,
     })
 }

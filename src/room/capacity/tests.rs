@@ -13,6 +13,7 @@ fn capacity(order: QueueOrder, new_per_minute: u32, total: u32) -> Capacity {
             session_duration: Duration::from_secs(300),
             refresh: Duration::from_secs(20),
             rejoin_grace: Duration::from_secs(300),
+            max_waiting_users: 0,
         },
         false,
         store(),
@@ -320,6 +321,7 @@ fn queue_all_holds_everyone_but_the_admitted() {
         session_duration: Duration::from_secs(300),
         refresh: Duration::from_secs(20),
         rejoin_grace: Duration::from_secs(300),
+        max_waiting_users: 0,
     };
     let open = Capacity::new("r", &cfg, false, store.clone());
     let mut admitted = Client::new(1);
@@ -480,6 +482,7 @@ fn switching_methods_keeps_arrival_order() {
         session_duration: Duration::from_secs(300),
         refresh: Duration::from_secs(20),
         rejoin_grace: Duration::from_secs(300),
+        max_waiting_users: 0,
     };
     let fifo = Capacity::new("r", &cfg(QueueOrder::Fifo), false, s.clone());
     let random = Capacity::new("r", &cfg(QueueOrder::Random), false, s);
