@@ -587,7 +587,7 @@ fn status_html(s: &Value) -> String {
         esc(&s["started_at"]),
         esc(&s["keys"]["active"]),
         esc(&s["keys"]["ids"]),
-        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
+        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "paused", "sold_out", "admit_grants_left", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
         table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
         table(peers, &["addr", "healthy"]),
         match s["tls"]["certificates"].as_array() {

@@ -502,9 +502,16 @@ fn the_dashboard_is_ready_for_many_instances() {
             if expr.contains("by (instance") {
                 assert!(legend.contains("{{instance}}"), "{title}: {legend}");
             } else {
-                let aggregated = ["sum(", "sum by", "histogram_quantile(", "max(", "min by ("]
-                    .iter()
-                    .any(|a| expr.starts_with(a));
+                let aggregated = [
+                    "sum(",
+                    "sum by",
+                    "histogram_quantile(",
+                    "max(",
+                    "max by (",
+                    "min by (",
+                ]
+                .iter()
+                .any(|a| expr.starts_with(a));
                 assert!(aggregated, "{title}: not aggregated over instances: {expr}");
             }
             // Legends read "p50", not "p0.5".
