@@ -167,6 +167,8 @@ pub struct RoomCell {
     /// 0 none, 1 sold out, 2 not sold out.
     sold_out: AtomicU8,
     message: ArcSwapOption<String>,
+    /// Whether `message` is set: held pages without a notice (nearly all) skip loading it.
+    has_message: AtomicBool,
     /// When the store was last scanned for grants, and whether one had admissions left.
     grants_scanned_ms: AtomicU64,
     grants_left: AtomicBool,
@@ -185,6 +187,9 @@ impl RoomCell {
     }
 
     pub fn message(&self) -> Option<Arc<String>> {
+        if !self.has_message.load(Ordering::Acquire) {
+            return None;
+        }
         self.message.load_full()
     }
 
@@ -198,6 +203,8 @@ impl RoomCell {
         self.sold_out.store(sold_out, Ordering::Relaxed);
         self.message
             .store(o.message.as_ref().map(|m| Arc::new(m.text.clone())));
+        self.has_message
+            .store(o.message.is_some(), Ordering::Release);
     }
 
     /// Takes one admission from an `admit` grant of `scope`, if one has any left. The store is

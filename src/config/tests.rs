@@ -13,6 +13,7 @@ const MINIMAL: &str = "[upstream]\npeers = [\"127.0.0.1:8000\"]\n";
 #[test]
 fn minimal_file_gets_spec_defaults() {
     let c = parse(MINIMAL).unwrap();
+    assert!(c.admin.state_file.ends_with("state/overrides.json"));
     assert_eq!(c.server.listen, vec!["0.0.0.0:8080".parse().unwrap()]);
     assert_eq!(c.server.threads, 2);
     assert_eq!(c.server.pid_file, PathBuf::from("/tmp/vestibule.pid"));
@@ -450,4 +451,31 @@ fn edge_and_pool_settings_are_checked() {
         e.contains("server.tls_listen[0]: 127.0.0.1:8080 is also in server.listen"),
         "{e}"
     );
+}
+
+#[test]
+fn operator_keys_are_checked() {
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"lottery\"\nmax_waiting_users = 10\n"
+    ));
+    assert!(
+        e.contains(
+            "room[0].max_waiting_users: only applies when admission is \"random\" or \"fifo\""
+        ),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 10\nmax_waiting_users = -1\n"
+    ));
+    assert!(
+        e.contains("room[0].max_waiting_users: must be between 0"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[[room]]\nsold_out = \"yes\"\n"));
+    assert!(
+        e.contains(":4: ") && e.contains("expected a boolean"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[admin]\nstate_file = \" \"\n"));
+    assert!(e.contains("admin.state_file: must name a file"), "{e}");
 }
