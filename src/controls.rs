@@ -64,6 +64,10 @@ pub struct Admitted {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoomOverrides {
+    /// Orders the versions of a room's overrides across a cluster (the newest wins): the
+    /// action's time in milliseconds, past the previous version.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Stamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,9 +79,17 @@ pub struct RoomOverrides {
     pub last_admit: Option<Admitted>,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 impl RoomOverrides {
+    /// No override in force (whatever the version).
     pub fn is_empty(&self) -> bool {
-        *self == RoomOverrides::default()
+        self.paused.is_none()
+            && self.sold_out.is_none()
+            && self.message.is_none()
+            && self.last_admit.is_none()
     }
 }
 
@@ -306,10 +318,11 @@ impl Controls {
         cells.entry(name.to_owned()).or_default().clone()
     }
 
-    /// Reads the state file at startup. A missing file is no override; an unreadable or invalid
-    /// one is logged and ignored (vestibule starts with no overrides, and the next action writes
-    /// a good file).
-    pub fn load(&self, path: &Path) {
+    /// Reads the state file at startup, and offers what it holds to the cluster (where a newer
+    /// version of a room's overrides wins). A missing file is no override; an unreadable or
+    /// invalid one is logged and ignored (vestibule starts with no overrides, and the next action
+    /// writes a good file).
+    pub fn load(&self, path: &Path, store: &dyn CounterStore) {
         *self.file.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.to_path_buf());
         let doc = match std::fs::read(path) {
             Ok(bytes) => match serde_json::from_slice::<StateDoc>(&bytes) {
@@ -333,6 +346,7 @@ impl Controls {
         };
         for (room, o) in &doc.rooms {
             self.cell(room).set(o);
+            publish(store, room, o);
             if !o.is_empty() {
                 log::info!(
                     "room {room}: operator overrides restored from {}: {}",
@@ -368,6 +382,7 @@ impl Controls {
         let mut doc = self.doc.lock().unwrap_or_else(|p| p.into_inner());
         doc.version = 1;
         let o = doc.rooms.entry(name.to_owned()).or_default();
+        o.version = now.millis().max(o.version + 1);
         match action {
             Action::Pause => {
                 if o.paused.is_none() {
@@ -391,19 +406,76 @@ impl Controls {
             Action::ClearSoldOut => o.sold_out = None,
             Action::ClearOverrides => {
                 withdraw_grants(store, name, now);
-                *o = RoomOverrides::default();
+                *o = RoomOverrides {
+                    version: o.version,
+                    ..RoomOverrides::default()
+                };
             }
         }
+        // A room without overrides stays as its version, so that clearing them reaches every
+        // node of a cluster too.
         let o = o.clone();
-        if o.is_empty() {
-            doc.rooms.remove(name);
-        }
         self.cell(name).set(&o);
+        publish(store, name, &o);
         let written = match &*self.file.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(path) => write_atomically(path, &doc),
             None => Ok(()),
         };
         (o, written)
+    }
+
+    /// Takes in the overrides other nodes published (SPEC §13: actions reach every node within
+    /// one sync interval): a room's newer version replaces this node's, and is kept in the
+    /// state file as if it had been taken here.
+    pub fn adopt(&self, incoming: Vec<(String, u64, String)>) {
+        if incoming.is_empty() {
+            return;
+        }
+        let mut doc = self.doc.lock().unwrap_or_else(|p| p.into_inner());
+        let mut changed = false;
+        for (room, version, json) in incoming {
+            let o = match serde_json::from_str::<RoomOverrides>(&json) {
+                Ok(o) if o.version == version => o,
+                Ok(_) | Err(_) => {
+                    log::warn!(
+                        "room {room}: overrides from the cluster store are not readable; ignored"
+                    );
+                    continue;
+                }
+            };
+            if doc
+                .rooms
+                .get(&room)
+                .is_some_and(|mine| mine.version >= version)
+            {
+                continue;
+            }
+            log::info!(
+                "room {room}: operator overrides from another node: {}",
+                describe(&o)
+            );
+            self.cell(&room).set(&o);
+            doc.rooms.insert(room, o);
+            changed = true;
+        }
+        if !changed {
+            return;
+        }
+        doc.version = 1;
+        if let Some(path) = &*self.file.lock().unwrap_or_else(|p| p.into_inner()) {
+            if let Err(e) = write_atomically(path, &doc) {
+                log::error!(
+                    "operator overrides from the cluster are not kept across a restart: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// Offers a room's overrides to the other nodes of a cluster.
+fn publish(store: &dyn CounterStore, room: &str, o: &RoomOverrides) {
+    if let Ok(json) = serde_json::to_string(o) {
+        store.publish_overrides(room, o.version, &json);
     }
 }
 
@@ -493,7 +565,7 @@ mod tests {
         let path = dir.path().join("state/overrides.json");
         let store = LocalStore::new();
         let controls = Controls::default();
-        controls.load(&path);
+        controls.load(&path, &store);
         let cell = controls.cell("sale");
         let (o, written) = controls.apply("sale", &Action::Pause, "admin", &store, at(0));
         assert!(written.is_ok());
@@ -515,7 +587,7 @@ mod tests {
 
         // Another process reads the same overrides back.
         let again = Controls::default();
-        again.load(&path);
+        again.load(&path, &store);
         assert_eq!(again.overrides("sale"), controls.overrides("sale"));
         let held = again.cell("sale").held();
         assert!(held.paused && held.sold_out == Some(true));
@@ -529,8 +601,8 @@ mod tests {
         assert_eq!(cell.held(), Held::default());
         assert!(cell.message().is_none());
         assert_eq!(grants_left(&store, "sale", at(5)), 0);
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(!text.contains("sale"), "{text}");
+        let saved: StateDoc = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(saved.rooms["sale"].is_empty() && saved.rooms["sale"].version > 0);
     }
 
     #[test]
@@ -538,11 +610,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("overrides.json");
         std::fs::write(&path, b"{not json").unwrap();
+        let store = LocalStore::new();
         let controls = Controls::default();
-        controls.load(&path);
+        controls.load(&path, &store);
         assert_eq!(controls.cell("sale").held(), Held::default());
         // The next action writes a good file over it.
-        let store = LocalStore::new();
         let (_, written) = controls.apply("sale", &Action::Pause, "admin", &store, at(0));
         assert!(written.is_ok());
         let doc: StateDoc = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();

@@ -312,7 +312,9 @@ fn run(path: &Path, options: RunOptions) -> ExitCode {
     raise_fd_limit();
     // Operator actions taken before the restart (read once logging is up, so a broken file
     // is reported).
-    app.state.controls.load(&snapshot.config.admin.state_file);
+    app.state
+        .controls
+        .load(&snapshot.config.admin.state_file, &*app.state.store);
     for w in &snapshot.warnings {
         log::warn!("{w}");
     }

@@ -196,6 +196,11 @@ impl StoreSync {
                     .with_label_values(&["received"])
                     .inc_by(traffic.received as u64);
                 let figures = self.store.apply(req, reply, crate::time::Timestamp::now());
+                // Operator actions taken on other nodes.
+                self.app
+                    .state
+                    .controls
+                    .adopt(crate::store::CounterStore::take_overrides(&*self.store));
                 metrics.store_up.set(1);
                 metrics.cluster_nodes.set(figures.members as i64);
                 if *was_up != Some(true) {

@@ -492,3 +492,87 @@ fn a_frozen_store_times_out_and_no_request_waits_on_it() {
         .metric("vestibule_store_up")
         == 1.0));
 }
+
+/// An operator action taken on one node reaches every node within a sync interval (SPEC §13).
+#[test]
+fn operator_actions_reach_every_node() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let token = "cluster-operator-token";
+    let room = "[[room]]\nname = \"sale\"\npages = \"pages\"\nallow_percentage = 100\n";
+    let nodes: Vec<Vestibule> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let mut setup = Setup::new(origin.addr).extra(TRUST_LOCAL).extra(room).extra(&format!(
+                "[cluster]\nstore = \"redis\"\nredis = [\"{}\"]\nnode = \"{name}\"\nsync_interval = \"250ms\"\n",
+                redis.url()
+            ));
+            setup.admin = Some(format!("listen = \"{}\"\ntoken = \"{token}\"", free_addr()));
+            setup.start()
+        })
+        .collect();
+    wait_nodes(&nodes.iter().collect::<Vec<_>>(), 2);
+    let act = |v: &Vestibule, method: reqwest::Method, path: &str, body: &str| {
+        let resp = client()
+            .request(method, format!("http://{}{path}", v.admin))
+            .bearer_auth(token)
+            .body(body.to_owned())
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+    };
+    let room_of = |v: &Vestibule| v.status()["rooms"][0].clone();
+
+    assert_eq!(User::new(1).decision(&nodes[1]).0, "allow");
+    act(&nodes[0], reqwest::Method::POST, "/rooms/sale/pause", "");
+    assert!(
+        eventually(Duration::from_secs(3), || room_of(&nodes[1])["paused"]
+            == true),
+        "node b: {}",
+        room_of(&nodes[1])
+    );
+    let (d, json) = User::new(2).decision(&nodes[1]);
+    assert_eq!(d, "anon");
+    assert_eq!(json["paused"], true);
+    assert!(nodes[1]
+        .log_text()
+        .contains("operator overrides from another node: paused"));
+    // Kept by node b too, as if taken there.
+    let saved = std::fs::read_to_string(nodes[1].path("state/overrides.json")).unwrap();
+    assert!(saved.contains("\"paused\""), "{saved}");
+
+    act(
+        &nodes[1],
+        reqwest::Method::PUT,
+        "/rooms/sale/message",
+        "Back at noon",
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || room_of(&nodes[0])["overrides"]
+            ["message"]["text"]
+            == "Back at noon"),
+        "node a: {}",
+        room_of(&nodes[0])
+    );
+    assert_eq!(
+        room_of(&nodes[0])["paused"],
+        true,
+        "the later action kept the pause"
+    );
+
+    act(
+        &nodes[0],
+        reqwest::Method::DELETE,
+        "/rooms/sale/overrides",
+        "",
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let r = room_of(&nodes[1]);
+            r["paused"] == false && r["overrides"].get("message").is_none()
+        }),
+        "node b: {}",
+        room_of(&nodes[1])
+    );
+    assert_eq!(User::new(3).decision(&nodes[1]).0, "allow");
+}

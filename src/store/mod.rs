@@ -182,6 +182,18 @@ pub trait CounterStore: Send + Sync {
         let _ = (scope, n, now);
     }
 
+    /// Shares a room's operator overrides (SPEC §13) with the other nodes: `version` orders
+    /// them (the newest wins everywhere), `doc` is their JSON. A store of one process has
+    /// nobody to tell.
+    fn publish_overrides(&self, room: &str, version: u64, doc: &str) {
+        let _ = (room, version, doc);
+    }
+
+    /// Overrides other nodes published since the last call: (room, version, JSON).
+    fn take_overrides(&self) -> Vec<(String, u64, String)> {
+        Vec::new()
+    }
+
     /// The cluster this store belongs to, for `/status` and metrics; `None` for one process.
     fn cluster(&self) -> Option<ClusterStatus> {
         None

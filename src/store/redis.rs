@@ -144,6 +144,13 @@ impl RedisSync {
         }
         arg(&mut inv, req.mark_cursor.clone());
         arg(&mut inv, req.seed_candidate.clone());
+        arg(&mut inv, req.controls.len().to_string());
+        for (room, version, doc) in &req.controls {
+            arg(&mut inv, room.clone());
+            arg(&mut inv, version.to_string());
+            arg(&mut inv, doc.clone());
+        }
+        arg(&mut inv, req.controls_seen.to_string());
         let value: Value = match conn {
             Conn::Single(c) => invoke(&inv, c).await?,
             Conn::Cluster(c) => invoke(&inv, c).await?,
@@ -205,9 +212,23 @@ fn pairs<A, B>(
 
 fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
     let parts = array(v)?;
-    let [registered, members, counters, demand, marks, cursor, seed] = parts else {
-        return Err(SyncError::Reply("expected seven parts"));
+    let [registered, members, counters, demand, marks, cursor, seed, controls, generation] = parts
+    else {
+        return Err(SyncError::Reply("expected nine parts"));
     };
+    let controls = pairs(controls, bytes, |room, value, b| {
+        let value = text(value, b)?;
+        let (version, doc) = value
+            .split_once('|')
+            .ok_or(SyncError::Reply("overrides without a version"))?;
+        let version = version
+            .parse()
+            .map_err(|_| SyncError::Reply("an overrides version is not a number"))?;
+        Ok((text(room, b)?, (version, doc.to_owned())))
+    })?
+    .into_iter()
+    .map(|(room, (version, doc))| (room, version, doc))
+    .collect();
     let registered = matches!(registered, Value::Int(1));
     let members = array(members)?
         .iter()
@@ -227,5 +248,7 @@ fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
         marks,
         mark_cursor: text(cursor, bytes)?,
         seed: text(seed, bytes)?,
+        controls,
+        controls_generation: number(generation, bytes)?,
     })
 }

@@ -62,6 +62,10 @@ pub struct SyncRequest {
     pub mark_cursor: String,
     /// A random seed the store keeps if it has none yet (hex).
     pub seed_candidate: String,
+    /// (room, version, overrides as JSON): operator overrides to share (SPEC §13).
+    pub controls: Vec<(String, u64, String)>,
+    /// The generation of the cluster's overrides this node has read.
+    pub controls_seen: u64,
     /// The counters pushed, decoded, and the marks (kept to retry them after a failure).
     pushed: Vec<(CounterKey, i64)>,
     outbox: Vec<(Arc<str>, Mark, Timestamp)>,
@@ -90,6 +94,12 @@ impl SyncRequest {
                 .map(|(m, u)| arg(m.len()) + arg(digits(*u)))
                 .sum::<usize>()
             + arg(self.mark_cursor.len())
+            + self
+                .controls
+                .iter()
+                .map(|(r, v, doc)| arg(r.len()) + arg(digits(*v)) + arg(doc.len()))
+                .sum::<usize>()
+            + 2 * arg(13)
     }
 }
 
@@ -119,6 +129,12 @@ impl SyncReply {
                 .map(|(m, u)| bulk(m.len()) + bulk(u.to_string().len()))
                 .sum::<usize>()
             + bulk(self.mark_cursor.len())
+            + self
+                .controls
+                .iter()
+                .map(|(r, v, doc)| bulk(r.len()) + bulk(v.to_string().len() + 1 + doc.len()))
+                .sum::<usize>()
+            + bulk(13)
     }
 }
 
@@ -138,6 +154,24 @@ pub struct SyncReply {
     pub mark_cursor: String,
     /// The cluster's key seed (hex): the first candidate the store received.
     pub seed: String,
+    /// Every room's overrides (room, version, JSON), when the generation moved since
+    /// `controls_seen`; empty otherwise.
+    pub controls: Vec<(String, u64, String)>,
+    /// The generation of the cluster's overrides.
+    pub controls_generation: u64,
+}
+
+/// Operator overrides on their way through the store (SPEC §13): each room's newest version
+/// wins, on every node.
+#[derive(Debug, Default)]
+struct ControlSync {
+    /// The newest version of each room's overrides this node knows, from anywhere.
+    known: BTreeMap<String, (u64, String)>,
+    /// Versions made here and not yet sent.
+    outbox: BTreeMap<String, (u64, String)>,
+    /// Versions learned from the others, not yet taken in by the operator controls.
+    inbox: Vec<(String, u64, String)>,
+    seen: u64,
 }
 
 /// How a sync went, for metrics.
@@ -294,6 +328,7 @@ pub struct SharedStore {
     outbox: Mutex<Vec<(Arc<str>, Mark, Timestamp)>>,
     demand: Mutex<HashMap<Arc<str>, Demand>>,
     health: Mutex<Health>,
+    controls: Mutex<ControlSync>,
 }
 
 impl SharedStore {
@@ -328,7 +363,12 @@ impl SharedStore {
                 mark_cursor: "0-0".into(),
                 ..Health::default()
             }),
+            controls: Mutex::new(ControlSync::default()),
         }
+    }
+
+    fn control_sync(&self) -> std::sync::MutexGuard<'_, ControlSync> {
+        self.controls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn member(&self) -> &str {
@@ -373,6 +413,21 @@ impl SharedStore {
                 .map(|(scope, d)| (scope.to_string(), d.value(now)))
                 .collect()
         };
+        let (controls, controls_seen) = {
+            let mut c = self.control_sync();
+            // After the store forgot this node (or lost its data), everything known goes again.
+            let sending = if full {
+                c.outbox.clear();
+                c.known.clone()
+            } else {
+                std::mem::take(&mut c.outbox)
+            };
+            let list = sending
+                .into_iter()
+                .map(|(room, (v, doc))| (room, v, doc))
+                .collect();
+            (list, c.seen)
+        };
         let outbox = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()));
         let marks = outbox
             .iter()
@@ -387,6 +442,8 @@ impl SharedStore {
             marks,
             mark_cursor: cursor,
             seed_candidate: self.seed_candidate.clone(),
+            controls,
+            controls_seen,
             pushed,
             outbox,
         }
@@ -446,6 +503,16 @@ impl SharedStore {
             shares,
             members,
         }));
+        {
+            let mut c = self.control_sync();
+            for (room, version, doc) in reply.controls {
+                if c.known.get(&room).is_none_or(|(v, _)| *v < version) {
+                    c.known.insert(room.clone(), (version, doc.clone()));
+                    c.inbox.push((room, version, doc));
+                }
+            }
+            c.seen = reply.controls_generation;
+        }
         if let Some(seed) = parse_seed(&reply.seed) {
             if self.seed.load().as_deref() != Some(&seed) {
                 self.seed.store(Some(Arc::new(seed)));
@@ -461,6 +528,14 @@ impl SharedStore {
 
     /// A sync that failed: everything is sent again next time, marks included.
     pub fn failed(&self, req: SyncRequest) {
+        {
+            let mut c = self.control_sync();
+            for (room, version, doc) in req.controls {
+                if c.outbox.get(&room).is_none_or(|(v, _)| *v < version) {
+                    c.outbox.insert(room, (version, doc));
+                }
+            }
+        }
         let mut outbox = self.outbox.lock().unwrap_or_else(|p| p.into_inner());
         let mut again = req.outbox;
         again.append(&mut outbox);
@@ -713,6 +788,19 @@ impl CounterStore for SharedStore {
         d.insert(Arc::from(scope), e);
     }
 
+    fn publish_overrides(&self, room: &str, version: u64, doc: &str) {
+        let mut c = self.control_sync();
+        if c.known.get(room).is_some_and(|(v, _)| *v >= version) {
+            return;
+        }
+        c.known.insert(room.to_owned(), (version, doc.to_owned()));
+        c.outbox.insert(room.to_owned(), (version, doc.to_owned()));
+    }
+
+    fn take_overrides(&self) -> Vec<(String, u64, String)> {
+        std::mem::take(&mut self.control_sync().inbox)
+    }
+
     fn cluster(&self) -> Option<ClusterStatus> {
         let h = self.health();
         Some(ClusterStatus {
@@ -743,6 +831,9 @@ struct Hub {
     /// (seq, mark, until).
     marks: Vec<(u64, String, u64)>,
     seed: Option<String>,
+    /// room → (version, overrides), and their generation.
+    controls: BTreeMap<String, (u64, String)>,
+    controls_generation: u64,
     /// Down: every exchange fails.
     down: bool,
 }
@@ -824,6 +915,20 @@ impl MemoryHub {
             .seed
             .get_or_insert_with(|| req.seed_candidate.clone())
             .clone();
+        for (room, version, doc) in &req.controls {
+            if hub.controls.get(room).is_none_or(|(v, _)| v < version) {
+                hub.controls.insert(room.clone(), (*version, doc.clone()));
+                hub.controls_generation += 1;
+            }
+        }
+        let controls = if hub.controls_generation == req.controls_seen {
+            Vec::new()
+        } else {
+            hub.controls
+                .iter()
+                .map(|(room, (v, doc))| (room.clone(), *v, doc.clone()))
+                .collect()
+        };
         Ok(SyncReply {
             registered,
             members,
@@ -832,6 +937,8 @@ impl MemoryHub {
             marks,
             mark_cursor: format!("{seq}-0"),
             seed,
+            controls,
+            controls_generation: hub.controls_generation,
         })
     }
 
@@ -1045,6 +1152,57 @@ mod tests {
         let req = a.prepare(at(101));
         assert_eq!(req.counters.len(), 10, "only the hot keys are exchanged");
         assert!(req.payload_bytes() < 2_000, "{} bytes", req.payload_bytes());
+    }
+
+    #[test]
+    fn operator_overrides_reach_every_node_and_the_newest_wins() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        hub.sync(&a, at(1));
+        hub.sync(&b, at(1));
+        a.publish_overrides("sale", 100, "{\"version\":100}");
+        // Lost in a failed sync, sent again at the next.
+        hub.set_down(true);
+        hub.sync(&a, at(2));
+        hub.set_down(false);
+        hub.sync(&a, at(3));
+        assert!(
+            a.take_overrides().is_empty(),
+            "a node does not hear its own"
+        );
+        hub.sync(&b, at(3));
+        assert_eq!(
+            b.take_overrides(),
+            vec![("sale".to_owned(), 100, "{\"version\":100}".to_owned())]
+        );
+        // Nothing new: nothing read again.
+        hub.sync(&b, at(4));
+        assert!(b.take_overrides().is_empty());
+        // An older version loses, on the hub and at the nodes; a newer one wins.
+        b.publish_overrides("sale", 90, "old");
+        b.publish_overrides("sale", 120, "{\"version\":120}");
+        a.publish_overrides("other", 50, "{\"version\":50}");
+        hub.sync(&b, at(5));
+        hub.sync(&a, at(5));
+        assert_eq!(
+            a.take_overrides(),
+            vec![("sale".to_owned(), 120, "{\"version\":120}".to_owned())]
+        );
+        hub.sync(&b, at(6));
+        assert_eq!(
+            b.take_overrides(),
+            vec![("other".to_owned(), 50, "{\"version\":50}".to_owned())]
+        );
+        // A store that lost its data gets everything back from the nodes that know it.
+        let fresh = MemoryHub::default();
+        fresh.sync(&a, at(7));
+        fresh.sync(&a, at(8));
+        let c = node("c");
+        fresh.sync(&c, at(8));
+        let mut got = c.take_overrides();
+        got.sort();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[1].1, 120);
     }
 
     #[test]

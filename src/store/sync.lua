@@ -3,9 +3,12 @@
 --       n, (key, value, expire_at_ms) * n   -- this member's absolute values
 --       n, (room, demand) * n
 --       n, (mark, until_ms) * n
---       mark cursor (a stream id), seed candidate (hex)
+--       mark cursor (a stream id), seed candidate (hex),
+--       n, (room, version, overrides JSON) * n, the overrides generation this member has read
 -- Returns {registered, live members, {key, others' sum}..., {room, {member, demand}...}...,
---          {mark, until}..., new mark cursor, the cluster's key seed}.
+--          {mark, until}..., new mark cursor, the cluster's key seed,
+--          {room, "version|JSON"}... (all of them when the generation moved, else none),
+--          the overrides generation}.
 local prefix, member = ARGV[1], ARGV[2]
 local now, dead = tonumber(ARGV[3]), tonumber(ARGV[4])
 local nodes = prefix .. 'nodes'
@@ -46,6 +49,27 @@ local cursor = ARGV[i]
 local seed_key = prefix .. 'seed'
 redis.call('SET', seed_key, ARGV[i + 1], 'NX')
 local seed = redis.call('GET', seed_key)
+
+-- Operator overrides (SPEC §13): per room, the newest version wins.
+i = i + 2
+local ctl, ctl_gen = prefix .. 'controls', prefix .. 'controls_gen'
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  local room, ver, doc = ARGV[i], ARGV[i + 1], ARGV[i + 2]; i = i + 3
+  local cur = redis.call('HGET', ctl, room)
+  local cur_ver = -1
+  if cur then cur_ver = tonumber(string.match(cur, '^(%d+)|')) or -1 end
+  if tonumber(ver) > cur_ver then
+    redis.call('HSET', ctl, room, ver .. '|' .. doc)
+    redis.call('INCR', ctl_gen)
+  end
+end
+local seen = ARGV[i]
+local gen = redis.call('GET', ctl_gen) or '0'
+local controls = {}
+if gen ~= seen then
+  controls = redis.call('HGETALL', ctl)
+end
 
 redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
 local live = redis.call('ZRANGE', nodes, 0, -1)
@@ -91,4 +115,4 @@ for _, e in ipairs(redis.call('XRANGE', stream, '(' .. cursor, '+', 'COUNT', 100
 end
 redis.call('PEXPIRE', stream, 86400000)
 
-return {registered, live, counters, demand, marks, last, seed}
+return {registered, live, counters, demand, marks, last, seed, controls, gen}
