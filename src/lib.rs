@@ -12,6 +12,7 @@ pub mod config;
 pub mod controls;
 pub mod cookie;
 pub mod demo;
+pub mod i18n;
 pub mod identity;
 pub mod inspect;
 pub mod keys;

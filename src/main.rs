@@ -17,6 +17,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use vestibule::app::App;
 use vestibule::config::DEFAULT_PATH;
+use vestibule::pages::{Estimates, PageKind};
+use vestibule::room::{CookieAction, Decision, Outcome};
 use vestibule::server::{self, RunOptions};
 use vestibule::snapshot::Snapshot;
 use vestibule::time::Timestamp;
@@ -55,6 +57,11 @@ enum Command {
     Token {
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// Preview the pages visitors get.
+    Pages {
+        #[command(subcommand)]
+        command: PagesCommand,
     },
     /// Replay simulated users through the real admission core on a simulated clock; writes a
     /// CSV and a PNG heatmap per queueing method and prints a summary.
@@ -123,6 +130,30 @@ struct SimulateArgs {
 }
 
 #[derive(Subcommand, Debug)]
+enum PagesCommand {
+    /// Print the page a visitor of a room would get, with sample figures, in a language.
+    Render {
+        /// The room's name.
+        #[arg(long)]
+        room: String,
+        /// startwaiting, keepwaiting, deny, soldout, queuefull, ratelimited or error.
+        #[arg(long)]
+        page: String,
+        /// A language tag (default: the room's `default_language`); negotiated like an
+        /// `Accept-Language` header, so `de-AT` gives `de`.
+        #[arg(long)]
+        lang: Option<String>,
+        /// The figures shown: wait (people ahead and a wait estimate), soon, front, unknown
+        /// (no estimate) or paused (the line paused by an operator).
+        #[arg(long, default_value = "wait")]
+        state: String,
+        /// An operator's notice to show on the page.
+        #[arg(long)]
+        message: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Decode a cookie value, check its signature with the config's key ring, print its fields
     /// and verdict. Exits 0 when valid, 1 when not.
@@ -154,6 +185,16 @@ fn main() -> ExitCode {
         Some(Command::Token {
             command: TokenCommand::Inspect { value, uid },
         }) => inspect_token(&cli.config, &value, uid.as_deref()),
+        Some(Command::Pages {
+            command:
+                PagesCommand::Render {
+                    room,
+                    page,
+                    lang,
+                    state,
+                    message,
+                },
+        }) => render_page(&cli.config, &room, &page, lang.as_deref(), &state, message),
         None if cli.check => check(&cli.config),
         None => run(
             &cli.config,
@@ -187,6 +228,119 @@ fn check(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn render_page(
+    path: &Path,
+    room: &str,
+    page: &str,
+    lang: Option<&str>,
+    state: &str,
+    message: Option<String>,
+) -> ExitCode {
+    let snapshot = match Snapshot::load(
+        path,
+        None,
+        &vestibule::state::State::local(),
+        Timestamp::now(),
+    ) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let fail = |m: String| {
+        eprintln!("vestibule pages render: {m}");
+        ExitCode::FAILURE
+    };
+    let Some(room) = snapshot.rooms.iter().find(|r| r.name() == room) else {
+        let names: Vec<&str> = snapshot.rooms.iter().map(|r| r.name()).collect();
+        return fail(format!(
+            "no room is named \"{room}\" (rooms: {})",
+            names.join(", ")
+        ));
+    };
+    let pages: Vec<PageKind> = PageKind::ALL.to_vec();
+    let Some(kind) = pages
+        .iter()
+        .copied()
+        .find(|k| k.file_name().trim_end_matches(".html") == page)
+    else {
+        let names: Vec<&str> = pages
+            .iter()
+            .map(|k| k.file_name().trim_end_matches(".html"))
+            .collect();
+        return fail(format!("no page \"{page}\" (pages: {})", names.join(", ")));
+    };
+    let catalogs = room.pages.catalogs();
+    let language = match lang {
+        None => room.language_for(None),
+        Some(tag) => {
+            let index = catalogs.negotiate(Some(tag.as_bytes()), usize::MAX);
+            if index == usize::MAX {
+                let tags: Vec<&str> = catalogs.languages().map(|l| l.tag.as_str()).collect();
+                return fail(format!(
+                    "no catalog for \"{tag}\" (languages: {})",
+                    tags.join(", ")
+                ));
+            }
+            index
+        }
+    };
+    let decision = match kind {
+        PageKind::StartWaiting => Decision::Anon,
+        PageKind::KeepWaiting => Decision::Wait,
+        PageKind::Deny => Decision::Deny,
+        PageKind::SoldOut => Decision::SoldOut,
+        PageKind::QueueFull => Decision::QueueFull,
+        PageKind::RateLimited | PageKind::Error => Decision::Wait,
+    };
+    let mut outcome = Outcome::new(decision, CookieAction::Keep);
+    outcome.refresh_secs = room.retry_after();
+    let estimates = |p25, p50, p75| Estimates {
+        p25: Some(p25),
+        p50: Some(p50),
+        p75: Some(p75),
+    };
+    match state {
+        "wait" => {
+            outcome.users_ahead = Some(1234);
+            outcome.estimates = estimates(2.0, 3.0, 4.0);
+        }
+        "soon" => {
+            outcome.users_ahead = Some(3);
+            outcome.estimates = estimates(0.2, 0.4, 0.6);
+        }
+        "front" => {
+            outcome.users_ahead = Some(0);
+            outcome.estimates = estimates(0.1, 0.2, 0.3);
+        }
+        "unknown" => {}
+        "paused" => outcome.paused = true,
+        other => {
+            return fail(format!(
+                "no state \"{other}\" (states: wait, soon, front, unknown, paused)"
+            ))
+        }
+    }
+    if let Some(text) = message {
+        match vestibule::controls::check_message(&text) {
+            Ok(text) => outcome.message = Some(std::sync::Arc::new(text)),
+            Err(e) => return fail(e),
+        }
+    }
+    let mut ctx = room.page_context(&outcome, language);
+    if matches!(kind, PageKind::RateLimited | PageKind::Error) {
+        ctx.retry_after = 30;
+        ctx.rule = "per-ip";
+        ctx.status = if kind == PageKind::Error { 502 } else { 429 };
+    }
+    let html = room.pages.render(kind, &ctx);
+    print!("{}", String::from_utf8_lossy(&html));
+    ExitCode::SUCCESS
 }
 
 fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {

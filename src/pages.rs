@@ -14,6 +14,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use crate::config::{ConfigError, ConfigErrors};
+use crate::i18n::Catalogs;
 
 /// The pages a set must have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,6 +108,12 @@ pub struct PageContext<'a> {
     pub paused: bool,
     /// The operator's notice for the room, if any (escaped like every value).
     pub message: Option<&'a str>,
+    /// The visitor's language (`<html lang>`), and its direction: `ltr` or `rtl`.
+    pub lang: &'a str,
+    pub dir: &'static str,
+    /// The language's catalog, and the one missing messages come from (the room's default).
+    pub lang_index: usize,
+    pub fallback_index: usize,
 }
 
 impl<'a> PageContext<'a> {
@@ -129,7 +136,21 @@ impl<'a> PageContext<'a> {
             status,
             paused: false,
             message: None,
+            lang: "en",
+            dir: "ltr",
+            lang_index: 0,
+            fallback_index: 0,
         }
+    }
+
+    /// Speaks language `index` of `catalogs`, falling back to `fallback` for missing messages.
+    pub fn in_language(mut self, catalogs: &'a Catalogs, index: usize, fallback: usize) -> Self {
+        let lang = catalogs.get(index);
+        self.lang = &lang.tag;
+        self.dir = if lang.rtl { "rtl" } else { "ltr" };
+        self.lang_index = index;
+        self.fallback_index = fallback;
+        self
     }
 
     /// Sets the estimates and the words' terms derived from them.
@@ -169,6 +190,10 @@ impl<'a> PageContext<'a> {
             status: 502,
             paused: true,
             message: Some("Sample notice: doors open at 10:00."),
+            lang: "en",
+            dir: "ltr",
+            lang_index: 0,
+            fallback_index: 0,
         }
     }
 }
@@ -194,6 +219,7 @@ struct RenderKey {
     status: u16,
     paused: bool,
     message: Option<Box<str>>,
+    lang: (usize, usize),
 }
 
 fn estimate_bits(e: &Estimates) -> [Option<u64>; 3] {
@@ -217,6 +243,7 @@ impl RenderKey {
             status: c.status,
             paused: c.paused,
             message: c.message.map(Into::into),
+            lang: (c.lang_index, c.fallback_index),
         }
     }
 
@@ -236,6 +263,7 @@ impl RenderKey {
             && self.status == c.status
             && self.paused == c.paused
             && self.message.as_deref() == c.message
+            && self.lang == (c.lang_index, c.fallback_index)
     }
 }
 
@@ -252,6 +280,8 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
         c.status,
         c.paused,
         c.message,
+        c.lang_index,
+        c.fallback_index,
     )
         .hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
@@ -260,6 +290,7 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
 
 /// A compiled page set.
 pub struct Pages {
+    catalogs: Arc<Catalogs>,
     rendered: std::sync::Mutex<lru::LruCache<u64, (RenderKey, Bytes)>>,
     hasher: ahash::RandomState,
     env: Environment<'static>,
@@ -277,11 +308,49 @@ impl std::fmt::Debug for Pages {
     }
 }
 
-fn environment() -> Environment<'static> {
+fn environment(catalogs: Arc<Catalogs>) -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // `t("id", name=value, …)`: message `id` in the visitor's language; its value is escaped
+    // like any other.
+    env.add_function(
+        "t",
+        move |state: &minijinja::State, id: &str, kwargs: minijinja::value::Kwargs| {
+            let index = |name: &str| state.lookup(name).and_then(|v| v.as_usize()).unwrap_or(0);
+            let mut args = fluent_bundle::FluentArgs::new();
+            for name in kwargs.args() {
+                let value: minijinja::Value = kwargs.get(name)?;
+                args.set(name.to_owned(), crate::i18n::fluent_value(&value));
+            }
+            Ok::<_, minijinja::Error>(catalogs.message(
+                index("lang_index"),
+                index("fallback_index"),
+                id,
+                &args,
+            ))
+        },
+    );
     env
+}
+
+/// The message ids a template asks for (`t("id"`).
+fn message_ids(text: &str) -> Vec<(usize, String)> {
+    static PATTERN: OnceLock<Option<regex::Regex>> = OnceLock::new();
+    let Some(re) = PATTERN
+        .get_or_init(|| regex::Regex::new(r#"\bt\(\s*"([^"]*)""#).ok())
+        .as_ref()
+    else {
+        return Vec::new();
+    };
+    text.lines()
+        .enumerate()
+        .flat_map(|(i, line)| {
+            re.captures_iter(line)
+                .map(move |c| (i + 1, c[1].to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 impl Pages {
@@ -292,7 +361,7 @@ impl Pages {
             .get_or_init(|| {
                 let sources = PageKind::ALL.map(|k| (k, k.builtin_source().to_owned()));
                 // The shipped pages are tested (see tests below), so this cannot fail at runtime.
-                let pages = Pages::compile(None, "<built-in pages>", sources)
+                let pages = Pages::compile(None, "<built-in pages>", sources, Catalogs::builtin())
                     .unwrap_or_else(|e| panic!("built-in pages are invalid: {e}"));
                 Arc::new(pages)
             })
@@ -323,15 +392,17 @@ impl Pages {
         let sources: [(PageKind, String); 7] = sources
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
-        Pages::compile(Some(dir.to_path_buf()), key, sources)
+        let catalogs = Arc::new(Catalogs::load(dir)?);
+        Pages::compile(Some(dir.to_path_buf()), key, sources, catalogs)
     }
 
     fn compile(
         dir: Option<PathBuf>,
         key: &str,
         sources: [(PageKind, String); 7],
+        catalogs: Arc<Catalogs>,
     ) -> Result<Pages, ConfigErrors> {
-        let mut env = environment();
+        let mut env = environment(catalogs.clone());
         let mut errors = Vec::new();
         let mut origin_refs = Vec::new();
         let mut digest = <sha2::Sha256 as sha2::Digest>::new();
@@ -347,6 +418,18 @@ impl Pages {
         for (kind, text) in sources {
             for (line, url) in origin_references(&text) {
                 origin_refs.push((path_of(kind), line, url));
+            }
+            for (line, id) in message_ids(&text) {
+                if !catalogs.has(&id) {
+                    errors.push(
+                        ConfigError::new(
+                            &path_of(kind),
+                            Some(key.to_owned()),
+                            format!("no message \"{id}\" in the catalogs (pages/i18n/en.toml lists them)"),
+                        )
+                        .at_line(Some(line)),
+                    );
+                }
             }
             if let Err(e) = env.add_template_owned(kind.file_name(), text) {
                 errors.push(template_error(&path_of(kind), key, &e));
@@ -367,6 +450,7 @@ impl Pages {
             return Err(ConfigErrors(errors));
         }
         Ok(Pages {
+            catalogs,
             rendered: std::sync::Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(RENDERED_CACHE).unwrap_or(std::num::NonZeroUsize::MIN),
             )),
@@ -424,6 +508,11 @@ impl Pages {
     /// Equal for page sets with identical sources.
     pub fn fingerprint(&self) -> &[u8; 32] {
         &self.fingerprint
+    }
+
+    /// The languages this set speaks.
+    pub fn catalogs(&self) -> &Catalogs {
+        &self.catalogs
     }
 
     pub fn dir(&self) -> Option<&Path> {

@@ -680,10 +680,17 @@ async fn write_room_page(
     ) {
         extra.push(("Retry-After", HeaderValue::from(outcome.refresh_secs)));
     }
-    let page = room.page_context(outcome);
-    let (content_type, body) = if wants_json(session) {
+    let json = wants_json(session);
+    let language = if json {
+        0
+    } else {
+        room.language_for(accept_language(session))
+    };
+    let page = room.page_context(outcome, language);
+    let (content_type, body) = if json {
         ("application/json", pages::json(&WaitingJson::from(&page)))
     } else {
+        language_headers(&mut extra, &page);
         (
             "text/html; charset=utf-8",
             room.pages.render(outcome.decision.page(), &page),
@@ -763,6 +770,12 @@ async fn write_rate_limited(
         ctx.title = room.map_or("this site", |r| r.config.title.as_str());
         ctx.queueing = room.map_or("", |r| r.config.admission.method());
         ctx.rule = &limited.rule;
+        let default = room.map_or(0, |r| r.language_for(None));
+        let language = pages
+            .catalogs()
+            .negotiate(accept_language(session), default);
+        let ctx = ctx.in_language(pages.catalogs(), language, default);
+        language_headers(&mut extra, &ctx);
         (
             "text/html; charset=utf-8",
             pages.render(PageKind::RateLimited, &ctx),
@@ -811,6 +824,23 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
 }
 
 /// Whether the client asked for JSON rather than a page.
+fn accept_language(session: &Session) -> Option<&[u8]> {
+    session
+        .req_header()
+        .headers
+        .get(header::ACCEPT_LANGUAGE)
+        .map(|v| v.as_bytes())
+}
+
+/// `Content-Language` of a page, and `Vary: Accept-Language` (a cache must not give one
+/// visitor's language to another).
+fn language_headers(extra: &mut Vec<(&'static str, HeaderValue)>, page: &PageContext) {
+    if let Ok(v) = HeaderValue::try_from(page.lang) {
+        extra.push(("Content-Language", v));
+    }
+    extra.push(("Vary", HeaderValue::from_static("Accept-Language")));
+}
+
 fn wants_json(session: &Session) -> bool {
     let accept = session.req_header().headers.get(header::ACCEPT);
     pages::wants_json(accept.map(|v| v.as_bytes()))
@@ -862,7 +892,11 @@ async fn write_error_page(
         }));
         return respond(session, code, "application/json", extra, body).await;
     }
-    let ctx = PageContext::plain("this site", "error", retry_after, code);
+    let catalogs = snapshot.pages.catalogs();
+    let language = catalogs.negotiate(accept_language(session), 0);
+    let ctx = PageContext::plain("this site", "error", retry_after, code)
+        .in_language(catalogs, language, 0);
+    language_headers(&mut extra, &ctx);
     let body = snapshot.pages.render(PageKind::Error, &ctx);
     respond(session, code, "text/html; charset=utf-8", extra, body).await
 }

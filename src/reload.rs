@@ -38,6 +38,8 @@ struct WatchSet {
     files: HashSet<PathBuf>,
     /// The files' names, to pass over other files' events without a file-system call.
     names: HashSet<std::ffi::OsString>,
+    /// Message catalog folders (`pages/i18n`): any `.toml` in them counts, new ones too.
+    catalogs: HashSet<PathBuf>,
 }
 
 impl WatchSet {
@@ -69,6 +71,11 @@ impl WatchSet {
             for kind in PageKind::ALL {
                 set.add(&dir.join(kind.file_name()));
             }
+            let catalogs = absolute(&dir.join("i18n"));
+            if catalogs.is_dir() {
+                set.dirs.insert(catalogs.clone());
+                set.catalogs.insert(catalogs);
+            }
         }
         set
     }
@@ -85,6 +92,13 @@ impl WatchSet {
     }
 
     fn matters(&self, path: &Path) -> bool {
+        if path.extension().is_some_and(|e| e == "toml")
+            && path
+                .parent()
+                .is_some_and(|dir| self.catalogs.contains(&absolute(dir)))
+        {
+            return true;
+        }
         path.file_name().is_some_and(|n| self.names.contains(n))
             && self.files.contains(&absolute(path))
     }

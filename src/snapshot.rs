@@ -133,9 +133,29 @@ impl Snapshot {
                     }
                 },
             };
+            let Some(language) = pages.catalogs().find(&room.default_language) else {
+                errors.push(ConfigError::new(
+                    &config.path,
+                    Some(format!("room[{i}].default_language")),
+                    format!(
+                        "no catalog for \"{}\" (built in: {}; or add {}/i18n/{}.toml)",
+                        room.default_language,
+                        pages
+                            .catalogs()
+                            .languages()
+                            .map(|l| l.tag.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        room.pages.display(),
+                        room.default_language,
+                    ),
+                ));
+                continue;
+            };
             rooms.push(
                 Room::new(room.clone(), pages, &state.store)
-                    .with_controls(state.controls.cell(&room.name)),
+                    .with_controls(state.controls.cell(&room.name))
+                    .with_language(language),
             );
         }
 

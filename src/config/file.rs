@@ -243,6 +243,7 @@ pub struct RoomFile {
     pub title: Option<String>,
     pub max_waiting_users: Option<i64>,
     pub sold_out: Option<bool>,
+    pub default_language: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

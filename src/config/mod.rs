@@ -274,6 +274,8 @@ pub struct RoomConfig {
     pub title: String,
     /// Admit nobody new; waiting visitors see `soldout.html` and keep their place.
     pub sold_out: bool,
+    /// The pages' language when `Accept-Language` names none the catalogs have.
+    pub default_language: String,
 }
 
 /// How a room lets people in.

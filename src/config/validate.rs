@@ -657,6 +657,16 @@ impl Validator<'_> {
                     "must be at most 200 characters, without control characters",
                 );
             }
+            let default_language = r.default_language.clone().unwrap_or_else(|| "en".into());
+            if default_language
+                .parse::<unic_langid::LanguageIdentifier>()
+                .is_err()
+            {
+                self.err(
+                    k("default_language"),
+                    format!("\"{default_language}\" is not a language tag (en, de, pt-BR, …)"),
+                );
+            }
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -677,6 +687,7 @@ impl Validator<'_> {
                 queue_all: r.queue_all.unwrap_or(false),
                 title,
                 sold_out: r.sold_out.unwrap_or(false),
+                default_language,
             });
         }
         out

@@ -219,6 +219,8 @@ pub struct Room {
     store: Arc<dyn CounterStore>,
     /// Operator overrides (SPEC §13); the same cell across reloads.
     controls: Arc<RoomCell>,
+    /// The catalog of `default_language` among the room's pages.
+    language: usize,
 }
 
 impl std::fmt::Debug for Room {
@@ -260,7 +262,21 @@ impl Room {
             policy,
             store: store.clone(),
             controls: Arc::default(),
+            language: 0,
         }
+    }
+
+    /// Pages speak catalog `language` unless the visitor asks for another.
+    pub fn with_language(mut self, language: usize) -> Room {
+        self.language = language;
+        self
+    }
+
+    /// The language of a page for a visitor who sent `accept_language`.
+    pub fn language_for(&self, accept_language: Option<&[u8]>) -> usize {
+        self.pages
+            .catalogs()
+            .negotiate(accept_language, self.language)
     }
 
     /// This room decides under `controls` (the operator overrides kept for its name).
@@ -411,14 +427,15 @@ impl Room {
     }
 
     /// The template variables for a waiting, deny or rate-limit page of this room.
-    pub fn page_context<'a>(&'a self, outcome: &'a Outcome) -> PageContext<'a> {
+    pub fn page_context<'a>(&'a self, outcome: &'a Outcome, language: usize) -> PageContext<'a> {
         let mut ctx = PageContext::plain(
             &self.config.name,
             outcome.decision.as_str(),
             outcome.refresh_secs,
             self.config.wait_status,
         )
-        .with_wait(outcome.estimates);
+        .with_wait(outcome.estimates)
+        .in_language(self.pages.catalogs(), language, self.language);
         ctx.title = &self.config.title;
         ctx.queueing = self.config.admission.method();
         ctx.queue_all = self.config.queue_all;

@@ -393,9 +393,18 @@ pub fn metric_sample(text: &str, series: &str) -> Option<f64> {
 pub fn copy_pages(to: &Path) {
     std::fs::create_dir_all(to).expect("pages dir");
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("pages");
-    for entry in std::fs::read_dir(from).expect("pages") {
+    copy_dir(&from, to);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("folder");
+    for entry in std::fs::read_dir(from).expect("folder") {
         let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy page");
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy page");
+        }
     }
 }
 
