@@ -80,6 +80,27 @@ pages = "pages"
 allow_percentage = 0
 closed_refresh = "1m"
 
+[[room]]
+name = "soldout"
+title = "Festival passes"
+paths = ["/soldout"]
+cookie_name = "wr_soldout"
+pages = "pages"
+sold_out = true
+closed_refresh = "1m"
+
+[[room]]
+name = "full"
+title = "Limited edition"
+paths = ["/full"]
+cookie_name = "wr_full"
+pages = "pages"
+admission = "fifo"
+new_users_per_minute = 10
+queue_all = true
+max_waiting_users = 1
+refresh = "1m"
+
 [[rate_limit]]
 name = "limited"
 paths = ["/limited"]
@@ -190,13 +211,23 @@ fn a_visitor_in_a_real_browser() {
     assert_eq!(c["closed"], true, "{c}");
     assert_eq!(c["inside"], true, "let in after reopening: {c}");
 
+    // 6. A browser that speaks Arabic gets the page in Arabic, right to left.
+    let rtl = &found["rtl"];
+    assert_eq!(rtl["lang"], "ar", "{rtl}");
+    assert_eq!(rtl["dir"], "rtl", "{rtl}");
+    assert_eq!(
+        rtl["direction"], "rtl",
+        "the browser lays it out right to left: {rtl}"
+    );
+    assert_eq!(rtl["heading"], "ما زلت في قائمة الانتظار", "{rtl}");
+
     // 5. A 429 page tries again by itself.
     let r = &found["ratelimited_retries"];
     assert_eq!(r["limited"], true, "{r}");
     assert_eq!(r["inside"], true, "{r}");
 
     if shots.is_some() {
-        assert_eq!(found["screenshots"].as_array().unwrap().len(), 16);
+        assert_eq!(found["screenshots"].as_array().unwrap().len(), 28);
     }
 }
 
@@ -212,6 +243,7 @@ fn the_rooms_the_browser_visits_answer() {
         ("/hold/", 200, "Concert tickets"),
         ("/closed/", 200, "closed right now"),
         ("/shut/", 200, "Vaccine sign-up"),
+        ("/soldout/", 200, "Festival passes is sold out"),
     ] {
         let resp = client()
             .get(v.url(path))

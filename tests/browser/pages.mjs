@@ -137,8 +137,25 @@ for (const js of [true, false]) {
   await v.context.close();
 }
 
-// 6. Screenshots of each page, light and dark, mobile and desktop.
+// 6. A visitor whose browser speaks Arabic: the page in Arabic, laid out right to left.
+{
+  const v = await visitor({ locale: "ar-EG" });
+  await v.page.goto(`${base}/hold/`);
+  await v.page.goto(`${base}/hold/`);
+  findings.rtl = await v.page.evaluate(() => ({
+    lang: document.documentElement.lang,
+    dir: document.documentElement.dir,
+    direction: getComputedStyle(document.body).direction,
+    heading: document.querySelector("h1").textContent,
+  }));
+  await v.context.close();
+}
+
+// 7. Screenshots of each page, light and dark, mobile and desktop.
 if (shots) {
+  // Someone already waits in the room whose line holds one: the next visitors find it full.
+  const filler = await visitor();
+  await filler.page.goto(`${base}/full/`);
   fs.mkdirSync(shots, { recursive: true });
   const sizes = {
     desktop: { viewport: { width: 1280, height: 800 } },
@@ -149,12 +166,15 @@ if (shots) {
     ["keepwaiting", "/hold/", 2],
     ["deny", "/shut/", 1],
     ["ratelimited", "/limited/x", 3],
+    ["soldout", "/soldout/", 1],
+    ["queuefull", "/full/", 1],
+    ["keepwaiting-ar", "/hold/", 2, "ar"],
   ];
   const taken = [];
-  for (const [name, url, loads] of pages) {
+  for (const [name, url, loads, locale] of pages) {
     for (const [size, opts] of Object.entries(sizes)) {
       for (const scheme of ["light", "dark"]) {
-        const v = await visitor({ ...opts, colorScheme: scheme, javaScriptEnabled: false });
+        const v = await visitor({ ...opts, colorScheme: scheme, javaScriptEnabled: false, locale: locale || "en-US" });
         for (let i = 0; i < loads; i++) {
           await v.page.goto(`${base}${url}`);
         }
@@ -166,6 +186,7 @@ if (shots) {
     }
   }
   findings.screenshots = taken;
+  await filler.context.close();
 }
 
 await browser.close();
