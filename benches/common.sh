@@ -156,7 +156,12 @@ certificates = [{ cert = \"$TLS_CERT\", key = \"$TLS_KEY\" }]"
   fi
   local admin=$VADMIN
   mkdir -p "$OUT/$name"
-  cp -r "$ROOT/pages" "$OUT/$name/pages"
+  # An earlier build (BASELINE_BIN) may need the pages of its day: BASELINE_PAGES.
+  if [ "$BIN" != "${SAVED_BIN:-$BIN}" ] && [ -n "${BASELINE_PAGES:-}" ]; then
+    cp -r "$BASELINE_PAGES" "$OUT/$name/pages"
+  else
+    cp -r "$ROOT/pages" "$OUT/$name/pages"
+  fi
   printf 'active = "bench"\n[ring]\nbench = "%s"\n' "$BENCH_KEY" > "$OUT/$name/keys.toml"
   chmod 600 "$OUT/$name/keys.toml"
   cat > "$OUT/$name/vestibule.toml" <<EOF

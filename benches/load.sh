@@ -6,8 +6,9 @@
 #   benches/load.sh                      # 3 rounds x 6 scenarios x 10 s
 #   ROUNDS=5 DURATION=20 CONNECTIONS=64 benches/load.sh
 #   VESTIBULE_BIN=/path/to/vestibule benches/load.sh   # measure a prebuilt binary
-#   BASELINE_BIN=/path/to/older/vestibule benches/load.sh   # also an earlier build's allowed,
+#   BASELINE_BIN=/path/to/older/vestibule benches/load.sh   # also an earlier build's allowed, waiting page,
 #                                        # 3 rules and access-log rows (baseline_*), same rounds
+#   BASELINE_PAGES=/path/to/its/pages     # the pages folder of that build, when the templates changed since
 #   ONLY='handshakes' TLS=1 benches/load.sh   # just the scenarios matching a regex
 #   TLS=1 benches/load.sh                # also over TLS: h1 keep-alive (wrk), h2 (h2load),
 #                                        # and full handshakes (wrk, a new connection each time)
@@ -95,6 +96,7 @@ $RULES"; P[$t rules_pid]=$VPID P[$t rules_port]=$VPORT P[$t rules_admin]=$VADMIN
     start_vestibule "baseline_rules.t$t" "$ROOM
 $RULES"; P[$t b_rules_pid]=$VPID P[$t b_rules_port]=$VPORT P[$t b_rules_admin]=$VADMIN
     ACCESS_LOG=true start_vestibule "baseline_access_log.t$t" "$ROOM"; P[$t b_log_pid]=$VPID P[$t b_log_port]=$VPORT P[$t b_log_admin]=$VADMIN
+    start_vestibule "baseline_waiting.t$t" "$ROOM"; P[$t b_waiting_pid]=$VPID P[$t b_waiting_port]=$VPORT P[$t b_waiting_admin]=$VADMIN
     BIN=$SAVED_BIN
   fi
 done
@@ -119,6 +121,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
       EXPECT=origin ADMIN=${P[$t b_allowed_admin]} measure baseline_allowed "http://127.0.0.1:${P[$t b_allowed_port]}/" "${P[$t b_allowed_pid]}" -H "Cookie: $COOKIE"
       EXPECT=origin ADMIN=${P[$t b_rules_admin]} measure baseline_3_rules "http://127.0.0.1:${P[$t b_rules_port]}/" "${P[$t b_rules_pid]}" -H "Cookie: $COOKIE"
       EXPECT=origin ADMIN=${P[$t b_log_admin]} measure baseline_allowed_with_access_log "http://127.0.0.1:${P[$t b_log_port]}/" "${P[$t b_log_pid]}" -H "Cookie: $COOKIE"
+      EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}"
     fi
     if [ "${TLS:-0}" = 1 ]; then
       measure plain_proxy_tls "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}"
