@@ -249,6 +249,7 @@ fn room_status(
         "cookie_name": c.cookie.name,
         "wait_status": c.wait_status,
         "queue_all": c.queue_all,
+        "mode": c.mode.as_str(),
         "effective_allow_percentage": room.effective_allow_percentage(now),
     });
     match &c.admission {

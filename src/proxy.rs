@@ -19,7 +19,7 @@ use pingora::ErrorSource;
 use smallvec::SmallVec;
 
 use crate::app::App;
-use crate::config::Scope;
+use crate::config::{RoomMode, Scope};
 use crate::cookie::{self, Stripped};
 use crate::logging::AccessLine;
 use crate::pages::{self, PageContext, PageKind, WaitingJson, Wants};
@@ -473,13 +473,15 @@ impl Proxy {
                             } else {
                                 Decision::Anon
                             };
-                            self.record(
-                                snapshot,
-                                route.index,
-                                &Outcome::new(decision, CookieAction::Keep),
-                            );
-                            ctx.decision = Some(decision);
-                            return Answer::Held(room.retry_after());
+                            let outcome = Outcome::new(decision, CookieAction::Keep);
+                            if room.config.mode == RoomMode::Shadow {
+                                // Counted as held, and forwarded.
+                                outcome
+                            } else {
+                                self.record(snapshot, route.index, &outcome);
+                                ctx.decision = Some(decision);
+                                return Answer::Held(room.retry_after());
+                            }
                         }
                     }
                 }
@@ -487,7 +489,8 @@ impl Proxy {
             };
             self.record(snapshot, route.index, &outcome);
             ctx.decision = Some(outcome.decision);
-            if !outcome.decision.forwards() {
+            // A shadow room decides, sets its cookie and counts like any other, and forwards.
+            if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
                 return Answer::RoomPage(route.index, outcome);
             }
             ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);

@@ -327,7 +327,9 @@ fn sold_out_and_a_full_line() {
     let (_, html) = page(&v, &users[2]);
     assert!(html.contains("is sold out"), "{html}");
     assert_eq!(
-        v.metric("vestibule_room_decisions_total{decision=\"sold_out\",room=\"sale\"}"),
+        v.metric(
+            "vestibule_room_decisions_total{decision=\"sold_out\",mode=\"enforce\",room=\"sale\"}"
+        ),
         2.0
     );
 

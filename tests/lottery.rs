@@ -139,7 +139,7 @@ fn wait_allow_deny_bypass_and_json() {
         ("shop", "bypass", 1.0),
     ] {
         let series =
-            format!("vestibule_room_decisions_total{{decision=\"{decision}\",room=\"{room}\"}}");
+            format!("vestibule_room_decisions_total{{decision=\"{decision}\",mode=\"enforce\",room=\"{room}\"}}");
         assert!(
             metric_value(&metrics, &series) >= at_least,
             "{series}\n{metrics}"

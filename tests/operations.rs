@@ -227,10 +227,10 @@ fn metrics_are_valid_exposition_with_help_and_type() {
     }
     // Figures from every feature are there.
     for series in [
-        "vestibule_room_decisions_total{decision=\"anon\",room=\"shop\"}",
-        "vestibule_room_decisions_total{decision=\"wait\",room=\"shop\"}",
-        "vestibule_room_decisions_total{decision=\"deny\",room=\"closed\"}",
-        "vestibule_room_decisions_total{decision=\"bypass\",room=\"shop\"}",
+        "vestibule_room_decisions_total{decision=\"anon\",mode=\"enforce\",room=\"shop\"}",
+        "vestibule_room_decisions_total{decision=\"wait\",mode=\"enforce\",room=\"shop\"}",
+        "vestibule_room_decisions_total{decision=\"deny\",mode=\"enforce\",room=\"closed\"}",
+        "vestibule_room_decisions_total{decision=\"bypass\",mode=\"enforce\",room=\"shop\"}",
         "vestibule_token_rejected_total{reason=\"malformed\",room=\"shop\"}",
         "vestibule_room_admitted_total{room=\"sale\"}",
         "vestibule_room_waiting_users{room=\"sale\"}",

@@ -83,7 +83,7 @@ fn subresources_of_held_pages_get_a_short_503() {
     assert!(
         metric_value(
             &m,
-            "vestibule_room_decisions_total{decision=\"anon\",room=\"sale\"}"
+            "vestibule_room_decisions_total{decision=\"anon\",mode=\"enforce\",room=\"sale\"}"
         ) >= 5.0
     );
 }

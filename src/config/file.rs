@@ -244,6 +244,7 @@ pub struct RoomFile {
     pub max_waiting_users: Option<i64>,
     pub sold_out: Option<bool>,
     pub default_language: Option<String>,
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

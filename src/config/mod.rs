@@ -276,6 +276,25 @@ pub struct RoomConfig {
     pub sold_out: bool,
     /// The pages' language when `Accept-Language` names none the catalogs have.
     pub default_language: String,
+    /// `shadow`: decide, set cookies and count as usual, but forward every request (SPEC §10).
+    pub mode: RoomMode,
+}
+
+/// Whether a room holds visitors or only shows what it would do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoomMode {
+    Enforce,
+    Shadow,
+}
+
+impl RoomMode {
+    /// The `mode` label and `/status` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoomMode::Enforce => "enforce",
+            RoomMode::Shadow => "shadow",
+        }
+    }
 }
 
 /// How a room lets people in.

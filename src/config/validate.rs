@@ -667,6 +667,17 @@ impl Validator<'_> {
                     format!("\"{default_language}\" is not a language tag (en, de, pt-BR, …)"),
                 );
             }
+            let mode = match r.mode.as_deref().unwrap_or("enforce") {
+                "enforce" => RoomMode::Enforce,
+                "shadow" => RoomMode::Shadow,
+                other => {
+                    self.err(
+                        k("mode"),
+                        format!("must be \"enforce\" or \"shadow\", got \"{other}\""),
+                    );
+                    RoomMode::Enforce
+                }
+            };
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -688,6 +699,7 @@ impl Validator<'_> {
                 title,
                 sold_out: r.sold_out.unwrap_or(false),
                 default_language,
+                mode,
             });
         }
         out

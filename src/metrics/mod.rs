@@ -228,8 +228,8 @@ impl Metrics {
             .unwrap_or_else(|e| unreachable!("{e}")),
             room_decisions: sharded::CounterVec::new(
                 "vestibule_room_decisions_total",
-                "Waiting-room decisions, by room and decision.",
-                &["room", "decision"],
+                "Waiting-room decisions, by room, decision and mode (enforce, or shadow: decided and counted, but forwarded).",
+                &["room", "decision", "mode"],
             ),
             room_admitted: sharded::CounterVec::new(
                 "vestibule_room_admitted_total",
@@ -380,7 +380,11 @@ impl Metrics {
         for room in snapshot.rooms.iter() {
             let name = room.name();
             for d in Decision::ALL {
-                self.room_decisions.with_label_values(&[name, d.as_str()]);
+                self.room_decisions.with_label_values(&[
+                    name,
+                    d.as_str(),
+                    room.config.mode.as_str(),
+                ]);
             }
             for r in Reject::ALL {
                 self.token_rejected.with_label_values(&[name, r.as_str()]);
@@ -460,8 +464,13 @@ impl Metrics {
             .map(|room| {
                 let name = room.name();
                 RoomHandles {
-                    decisions: Decision::ALL
-                        .map(|d| self.room_decisions.with_label_values(&[name, d.as_str()])),
+                    decisions: Decision::ALL.map(|d| {
+                        self.room_decisions.with_label_values(&[
+                            name,
+                            d.as_str(),
+                            room.config.mode.as_str(),
+                        ])
+                    }),
                     admitted: self.room_admitted.with_label_values(&[name]),
                     rejected: Reject::ALL
                         .map(|r| self.token_rejected.with_label_values(&[name, r.as_str()])),
