@@ -428,6 +428,11 @@ mod tests {
         assert_eq!(tag("pt"), "pt-BR");
         assert_eq!(tag("pt-PT"), "pt-BR");
         assert_eq!(tag("zh-TW"), "zh-TW");
+        // Likely subtags (CLDR): Hong Kong and Macau write the traditional script.
+        assert_eq!(tag("zh-HK"), "zh-TW");
+        assert_eq!(tag("zh-MO"), "zh-TW");
+        assert_eq!(tag("zh-SG"), "zh-CN");
+        assert_eq!(tag("zh"), "zh-CN");
         assert_eq!(tag("zh-CN,zh;q=0.9"), "zh-CN");
         assert_eq!(tag("xx, fa;q=0.1"), "fa");
         assert_eq!(tag("sv"), "en", "no catalog: the default");
