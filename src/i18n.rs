@@ -307,10 +307,10 @@ impl Catalogs {
         let Ok(text) = std::str::from_utf8(raw) else {
             return default;
         };
-        let key: Box<str> = text.into();
         {
+            // Looked up by the borrowed text: a hit allocates nothing.
             let mut cache = self.negotiated.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(&index) = cache.get(&key) {
+            if let Some(&index) = cache.get(text) {
                 return if index == usize::MAX { default } else { index };
             }
         }
@@ -318,7 +318,7 @@ impl Catalogs {
         self.negotiated
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .put(key, found.unwrap_or(usize::MAX));
+            .put(text.into(), found.unwrap_or(usize::MAX));
         found.unwrap_or(default)
     }
 

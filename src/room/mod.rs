@@ -291,10 +291,11 @@ impl Room {
 
     /// Whether the room is sold out now: the operator's override, else the `sold_out` key.
     pub fn sold_out(&self) -> bool {
-        self.controls
-            .held()
-            .sold_out
-            .unwrap_or(self.config.sold_out)
+        self.sold_out_under(self.controls.held())
+    }
+
+    fn sold_out_under(&self, held: crate::controls::Held) -> bool {
+        held.sold_out.unwrap_or(self.config.sold_out)
     }
 
     pub fn name(&self) -> &str {
@@ -314,7 +315,7 @@ impl Room {
         }
         let presented = Presented::check(ring, uid, cookies, now);
         let held = self.controls.held();
-        let sold_out = held.sold_out.unwrap_or(self.config.sold_out);
+        let sold_out = self.sold_out_under(held);
         let hold = Hold {
             held: held.paused || sold_out,
             // An operator's `admit`: not while sold out.
