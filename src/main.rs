@@ -275,9 +275,29 @@ fn render_page(
             .collect();
         return fail(format!("no page \"{page}\" (pages: {})", names.join(", ")));
     };
-    let catalogs = room.pages.catalogs();
+    // A pre-queue is shown as a visitor 1234 s before the start of the room's next event (or its
+    // first) would see it; a room without events gets a sample one.
+    let mut now = Timestamp::now();
+    let prequeue = room
+        .config
+        .events
+        .iter()
+        .filter(|e| e.prequeue_start.is_some())
+        .find(|e| e.end > now.secs())
+        .or_else(|| {
+            room.config
+                .events
+                .iter()
+                .find(|e| e.prequeue_start.is_some())
+        });
+    if state == "prequeue" || kind == PageKind::PreQueue {
+        if let Some(e) = prequeue {
+            now = Timestamp::from_secs(e.start - 1234.min(e.start - e.opens()));
+        }
+    }
+    let catalogs = room.pages_at(now).catalogs();
     let language = match lang {
-        None => room.language_for(None),
+        None => room.language_for(None, now),
         Some(tag) => {
             let index = catalogs.negotiate(Some(tag.as_bytes()), usize::MAX);
             if index == usize::MAX {
@@ -296,6 +316,7 @@ fn render_page(
         PageKind::Deny => Decision::Deny,
         PageKind::SoldOut => Decision::SoldOut,
         PageKind::QueueFull => Decision::QueueFull,
+        PageKind::PreQueue => Decision::PreQueue,
         PageKind::RateLimited | PageKind::Error => Decision::Wait,
     };
     let mut outcome = Outcome::new(decision, CookieAction::Keep);
@@ -318,11 +339,11 @@ fn render_page(
             outcome.users_ahead = Some(0);
             outcome.estimates = estimates(0.1, 0.2, 0.3);
         }
-        "unknown" => {}
+        "unknown" | "prequeue" => {}
         "paused" => outcome.paused = true,
         other => {
             return fail(format!(
-                "no state \"{other}\" (states: wait, soon, front, unknown, paused)"
+                "no state \"{other}\" (states: wait, soon, front, unknown, paused, prequeue)"
             ))
         }
     }
@@ -332,13 +353,23 @@ fn render_page(
             Err(e) => return fail(e),
         }
     }
-    let mut ctx = room.page_context(&outcome, language);
+    let mut ctx = room.page_context(&outcome, language, now);
+    if ctx.event.is_none() && kind == PageKind::PreQueue {
+        let start = now.secs() + 1234;
+        ctx = ctx.with_event(
+            "sample",
+            "prequeue",
+            (start, start + 3600),
+            true,
+            now.secs(),
+        );
+    }
     if matches!(kind, PageKind::RateLimited | PageKind::Error) {
         ctx.retry_after = 30;
         ctx.rule = "per-ip";
         ctx.status = if kind == PageKind::Error { 502 } else { 429 };
     }
-    let html = room.pages.render(kind, &ctx);
+    let html = room.pages_at(now).render(kind, &ctx);
     print!("{}", String::from_utf8_lossy(&html));
     ExitCode::SUCCESS
 }

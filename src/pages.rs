@@ -26,13 +26,14 @@ pub enum PageKind {
     Error,
     SoldOut,
     QueueFull,
+    PreQueue,
 }
 
 /// Pages a set must have: sets written before the later pages existed get the built-in ones.
 const REQUIRED: usize = 5;
 
 impl PageKind {
-    pub const ALL: [PageKind; 7] = [
+    pub const ALL: [PageKind; 8] = [
         PageKind::StartWaiting,
         PageKind::KeepWaiting,
         PageKind::Deny,
@@ -40,6 +41,7 @@ impl PageKind {
         PageKind::Error,
         PageKind::SoldOut,
         PageKind::QueueFull,
+        PageKind::PreQueue,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -51,6 +53,7 @@ impl PageKind {
             PageKind::Error => "error.html",
             PageKind::SoldOut => "soldout.html",
             PageKind::QueueFull => "queuefull.html",
+            PageKind::PreQueue => "prequeue.html",
         }
     }
 
@@ -63,6 +66,7 @@ impl PageKind {
             PageKind::Error => include_str!("../pages/error.html"),
             PageKind::SoldOut => include_str!("../pages/soldout.html"),
             PageKind::QueueFull => include_str!("../pages/queuefull.html"),
+            PageKind::PreQueue => include_str!("../pages/prequeue.html"),
         }
     }
 }
@@ -114,9 +118,47 @@ pub struct PageContext<'a> {
     /// The language's catalog, and the one missing messages come from (the room's default).
     pub lang_index: usize,
     pub fallback_index: usize,
+    /// The room's event (SPEC §13): the one in force, else the next, else the last; `None`
+    /// for a room without events. `starts_at` and `ends_at` are RFC 3339 (UTC).
+    pub event: Option<&'a str>,
+    /// `scheduled`, `prequeue`, `running` or `ended` (empty without an event).
+    pub event_state: &'static str,
+    pub starts_at: Option<String>,
+    pub ends_at: Option<String>,
+    /// Seconds until the event starts (0 once it has).
+    pub seconds_to_start: Option<u64>,
+    /// Pre-queued visitors get their places by a random draw at the start.
+    pub shuffle_at_start: bool,
+}
+
+/// The JSON `event` of a waiting-room answer.
+#[derive(Debug, Serialize)]
+pub struct EventJson<'a> {
+    pub name: &'a str,
+    pub state: &'static str,
+    pub starts_at: &'a str,
+    pub ends_at: &'a str,
 }
 
 impl<'a> PageContext<'a> {
+    /// Tells the page about an event: its name, state, start and end (Unix seconds), at `now`.
+    pub fn with_event(
+        mut self,
+        name: &'a str,
+        state: &'static str,
+        (start, end): (u64, u64),
+        shuffle_at_start: bool,
+        now: u64,
+    ) -> Self {
+        self.shuffle_at_start = shuffle_at_start;
+        self.event = Some(name);
+        self.event_state = state;
+        self.starts_at = Some(crate::config::event::rfc3339(start));
+        self.ends_at = Some(crate::config::event::rfc3339(end));
+        self.seconds_to_start = Some(start.saturating_sub(now));
+        self
+    }
+
     /// A context for `room` with nothing to wait for (rate-limit and error pages).
     pub fn plain(room: &'a str, decision: &'a str, retry_after: u64, status: u16) -> Self {
         PageContext {
@@ -140,6 +182,12 @@ impl<'a> PageContext<'a> {
             dir: "ltr",
             lang_index: 0,
             fallback_index: 0,
+            event: None,
+            event_state: "",
+            starts_at: None,
+            ends_at: None,
+            seconds_to_start: None,
+            shuffle_at_start: false,
         }
     }
 
@@ -194,6 +242,12 @@ impl<'a> PageContext<'a> {
             dir: "ltr",
             lang_index: 0,
             fallback_index: 0,
+            event: Some("launch"),
+            event_state: "prequeue",
+            starts_at: Some("2026-12-01T10:00:00Z".into()),
+            ends_at: Some("2026-12-01T14:00:00Z".into()),
+            seconds_to_start: Some(1234),
+            shuffle_at_start: true,
         }
     }
 }
@@ -220,6 +274,39 @@ struct RenderKey {
     paused: bool,
     message: Option<Box<str>>,
     lang: (usize, usize),
+    event: Option<OwnedEventKey>,
+}
+
+/// What a page's event part depends on, owned.
+type OwnedEventKey = (
+    Box<str>,
+    &'static str,
+    Option<Box<str>>,
+    Option<Box<str>>,
+    Option<u64>,
+    bool,
+);
+
+type EventKey<'k> = Option<(
+    &'k str,
+    &'static str,
+    Option<&'k str>,
+    Option<&'k str>,
+    Option<u64>,
+    bool,
+)>;
+
+fn event_key<'k>(c: &'k PageContext) -> EventKey<'k> {
+    c.event.map(|name| {
+        (
+            name,
+            c.event_state,
+            c.starts_at.as_deref(),
+            c.ends_at.as_deref(),
+            c.seconds_to_start,
+            c.shuffle_at_start,
+        )
+    })
 }
 
 fn estimate_bits(e: &Estimates) -> [Option<u64>; 3] {
@@ -244,6 +331,16 @@ impl RenderKey {
             paused: c.paused,
             message: c.message.map(Into::into),
             lang: (c.lang_index, c.fallback_index),
+            event: event_key(c).map(|(n, st, a, b, secs, shuffle)| {
+                (
+                    n.into(),
+                    st,
+                    a.map(Into::into),
+                    b.map(Into::into),
+                    secs,
+                    shuffle,
+                )
+            }),
         }
     }
 
@@ -264,6 +361,9 @@ impl RenderKey {
             && self.paused == c.paused
             && self.message.as_deref() == c.message
             && self.lang == (c.lang_index, c.fallback_index)
+            && self.event.as_ref().map(|(n, st, a, b, secs, shuffle)| {
+                (&**n, *st, a.as_deref(), b.as_deref(), *secs, *shuffle)
+            }) == event_key(c)
     }
 }
 
@@ -284,6 +384,7 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
         c.fallback_index,
     )
         .hash(&mut h);
+    event_key(c).hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
     h.finish()
 }
@@ -389,7 +490,7 @@ impl Pages {
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        let sources: [(PageKind, String); 7] = sources
+        let sources: [(PageKind, String); 8] = sources
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
         let catalogs = Arc::new(Catalogs::load(dir)?);
@@ -399,7 +500,7 @@ impl Pages {
     fn compile(
         dir: Option<PathBuf>,
         key: &str,
-        sources: [(PageKind, String); 7],
+        sources: [(PageKind, String); 8],
         catalogs: Arc<Catalogs>,
     ) -> Result<Pages, ConfigErrors> {
         let mut env = environment(catalogs.clone());
@@ -544,14 +645,19 @@ pub struct WaitingJson<'a> {
     pub paused: bool,
     /// The operator's notice, if any.
     pub message: Option<&'a str>,
+    /// The room's event (SPEC §13): in force, else next, else last; null without events.
+    pub event: Option<EventJson<'a>>,
 }
 
-impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
-    fn from(ctx: &PageContext<'a>) -> Self {
+impl<'a> From<&'a PageContext<'a>> for WaitingJson<'a> {
+    fn from(ctx: &'a PageContext<'a>) -> Self {
         WaitingJson {
             room: ctx.room,
             decision: ctx.decision,
-            in_waiting_room: matches!(ctx.decision, "anon" | "wait" | "lost" | "deny" | "sold_out"),
+            in_waiting_room: matches!(
+                ctx.decision,
+                "anon" | "wait" | "lost" | "deny" | "sold_out" | "prequeue"
+            ),
             refresh_seconds: ctx.refresh_seconds,
             queueing: ctx.queueing,
             queue_all: ctx.queue_all,
@@ -559,6 +665,12 @@ impl<'a> From<&PageContext<'a>> for WaitingJson<'a> {
             wait_estimate_minutes: ctx.wait_estimate_minutes,
             paused: ctx.paused,
             message: ctx.message,
+            event: ctx.event.map(|name| EventJson {
+                name,
+                state: ctx.event_state,
+                starts_at: ctx.starts_at.as_deref().unwrap_or(""),
+                ends_at: ctx.ends_at.as_deref().unwrap_or(""),
+            }),
         }
     }
 }

@@ -137,7 +137,7 @@ impl ProxyHttp for Proxy {
                 let room = snapshot.rooms.get(room).ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
-                write_room_page(session, room, &outcome, ctx.secure).await?;
+                write_room_page(session, room, &outcome, ctx.secure, now).await?;
                 Ok(true)
             }
             Answer::Held(retry_after) => {
@@ -663,6 +663,7 @@ async fn write_room_page(
     room: &Room,
     outcome: &Outcome,
     secure: bool,
+    now: Timestamp,
 ) -> Result<()> {
     let mut extra = Vec::with_capacity(3);
     if let Some(value) = set_cookie_value(room, &outcome.cookie, secure) {
@@ -680,6 +681,7 @@ async fn write_room_page(
             | Decision::Deny
             | Decision::SoldOut
             | Decision::QueueFull
+            | Decision::PreQueue
     ) {
         extra.push(("Retry-After", HeaderValue::from(outcome.refresh_secs)));
     }
@@ -687,16 +689,16 @@ async fn write_room_page(
     let language = if json {
         0
     } else {
-        room.language_for(accept_language(session))
+        room.language_for(accept_language(session), now)
     };
-    let page = room.page_context(outcome, language);
+    let page = room.page_context(outcome, language, now);
     let (content_type, body) = if json {
         ("application/json", pages::json(&WaitingJson::from(&page)))
     } else {
         language_headers(&mut extra, &page);
         (
             "text/html; charset=utf-8",
-            room.pages.render(outcome.decision.page(), &page),
+            room.pages_at(now).render(outcome.decision.page(), &page),
         )
     };
     respond(session, room.config.wait_status, content_type, extra, body).await
@@ -773,7 +775,7 @@ async fn write_rate_limited(
         ctx.title = room.map_or("this site", |r| r.config.title.as_str());
         ctx.queueing = room.map_or("", |r| r.config.admission.method());
         ctx.rule = &limited.rule;
-        let default = room.map_or(0, |r| r.language_for(None));
+        let default = room.map_or(0, |r| r.language_for(None, Timestamp::now()));
         let language = pages
             .catalogs()
             .negotiate(accept_language(session), default);

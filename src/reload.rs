@@ -62,7 +62,10 @@ impl WatchSet {
         let mut page_dirs: Vec<&Path> = snapshot
             .rooms
             .iter()
-            .map(|r| r.config.pages.as_path())
+            .flat_map(|r| {
+                std::iter::once(r.config.pages.as_path())
+                    .chain(r.config.events.iter().filter_map(|e| e.pages.as_deref()))
+            })
             .collect();
         if let Some(dir) = &snapshot.config.server.pages {
             page_dirs.push(dir);

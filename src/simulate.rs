@@ -488,7 +488,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                     events.push(Reverse((next, i)));
                 }
             }
-            Decision::Anon | Decision::Wait | Decision::Lost => {
+            Decision::Anon | Decision::Wait | Decision::Lost | Decision::PreQueue => {
                 journey.check_ins += 1;
                 if journey.estimate.is_none() {
                     let e = outcome.estimates;

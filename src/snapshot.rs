@@ -152,11 +152,43 @@ impl Snapshot {
                 ));
                 continue;
             };
-            rooms.push(
-                Room::new(room.clone(), pages, &state.store)
-                    .with_controls(state.controls.cell(&room.name))
-                    .with_language(language),
-            );
+            let mut built = Room::new(room.clone(), pages, &state.store)
+                .with_controls(state.controls.cell(&room.name))
+                .with_language(language);
+            // An event's own page folder (SPEC §13), compiled once like the rooms'.
+            for (j, event) in room.events.iter().enumerate() {
+                let Some(dir) = &event.pages else { continue };
+                let key = format!("room[{i}].event[{j}].pages");
+                let pages = match page_sets.get(dir) {
+                    Some(p) => p.clone(),
+                    None => match Pages::load(dir, &key) {
+                        Ok(p) => {
+                            let p = Arc::new(p);
+                            warn_origin_references(&p, &mut warnings);
+                            page_sets.insert(dir.clone(), p.clone());
+                            p
+                        }
+                        Err(e) => {
+                            errors.extend(e.0);
+                            continue;
+                        }
+                    },
+                };
+                let Some(language) = pages.catalogs().find(&room.default_language) else {
+                    errors.push(ConfigError::new(
+                        &config.path,
+                        Some(key),
+                        format!(
+                            "no catalog for the room's default_language \"{}\" in {}",
+                            room.default_language,
+                            dir.display()
+                        ),
+                    ));
+                    continue;
+                };
+                built = built.with_event_pages(j, pages, language);
+            }
+            rooms.push(built);
         }
 
         let rules = RuleSet::new(

@@ -272,6 +272,20 @@ fn room_fields(r: &RoomConfig) -> Fields {
         ("pages", r.pages.display().to_string()),
         ("queue_all", r.queue_all.to_string()),
         ("title", format!("{:?}", r.title)),
+        ("sold_out", r.sold_out.to_string()),
+        (
+            "events",
+            list(
+                &r.events
+                    .iter()
+                    .map(|e| {
+                        use crate::config::event::rfc3339;
+                        let pre = e.prequeue_start.map(rfc3339).unwrap_or_default();
+                        format!("{} {pre}|{}..{}", e.name, rfc3339(e.start), rfc3339(e.end))
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+        ),
     ];
     // Method-specific settings line up only when the method is the same; a method change is
     // reported by `admission` above.

@@ -245,6 +245,45 @@ pub struct RoomFile {
     pub sold_out: Option<bool>,
     pub default_language: Option<String>,
     pub mode: Option<String>,
+    /// `[[room.event]]`: scheduled events (SPEC §13).
+    #[serde(default)]
+    pub event: Vec<EventFile>,
+}
+
+/// One `[[room.event]]`. Times are RFC 3339 text (or TOML date-times) with a zone.
+#[derive(Debug, Default, Deserialize)]
+pub struct EventFile {
+    pub name: Option<String>,
+    pub prequeue_start: Option<TimeText>,
+    pub start: Option<TimeText>,
+    pub end: Option<TimeText>,
+    pub shuffle_at_start: Option<bool>,
+    pub pages: Option<String>,
+    pub new_users_per_minute: Option<i64>,
+    pub total_active_users: Option<i64>,
+    #[serde(default, with = "humantime_serde")]
+    pub session_duration: Option<Duration>,
+    pub allow_percentage: Option<i64>,
+    pub admission: Option<String>,
+    pub title: Option<String>,
+}
+
+/// A time as written: quoted RFC 3339 text, or a TOML date-time (which may lack a zone, and is
+/// then refused by validation like text without one).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum TimeText {
+    Text(String),
+    Toml(toml::value::Datetime),
+}
+
+impl TimeText {
+    pub fn text(&self) -> String {
+        match self {
+            TimeText::Text(s) => s.clone(),
+            TimeText::Toml(d) => d.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,6 +7,7 @@
 
 pub mod diff;
 pub mod error;
+pub mod event;
 mod file;
 pub mod locate;
 mod validate;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use event::{EventConfig, EventOverrides};
 
 use crate::identity::IdentityPolicy;
 
@@ -278,6 +280,8 @@ pub struct RoomConfig {
     pub default_language: String,
     /// `shadow`: decide, set cookies and count as usual, but forward every request (SPEC §10).
     pub mode: RoomMode,
+    /// Scheduled events (SPEC §13), in time order; they never overlap.
+    pub events: Vec<EventConfig>,
 }
 
 /// Whether a room holds visitors or only shows what it would do.

@@ -678,6 +678,12 @@ impl Validator<'_> {
                     RoomMode::Enforce
                 }
             };
+            let capacity = matches!(admission, Some(Admission::Capacity(_)));
+            let (events, problems) =
+                super::event::check_events(&r.event, capacity, &|p| self.resolve(p));
+            for (key, message) in problems {
+                self.err(k(&key), message);
+            }
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -700,6 +706,7 @@ impl Validator<'_> {
                 sold_out: r.sold_out.unwrap_or(false),
                 default_language,
                 mode,
+                events,
             });
         }
         out

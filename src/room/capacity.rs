@@ -80,7 +80,9 @@ use crate::store::{
 use crate::time::Timestamp;
 use crate::token::{unit_interval, Claims, Dec, Reject, Token};
 
+use super::event::{prequeue_place, PREQUEUE_REFRESH_MAX};
 use super::{CookieAction, Decision, Hold, Outcome, Place, Presented};
+use crate::config::EventConfig;
 
 /// Length of the check-in rate window.
 const CHECKIN_WINDOW: Duration = Duration::from_secs(10);
@@ -867,7 +869,11 @@ impl Capacity {
         // A waiting user (a capacity token; a lottery wait token starts over), unless they were
         // gone longer than `rejoin_grace`: then they are a new arrival.
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some()) {
-            let last = token_secs(token.claims.chk.or(token.claims.arr).unwrap_or(0));
+            let mut last = token_secs(token.claims.chk.or(token.claims.arr).unwrap_or(0));
+            // A pre-queue token (no check-in yet) of the running event: in line since the start.
+            if let (None, Some(event)) = (token.claims.chk, hold.event) {
+                last = last.max(event.start);
+            }
             if now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs() {
                 return self.check_in(ring, uid, token, hold, now);
             }
@@ -885,6 +891,7 @@ impl Capacity {
         // Nobody waiting, not even a recent arrival who has not come back yet: straight in.
         if !self.queue_all
             && !hold.held
+            && !self.prequeue_first(hold.event, &view, now)
             && view.waiting_total == 0
             && view.arrived.is_empty()
             && self.slots(now).here != Some(0)
@@ -936,6 +943,105 @@ impl Capacity {
         outcome
     }
 
+    /// An event's pre-queue (SPEC §13): nobody new is let in, admitted users keep access, and
+    /// everyone else gets, or keeps, a pre-queue token: their arrival (kept from an earlier wait
+    /// token, else now; before the start's arrival bucket either way, so the pre-queue is ahead
+    /// of later arrivals), no check-in yet (`chk` absent: counted from their first check-in
+    /// in the event), due in the event's first refresh interval at the moment of their place in
+    /// the pre-queue ([`prequeue_place`]), so pre-queued visitors come back in that order, and
+    /// not all in the same second.
+    pub fn prequeue(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        presented: &Presented,
+        event: &EventConfig,
+        now: Timestamp,
+    ) -> Outcome {
+        let valid = presented.valid.as_ref();
+        if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
+            if !self.is_revoked(&token.claims, now) {
+                return self.keep_active(ring, uid, token, now);
+            }
+        }
+        let waiting = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some());
+        let first_interval = event.start..event.start + self.refresh_secs();
+        let in_line = waiting
+            .filter(|t| t.claims.chk.is_none() && first_interval.contains(&t.claims.exp))
+            .map(|t| t.claims.exp);
+        let (cookie, due) = match in_line {
+            Some(exp) => (CookieAction::Keep, exp),
+            None => {
+                // Someone already waiting keeps their arrival, unless they were gone too long.
+                let kept = waiting.and_then(|t| {
+                    let last = token_secs(t.claims.chk.or(t.claims.arr).unwrap_or(0));
+                    (now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs())
+                        .then(|| token_secs(t.claims.arr.unwrap_or(0)))
+                });
+                let head_of_start = self.bucket(event.start) * self.bucket_secs;
+                let arrival = kept
+                    .unwrap_or(now.secs())
+                    .min(head_of_start.saturating_sub(1));
+                let place = prequeue_place(ring.active(), event, uid, arrival);
+                let due = event.start + (place * self.refresh_secs() as f64) as u64;
+                let key = ring.active();
+                let mut claims = Claims::new(Dec::Wait, due, uid, key.id());
+                claims.arr = Some(arrival);
+                claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
+                (CookieAction::Set(claims.sign(key).into()), due)
+            }
+        };
+        let mut outcome = Outcome::new(Decision::PreQueue, cookie);
+        outcome.refresh_secs = due
+            .saturating_sub(now.secs())
+            .clamp(1, PREQUEUE_REFRESH_MAX);
+        outcome
+    }
+
+    /// Where a pre-queued visitor who arrived at `arrival` stands once `event` has started:
+    /// with `shuffle_at_start`, an arrival drawn for their identity within the pre-queue's
+    /// buckets (those before the start's), so the order among them is the draw; else their
+    /// arrival. Visitors who arrived before the pre-queue opened keep their place ahead of it.
+    fn prequeued_place(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        event: &EventConfig,
+        arrival: u64,
+    ) -> u64 {
+        let Some(opens) = event.prequeue_start else {
+            return arrival;
+        };
+        if !event.shuffle_at_start || !(opens..event.start).contains(&arrival) {
+            return arrival;
+        }
+        let head_of_start = self.bucket(event.start) * self.bucket_secs;
+        let span = head_of_start.saturating_sub(opens).max(1);
+        let place = prequeue_place(ring.active(), event, uid, arrival);
+        (opens + (place * span as f64) as u64).min(head_of_start.saturating_sub(1))
+    }
+
+    /// Whether the pre-queued visitors of the running `event` still go first: until all of
+    /// them can have checked in (their first check-in falls within a refresh interval of the
+    /// start, then the liveness window), and while any of them waits.
+    fn prequeue_first(
+        &self,
+        event: Option<&EventConfig>,
+        view: &QueueView,
+        now: Timestamp,
+    ) -> bool {
+        let Some(event) = event.filter(|e| e.prequeue_start.is_some()) else {
+            return false;
+        };
+        let settle = event.start + self.refresh_secs() + self.live_window().as_secs();
+        now.secs() < settle
+            || view
+                .waiting
+                .range(..self.bucket(event.start))
+                .next()
+                .is_some()
+    }
+
     fn check_in(
         &self,
         ring: &KeyRing,
@@ -945,8 +1051,19 @@ impl Capacity {
         now: Timestamp,
     ) -> Outcome {
         let c = &token.claims;
-        let arrival = c.arr.map_or(now.secs(), token_secs);
+        let mut arrival = c.arr.map_or(now.secs(), token_secs);
+        // A pre-queue token's first check-in in the event: its place in the pre-queue.
+        if let (Some(event), None) = (hold.event, c.chk) {
+            arrival = self.prequeued_place(ring, uid, event, arrival);
+        }
         let bucket = self.bucket(arrival);
+        // Arrived after the start of an event whose pre-queued visitors still go first.
+        let behind = hold.event.is_some_and(|e| arrival >= e.start)
+            && self.prequeue_first(hold.event, &self.view(now), now);
+        // Pre-queued: let in in the pre-queue's order (drawn, or of arrival), whatever the method.
+        let prequeued = hold
+            .event
+            .is_some_and(|e| e.prequeue_start.is_some() && arrival < e.start);
         // The token of an arrival: counted apart, and back now for the first time.
         let first = c.chk.is_some() && c.chk == c.arr;
         let counted = c.chk.map(|v| token_secs(v) / TICK_SECS);
@@ -974,9 +1091,10 @@ impl Capacity {
             (true, Some(arrived)) => self.came_back(bucket, arrived, now),
             _ => self.leave_queue(bucket, counted, now),
         };
-        if !self.queue_all && !hold.held {
+        if !self.queue_all && !hold.held && !behind {
             let slots = self.slots(now);
             let eligible = match self.order {
+                _ if prequeued => self.fifo_reserved(&view, arrival, slots.cluster, now),
                 QueueOrder::Fifo => self.fifo_reserved(&view, arrival, slots.cluster, now),
                 QueueOrder::Random => draw < self.random_chance(slots.here, now),
             };
@@ -988,14 +1106,20 @@ impl Capacity {
         // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
         // oldest two buckets), random to whoever checks in first (check-ins come in a random
         // order).
-        let at_head = match self.order {
-            QueueOrder::Fifo => view
-                .waiting
-                .keys()
-                .next()
-                .is_none_or(|&head| bucket <= head + 1),
-            QueueOrder::Random => true,
-        };
+        let at_head = !behind
+            && match self.order {
+                _ if prequeued => view
+                    .waiting
+                    .keys()
+                    .next()
+                    .is_none_or(|&head| bucket <= head + 1),
+                QueueOrder::Fifo => view
+                    .waiting
+                    .keys()
+                    .next()
+                    .is_none_or(|&head| bucket <= head + 1),
+                QueueOrder::Random => true,
+            };
         if at_head && (hold.grant)() {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
             self.invalidate();

@@ -23,7 +23,9 @@ use crate::keys::KeyRing;
 use crate::time::Timestamp;
 use crate::token::{Claims, Dec, Reject, Token};
 
+use super::event::{prequeue_place, PREQUEUE_REFRESH_MAX};
 use super::{CookieAction, Decision, Hold, Outcome, Presented};
+use crate::config::EventConfig;
 
 /// A lottery room's settings, in whole seconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +149,46 @@ impl Lottery {
             }
             None => self.start_waiting(ring, uid, now),
         }
+    }
+
+    /// An event's pre-queue (SPEC §13): nobody new is let in and admitted users keep access.
+    /// Everyone else gets, or keeps, a wait token due in the event's first wait period, at the
+    /// moment of their place in the pre-queue ([`prequeue_place`]: drawn, keyed, with
+    /// `shuffle_at_start`; else by arrival), so pre-queued visitors are drawn first, in that
+    /// order, ahead of anyone who arrives after `start` (whose tokens come due a wait period
+    /// later at the earliest).
+    pub fn prequeue(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        presented: &Presented,
+        event: &EventConfig,
+        now: Timestamp,
+    ) -> Outcome {
+        let valid = presented.valid.as_ref();
+        if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
+            return self.allow(ring, uid, Some(token), now, false);
+        }
+        let first_period = event.start..event.start.saturating_add(self.wait_period);
+        let in_line = valid
+            .filter(|t| t.claims.dec == Dec::Wait && first_period.contains(&t.claims.exp))
+            .map(|t| t.claims.exp);
+        let (cookie, due) = match in_line {
+            Some(exp) => (CookieAction::Keep, exp),
+            None => {
+                let place = prequeue_place(ring.active(), event, uid, now.secs());
+                let offset = (place * self.wait_period as f64) as u64;
+                let due = event.start + offset.min(self.wait_period - 1);
+                let key = ring.active();
+                let token = ring.sign_cached(Claims::new(Dec::Wait, due, uid, key.id()));
+                (CookieAction::Set(token), due)
+            }
+        };
+        let mut outcome = Outcome::new(Decision::PreQueue, cookie);
+        outcome.refresh_secs = due
+            .saturating_sub(now.secs())
+            .clamp(1, PREQUEUE_REFRESH_MAX);
+        outcome
     }
 
     /// A closed room (the `deny` page) or one holding everyone (`queue_all`): a visitor keeps

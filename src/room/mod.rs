@@ -7,6 +7,7 @@
 //! the identity and the raw cookie values, and gets an [`Outcome`] back.
 
 pub mod capacity;
+pub mod event;
 pub mod lottery;
 
 use std::net::IpAddr;
@@ -43,10 +44,12 @@ pub enum Decision {
     SoldOut,
     /// The line is full (`max_waiting_users`): show `queuefull`, no wait token.
     QueueFull,
+    /// An event's pre-queue (SPEC §13): show `prequeue`, a wait token due at the start.
+    PreQueue,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 8] = [
+    pub const ALL: [Decision; 9] = [
         Decision::Allow,
         Decision::Anon,
         Decision::Wait,
@@ -55,6 +58,7 @@ impl Decision {
         Decision::Bypass,
         Decision::SoldOut,
         Decision::QueueFull,
+        Decision::PreQueue,
     ];
 
     /// Position in [`Decision::ALL`].
@@ -73,6 +77,7 @@ impl Decision {
             Decision::Bypass => "bypass",
             Decision::SoldOut => "sold_out",
             Decision::QueueFull => "queue_full",
+            Decision::PreQueue => "prequeue",
         }
     }
 
@@ -87,6 +92,7 @@ impl Decision {
             Decision::Deny => PageKind::Deny,
             Decision::SoldOut => PageKind::SoldOut,
             Decision::QueueFull => PageKind::QueueFull,
+            Decision::PreQueue => PageKind::PreQueue,
             Decision::Wait | Decision::Lost => PageKind::KeepWaiting,
             _ => PageKind::StartWaiting,
         }
@@ -123,12 +129,15 @@ pub struct Outcome {
     pub message: Option<Arc<String>>,
 }
 
-/// What holds a room beyond its own settings (SPEC §13), handed to its admission policy.
+/// What bears on a room beyond its own settings (SPEC §13), handed to its admission policy:
+/// operator actions, and the event running now.
 pub struct Hold<'a> {
     /// Paused or sold out: nobody new is let in; everyone keeps their place.
     pub held: bool,
     /// Takes one admission from an operator's `admit` grant, if there is one.
     pub grant: &'a dyn Fn() -> bool,
+    /// The event running now, if any: those who pre-queued for it go before later arrivals.
+    pub event: Option<&'a crate::config::EventConfig>,
 }
 
 impl Hold<'_> {
@@ -136,6 +145,7 @@ impl Hold<'_> {
     pub const NONE: Hold<'static> = Hold {
         held: false,
         grant: &|| false,
+        event: None,
     };
 }
 
@@ -216,6 +226,9 @@ pub struct Room {
     pub config: RoomConfig,
     pub pages: Arc<Pages>,
     policy: Policy,
+    /// Per event (as `config.events`): its policy, the room's settings with its overrides, and
+    /// its pages.
+    events: Vec<(Policy, Arc<Pages>, usize)>,
     store: Arc<dyn CounterStore>,
     /// Operator overrides (SPEC §13); the same cell across reloads.
     controls: Arc<RoomCell>,
@@ -236,7 +249,7 @@ impl Room {
     /// Builds a room. Capacity rooms keep their counters in `store` (under the room's name), so
     /// a rebuilt room with the same name carries on counting.
     pub fn new(config: RoomConfig, pages: Arc<Pages>, store: &Arc<dyn CounterStore>) -> Room {
-        let policy = match &config.admission {
+        let policy_of = |admission: &Admission| match admission {
             Admission::Lottery {
                 allow_percentage,
                 wait_period,
@@ -249,6 +262,7 @@ impl Room {
                 *closed_refresh,
                 config.queue_all,
             )),
+            // An event's policy counts in the room's counters: the same people, other limits.
             Admission::Capacity(c) => Policy::Capacity(Capacity::new(
                 &config.name,
                 c,
@@ -256,10 +270,17 @@ impl Room {
                 store.clone(),
             )),
         };
+        let policy = policy_of(&config.admission);
+        let events = config
+            .events
+            .iter()
+            .map(|e| (policy_of(&e.admission(&config.admission)), pages.clone(), 0))
+            .collect();
         Room {
             config,
             pages,
             policy,
+            events,
             store: store.clone(),
             controls: Arc::default(),
             language: 0,
@@ -269,14 +290,66 @@ impl Room {
     /// Pages speak catalog `language` unless the visitor asks for another.
     pub fn with_language(mut self, language: usize) -> Room {
         self.language = language;
+        for e in &mut self.events {
+            if Arc::ptr_eq(&e.1, &self.pages) {
+                e.2 = language;
+            }
+        }
         self
     }
 
-    /// The language of a page for a visitor who sent `accept_language`.
-    pub fn language_for(&self, accept_language: Option<&[u8]>) -> usize {
-        self.pages
+    /// Event `index` shows the pages of `pages` (its own folder), which speak catalog
+    /// `language` unless the visitor asks for another.
+    pub fn with_event_pages(mut self, index: usize, pages: Arc<Pages>, language: usize) -> Room {
+        if let Some(e) = self.events.get_mut(index) {
+            e.1 = pages;
+            e.2 = language;
+        }
+        self
+    }
+
+    /// The default language's catalog among the pages shown now.
+    fn language_at(&self, now: Timestamp) -> usize {
+        match self.event_now(now) {
+            Some(p) => self.events[p.index].2,
+            None => self.language,
+        }
+    }
+
+    /// The event in force now (pre-queue or running), if any.
+    pub fn event_now(&self, now: Timestamp) -> Option<event::Phase<'_>> {
+        event::in_force(&self.config.events, now)
+    }
+
+    /// The policy deciding now: a running event's, else the room's.
+    fn policy_at(&self, now: Timestamp) -> &Policy {
+        match self.event_now(now) {
+            Some(p) if p.state == event::EventState::Running => &self.events[p.index].0,
+            _ => &self.policy,
+        }
+    }
+
+    /// The pages shown now: the event's in force, else the room's.
+    pub fn pages_at(&self, now: Timestamp) -> &Arc<Pages> {
+        match self.event_now(now) {
+            Some(p) => &self.events[p.index].1,
+            None => &self.pages,
+        }
+    }
+
+    /// What visitors are told they wait for now: the title of the event in force, else the
+    /// room's.
+    pub fn title_at(&self, now: Timestamp) -> &str {
+        self.event_now(now)
+            .and_then(|p| p.event.overrides.title.as_deref())
+            .unwrap_or(&self.config.title)
+    }
+
+    /// The language of a page shown at `now` for a visitor who sent `accept_language`.
+    pub fn language_for(&self, accept_language: Option<&[u8]>, now: Timestamp) -> usize {
+        self.pages_at(now)
             .catalogs()
-            .negotiate(accept_language, self.language)
+            .negotiate(accept_language, self.language_at(now))
     }
 
     /// This room decides under `controls` (the operator overrides kept for its name).
@@ -316,14 +389,27 @@ impl Room {
         let presented = Presented::check(ring, uid, cookies, now);
         let held = self.controls.held();
         let sold_out = self.sold_out_under(held);
+        let phase = self.event_now(now);
+        let running = phase.filter(|p| p.state == event::EventState::Running);
         let hold = Hold {
             held: held.paused || sold_out,
             // An operator's `admit`: not while sold out.
             grant: &|| !sold_out && self.controls.take_grant(&*self.store, self.name(), now),
+            event: running.map(|p| p.event),
         };
-        let mut outcome = match &self.policy {
-            Policy::Lottery(l) => l.decide_held(ring, uid, &presented, &hold, now),
-            Policy::Capacity(c) => c.decide_held(ring, uid, &presented, &hold, now),
+        let policy = match running {
+            Some(p) => &self.events[p.index].0,
+            None => &self.policy,
+        };
+        let mut outcome = match (policy, phase) {
+            (Policy::Lottery(l), Some(p)) if p.state == event::EventState::PreQueue => {
+                l.prequeue(ring, uid, &presented, p.event, now)
+            }
+            (Policy::Capacity(c), Some(p)) if p.state == event::EventState::PreQueue => {
+                c.prequeue(ring, uid, &presented, p.event, now)
+            }
+            (Policy::Lottery(l), _) => l.decide_held(ring, uid, &presented, &hold, now),
+            (Policy::Capacity(c), _) => c.decide_held(ring, uid, &presented, &hold, now),
         };
         if !outcome.decision.forwards() {
             if sold_out && outcome.decision != Decision::QueueFull {
@@ -337,9 +423,7 @@ impl Room {
             outcome.message = self.controls.message();
         }
         outcome.rejected = outcome.rejected.or(presented.rejected);
-        if let (Policy::Lottery(l), true, Some(t)) =
-            (&self.policy, outcome.admitted, &presented.valid)
-        {
+        if let (Policy::Lottery(l), true, Some(t)) = (policy, outcome.admitted, &presented.valid) {
             outcome.admitted = self.first_win(l, t, now);
         }
         outcome
@@ -369,7 +453,9 @@ impl Room {
         now: Timestamp,
     ) -> Option<crate::token::Dec> {
         let token = Presented::check(ring, uid, cookies, now).valid?;
-        if let (Policy::Capacity(c), crate::token::Dec::Allow) = (&self.policy, token.claims.dec) {
+        if let (Policy::Capacity(c), crate::token::Dec::Allow) =
+            (self.policy_at(now), token.claims.dec)
+        {
             if c.is_revoked(&token.claims, now) {
                 return None;
             }
@@ -404,7 +490,13 @@ impl Room {
         if self.controls.held().paused || self.sold_out() {
             return 0.0;
         }
-        match &self.policy {
+        if self
+            .event_now(now)
+            .is_some_and(|p| p.state == event::EventState::PreQueue)
+        {
+            return 0.0;
+        }
+        match self.policy_at(now) {
             Policy::Lottery(_) if self.config.queue_all => 0.0,
             Policy::Lottery(l) => f64::from(l.allow_percentage),
             Policy::Capacity(c) => 100.0 * c.figures(now).admit_chance,
@@ -413,7 +505,7 @@ impl Room {
 
     /// Live figures of a capacity room (`None` for lottery rooms, which keep no counts).
     pub fn figures(&self, now: Timestamp) -> Option<Figures> {
-        match &self.policy {
+        match self.policy_at(now) {
             Policy::Capacity(c) => Some(c.figures(now)),
             Policy::Lottery(_) => None,
         }
@@ -422,13 +514,19 @@ impl Room {
     /// Ends an admitted user's session: capacity rooms stop counting them, once, and refuse the
     /// session's tokens from then on.
     pub fn revoke(&self, place: Option<Place>, now: Timestamp) {
-        if let (Policy::Capacity(c), Some(place)) = (&self.policy, place) {
+        if let (Policy::Capacity(c), Some(place)) = (self.policy_at(now), place) {
             c.revoke(place, now);
         }
     }
 
-    /// The template variables for a waiting, deny or rate-limit page of this room.
-    pub fn page_context<'a>(&'a self, outcome: &'a Outcome, language: usize) -> PageContext<'a> {
+    /// The template variables for a waiting, deny or rate-limit page of this room, at `now`
+    /// (its event, and the title in force).
+    pub fn page_context<'a>(
+        &'a self,
+        outcome: &'a Outcome,
+        language: usize,
+        now: Timestamp,
+    ) -> PageContext<'a> {
         let mut ctx = PageContext::plain(
             &self.config.name,
             outcome.decision.as_str(),
@@ -436,13 +534,26 @@ impl Room {
             self.config.wait_status,
         )
         .with_wait(outcome.estimates)
-        .in_language(self.pages.catalogs(), language, self.language);
-        ctx.title = &self.config.title;
+        .in_language(
+            self.pages_at(now).catalogs(),
+            language,
+            self.language_at(now),
+        );
+        ctx.title = self.title_at(now);
         ctx.queueing = self.config.admission.method();
         ctx.queue_all = self.config.queue_all;
         ctx.users_ahead = outcome.users_ahead;
         ctx.paused = outcome.paused;
         ctx.message = outcome.message.as_deref().map(String::as_str);
+        if let Some(p) = event::current(&self.config.events, now) {
+            ctx = ctx.with_event(
+                &p.event.name,
+                p.state.as_str(),
+                (p.event.start, p.event.end),
+                p.event.shuffle_at_start,
+                now.secs(),
+            );
+        }
         ctx
     }
 }
