@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::app::App;
+use crate::config::event::rfc3339;
 use crate::config::{Action as RuleAction, Admission, Algorithm, KeyPart, Scope};
 use crate::controls::{Action, Controls};
 use crate::ratelimit::Rule;
@@ -277,6 +278,28 @@ fn room_status(
     v["paused"] = json!(room.controls().held().paused);
     v["overrides"] = json!(overrides.overrides(&c.name));
     v["admit_grants_left"] = json!(crate::controls::grants_left(store, &c.name, now));
+    // Scheduled events (SPEC §13): the one in force (else the next, else the last), and the
+    // next one to open.
+    let event = |p: Option<crate::room::event::Phase>| {
+        p.map(|p| {
+            let e = p.event;
+            json!({
+                "name": e.name,
+                "state": p.state.as_str(),
+                "prequeue_starts_at": e.prequeue_start.map(rfc3339),
+                "starts_at": rfc3339(e.start),
+                "ends_at": rfc3339(e.end),
+                "shuffle_at_start": e.shuffle_at_start,
+            })
+        })
+    };
+    v["event"] = json!(event(crate::room::event::current(&c.events, now)));
+    v["next_event"] = json!(event(crate::room::event::next(&c.events, now)));
+    v["event_state"] = json!(crate::room::event::current(&c.events, now).map(|p| format!(
+        "{}: {}",
+        p.event.name,
+        p.state.as_str()
+    )));
     if let Some(f) = room.figures(now) {
         v["active_users"] = json!(f.active);
         v["waiting_users"] = json!(f.waiting);
@@ -588,7 +611,7 @@ fn status_html(s: &Value) -> String {
         esc(&s["started_at"]),
         esc(&s["keys"]["active"]),
         esc(&s["keys"]["ids"]),
-        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "paused", "sold_out", "admit_grants_left", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
+        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
         table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
         table(peers, &["addr", "healthy"]),
         match s["tls"]["certificates"].as_array() {

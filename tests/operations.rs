@@ -14,6 +14,7 @@ const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 [[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 50\nbypass_paths = [\"/static/\"]\nbypass_cidrs = [\"10.0.0.0/8\"]\n\
 [[room]]\nname = \"closed\"\npaths = [\"/closed\"]\ncookie_name = \"wr_closed\"\npages = \"pages\"\nallow_percentage = 0\n\
 [[room]]\nname = \"sale\"\npaths = [\"/sale\"]\ncookie_name = \"wr_sale\"\npages = \"pages\"\nadmission = \"random\"\nnew_users_per_minute = 2\n\
+[[room.event]]\nname = \"launch\"\nprequeue_start = \"2025-12-01T09:30:00Z\"\nstart = \"2025-12-01T10:00:00Z\"\nend = \"2025-12-01T14:00:00Z\"\n\
 [[rate_limit]]\nname = \"burst\"\nwindow = \"1s\"\nlimit = 3\npenalty = \"1m\"\npaths = [\"/static/\"]\n\
 [[rate_limit]]\nname = \"writes\"\nalgorithm = \"token_bucket\"\nlimit = 100\nperiod = \"1m\"\nscope = \"origin\"\n\
 [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 100\n\

@@ -16,6 +16,7 @@ use prometheus::{
 pub use sharded::Counter;
 
 use crate::ratelimit::Outcome;
+use crate::room::event::EventState;
 use crate::room::Decision;
 use crate::snapshot::Snapshot;
 use crate::store::CounterStore;
@@ -83,6 +84,8 @@ pub struct Metrics {
     pub room_override: IntGaugeVec,
     /// Admissions granted by `admit` and not taken yet, by room.
     pub room_admit_grants: IntGaugeVec,
+    /// Scheduled events (SPEC §13): 1 for each event's current state, 0 for the others.
+    pub room_event_state: IntGaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -156,6 +159,11 @@ impl Metrics {
                 "vestibule_room_admit_grants",
                 "Admissions an operator granted with admit and nobody has taken yet, by room.",
                 &["room"],
+            ),
+            room_event_state: int_gauge_vec(
+                "vestibule_room_event_state",
+                "Each scheduled event's state: 1 for the current one (scheduled, prequeue, running or ended), 0 for the others, by room and event.",
+                &["room", "event", "state"],
             ),
             store_up: IntGauge::new(
                 "vestibule_store_up",
@@ -327,6 +335,7 @@ impl Metrics {
             Box::new(self.admin_actions.clone()),
             Box::new(self.room_override.clone()),
             Box::new(self.room_admit_grants.clone()),
+            Box::new(self.room_event_state.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -373,6 +382,7 @@ impl Metrics {
         self.room_slot_share.reset();
         self.room_override.reset();
         self.room_admit_grants.reset();
+        self.room_event_state.reset();
         self.room_allow_percentage.reset();
         self.room_active_users.reset();
         self.room_waiting_users.reset();
@@ -406,6 +416,14 @@ impl Metrics {
             self.room_admit_grants
                 .with_label_values(&[name])
                 .set(crate::controls::grants_left(store, name, now) as i64);
+            for event in &room.config.events {
+                let current = EventState::of(event, now);
+                for state in EventState::ALL {
+                    self.room_event_state
+                        .with_label_values(&[name, &event.name, state.as_str()])
+                        .set(i64::from(state == current));
+                }
+            }
             self.room_allow_percentage
                 .with_label_values(&[name])
                 .set(room.effective_allow_percentage(now));

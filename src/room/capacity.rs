@@ -1094,7 +1094,14 @@ impl Capacity {
         if !self.queue_all && !hold.held && !behind {
             let slots = self.slots(now);
             let eligible = match self.order {
-                _ if prequeued => self.fifo_reserved(&view, arrival, slots.cluster, now),
+                // The pre-queue's order was settled at the start and everyone in it is
+                // waiting: the first in it that a check-in interval takes may go, rather than
+                // only the two head buckets (sparse in a long pre-queue), so its slots are not
+                // lost while people are still checking in.
+                _ if prequeued => {
+                    let ahead = view.ahead_of(bucket);
+                    slots.cluster.is_none_or(|f| ahead < f) && ahead < self.front(&view)
+                }
                 QueueOrder::Fifo => self.fifo_reserved(&view, arrival, slots.cluster, now),
                 QueueOrder::Random => draw < self.random_chance(slots.here, now),
             };

@@ -14,6 +14,8 @@
 //! - random: the correlation between arrival minute and remaining wait among users waiting at
 //!   the same moment (goal: near 0).
 
+pub mod event;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt::Write as _;
