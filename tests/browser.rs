@@ -109,6 +109,41 @@ limit = 1
 penalty = "3s"
 "#;
 
+/// How long after the proxy starts the `launch` event opens its line.
+const LAUNCH_IN_SECS: u64 = 15;
+
+/// [`ROOMS`] and two rooms with events: `launch`, whose pre-queue is open and which starts
+/// [`LAUNCH_IN_SECS`] from now, and `presale`, whose start is an hour away (for screenshots).
+/// Returns the rooms and the launch's start (Unix seconds).
+fn rooms() -> (String, u64) {
+    use vestibule::config::event::rfc3339;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let launch = now + LAUNCH_IN_SECS;
+    let event = |name: &str, title: &str, path: &str, start: u64| {
+        format!(
+            "[[room]]\nname = \"{name}\"\ntitle = \"{title}\"\npaths = [\"{path}\"]\n\
+             cookie_name = \"wr_{name}\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+             new_users_per_minute = 100\nrefresh = \"5s\"\n\
+             [[room.event]]\nname = \"{name}\"\nprequeue_start = \"{}\"\nstart = \"{}\"\n\
+             end = \"{}\"\nshuffle_at_start = true\n",
+            rfc3339(now - 60),
+            rfc3339(start),
+            rfc3339(start + 3600)
+        )
+    };
+    (
+        format!(
+            "{ROOMS}\n{}\n{}",
+            event("launch", "Sneaker drop", "/launch", launch),
+            event("presale", "Stadium tour presale", "/presale", now + 3600)
+        ),
+        launch,
+    )
+}
+
 fn gaps(v: &serde_json::Value) -> Vec<f64> {
     v["gaps"]
         .as_array()
@@ -131,12 +166,14 @@ fn a_visitor_in_a_real_browser() {
         }
     };
     let origin = Origin::start();
-    let v = Setup::new(origin.addr).extra(ROOMS).start();
+    let (rooms, launch) = rooms();
+    let v = Setup::new(origin.addr).extra(&rooms).start();
     let shots = std::env::var("VESTIBULE_SHOTS").ok();
     let arg = serde_json::json!({
         "base": format!("http://{}", v.proxy),
         "config": v.config_path(),
         "shots": shots,
+        "launch_at_ms": launch * 1000,
     });
     let started = Instant::now();
     let out = Command::new("node")
@@ -159,6 +196,23 @@ fn a_visitor_in_a_real_browser() {
         "browser findings after {:?}:\n{}",
         started.elapsed(),
         serde_json::to_string_pretty(&found).unwrap()
+    );
+
+    // 0. On the pre-queue page: a countdown, then in line at the start and let in, no click.
+    let p = &found["prequeued"];
+    assert_eq!(p["prequeue_page"], true, "{p}");
+    let counts = p["countdown"].as_array().unwrap();
+    assert!(counts[0] != counts[1], "the countdown moves: {p}");
+    assert_eq!(p["inside"], true, "let in after the start, by itself: {p}");
+    let navs = p["navigation_times_ms"].as_array().unwrap();
+    assert!(
+        navs.len() >= 2 && navs.len() <= 4,
+        "no polling while pre-queued: {p}"
+    );
+    let back = navs[1].as_u64().unwrap();
+    assert!(
+        back + 300 >= launch * 1000 && back <= launch * 1000 + 6_500,
+        "came back at the start (within one refresh): {p}"
     );
 
     // 1. Waits, then is let in by itself; an image of the page never joins the queue.
@@ -227,7 +281,7 @@ fn a_visitor_in_a_real_browser() {
     assert_eq!(r["inside"], true, "{r}");
 
     if shots.is_some() {
-        assert_eq!(found["screenshots"].as_array().unwrap().len(), 28);
+        assert_eq!(found["screenshots"].as_array().unwrap().len(), 32);
     }
 }
 
@@ -236,7 +290,7 @@ fn a_visitor_in_a_real_browser() {
 #[test]
 fn the_rooms_the_browser_visits_answer() {
     let origin = Origin::start();
-    let v = Setup::new(origin.addr).extra(ROOMS).start();
+    let v = Setup::new(origin.addr).extra(&rooms().0).start();
     let accept = "text/html";
     for (path, status, text) in [
         ("/lottery/", 200, "The Big Sale"),
@@ -244,6 +298,7 @@ fn the_rooms_the_browser_visits_answer() {
         ("/closed/", 200, "closed right now"),
         ("/shut/", 200, "Vaccine sign-up"),
         ("/soldout/", 200, "Festival passes is sold out"),
+        ("/presale/", 200, "Stadium tour presale opens soon"),
     ] {
         let resp = client()
             .get(v.url(path))

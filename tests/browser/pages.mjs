@@ -7,7 +7,7 @@ import { chromium } from "playwright-core";
 import fs from "node:fs";
 import path from "node:path";
 
-const { base, config, shots } = JSON.parse(process.argv[2]);
+const { base, config, shots, launch_at_ms } = JSON.parse(process.argv[2]);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   headless: true,
@@ -52,6 +52,26 @@ async function waitForText(page, text, ms) {
     await sleep(250);
   }
   return false;
+}
+
+// 0. A visitor on an event's pre-queue page watches the countdown and is let in after the
+// start by themselves: the page comes back at the start, with no click and no polling before.
+{
+  const v = await visitor();
+  await v.page.goto(`${base}/launch/__echo`);
+  const html = await v.page.content();
+  const prequeue_page = html.includes("Sneaker drop opens soon") && html.includes('id="starts"');
+  const first = await v.page.textContent("#count");
+  await sleep(2100);
+  const second = await v.page.textContent("#count");
+  const inside = await waitForText(v.page, '"headers"', Math.max(0, launch_at_ms - Date.now()) + 15000);
+  findings.prequeued = {
+    prequeue_page,
+    countdown: [first, second],
+    inside,
+    navigation_times_ms: v.navigations.map((n) => n.at),
+  };
+  await v.context.close();
 }
 
 // 1. A visitor waits, then is let in, with no click (JavaScript on).
@@ -169,15 +189,18 @@ if (shots) {
     ["soldout", "/soldout/", 1],
     ["queuefull", "/full/", 1],
     ["keepwaiting-ar", "/hold/", 2, "ar"],
+    // With JavaScript: the countdown and the start in the visitor's own words.
+    ["prequeue", "/presale/", 1, "en-US", true],
   ];
   const taken = [];
-  for (const [name, url, loads, locale] of pages) {
+  for (const [name, url, loads, locale, script] of pages) {
     for (const [size, opts] of Object.entries(sizes)) {
       for (const scheme of ["light", "dark"]) {
-        const v = await visitor({ ...opts, colorScheme: scheme, javaScriptEnabled: false, locale: locale || "en-US" });
+        const v = await visitor({ ...opts, colorScheme: scheme, javaScriptEnabled: !!script, locale: locale || "en-US", timezoneId: "Europe/Paris" });
         for (let i = 0; i < loads; i++) {
           await v.page.goto(`${base}${url}`);
         }
+        if (script) await sleep(1200);
         const file = path.join(shots, `${name}-${size}-${scheme}.png`);
         await v.page.screenshot({ path: file });
         taken.push(file);
