@@ -95,6 +95,15 @@ EOF
 ROOM='[[room]]
 pages = "pages"
 allow_percentage = 50'
+# The same room with an event whose pre-queue is open (SPEC §13): every request is a new
+# visitor who gets the pre-queue page and a token due at the start.
+PREQUEUE_ROOM="$ROOM
+[[room.event]]
+name = \"launch\"
+prequeue_start = \"$(date -u -d '-1 hour' +%FT%TZ)\"
+start = \"$(date -u -d '+1 day' +%FT%TZ)\"
+end = \"$(date -u -d '+2 days' +%FT%TZ)\"
+shuffle_at_start = true"
 # Three rules, one of each algorithm, none of which ever blocks: the window per client, a
 # token bucket per client and path (so allowed answers carry RateLimit headers), and a
 # concurrency cap. Their requests are the allowed scenario's, so the difference is the rules.
@@ -200,7 +209,7 @@ forwarded() { # admin-port
   curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_upstream_responses_total\{status_class="2xx"\}/ { n += $2 } END { printf "%d", n }'
 }
 room_pages() { # admin-port
-  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|lost|deny)"/ { n += $2 } END { printf "%d", n }'
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|lost|deny|prequeue)"/ { n += $2 } END { printf "%d", n }'
 }
 
 # An allow cookie for 127.0.0.1, from a room that admits everyone; sets COOKIE.
