@@ -4,6 +4,7 @@
 # user-space instructions only (the kernel's share of proxying is not in it).
 #
 #   benches/instructions.sh            # N1=1000, N2=3000 requests per scenario
+#   ONLY='waiting' benches/instructions.sh   # the plain proxy and the scenarios matching a regex
 #
 # Each proxy runs under callgrind twice, serving N1 and then N2 keep-alive requests from one
 # client; (instructions(N2) - instructions(N1)) / (N2 - N1) cancels start-up and shutdown.
@@ -56,6 +57,7 @@ total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {
 declare -A PER
 measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [header...]
   local name=$1 kind=$2 expect=$3 extra=$4; shift 4
+  if [ -n "${ONLY:-}" ] && [ "$name" != plain_proxy ] && ! [[ "$name" =~ $ONLY ]]; then return; fi
   local counts=()
   for n in $N1 $N2; do
     local out="$OUT/$name.$n.callgrind"
@@ -92,6 +94,7 @@ $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
   echo "| scenario | instructions/request | vs plain | reference |"
   echo "| --- | ---: | ---: | --- |"
   row() { # scenario reference
+    [ -n "${PER[$1]:-}" ] && [ -n "${PER[$2]:-}" ] || return 0
     awk -v s="$1" -v n="${PER[$1]}" -v r="$2" -v p="${PER[$2]}" 'BEGIN { printf "| %s | %d | %.2fx | %s |\n", s, n, n / p, r }'
   }
   for s in plain_proxy vestibule_allowed vestibule_3_rules vestibule_waiting_page; do
