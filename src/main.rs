@@ -143,6 +143,16 @@ struct SimulateArgs {
     /// --event: over how many minutes after the start the later visitors arrive.
     #[arg(long, default_value_t = 10)]
     later_minutes: u32,
+    /// Simulate the autopilot instead (SPEC §10): a surge against a model origin, steered
+    /// beside fixed settings too low, right and too high (uses --seed, --out).
+    #[arg(long)]
+    autopilot: bool,
+    /// --autopilot: visitors arrive at this many times the pace the origin sustains.
+    #[arg(long, default_value_t = 10.0)]
+    surge: f64,
+    /// --autopilot: how long the surge lasts, minutes.
+    #[arg(long, default_value_t = 60)]
+    surge_minutes: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -416,6 +426,42 @@ fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
     }
 }
 
+fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
+    use vestibule::simulate::autopilot::{simulate, AutopilotOptions};
+    let opts = AutopilotOptions {
+        surge: args.surge.max(0.0),
+        minutes: args.surge_minutes.max(1),
+        seed: args.seed,
+        out: args.out.clone(),
+        ..AutopilotOptions::default()
+    };
+    println!(
+        "simulating the autopilot: a model origin of {} users ({} ms alone; 503 past it), visitors for {} min at {}x the pace it sustains at a p95 of {} ms ({:.0} a minute), each browsing {} s; autopilot every {} s from {} a minute, within {}..{}",
+        opts.origin.capacity,
+        opts.origin.base * 1000.0,
+        opts.minutes,
+        opts.surge,
+        opts.settings.target_latency * 1000.0,
+        opts.pace_at_target(),
+        opts.browse_secs,
+        opts.interval_secs,
+        opts.start,
+        opts.settings.min,
+        opts.settings.max
+    );
+    match simulate(&opts) {
+        Ok((_, summary, png)) => {
+            print!("{summary}");
+            println!("wrote {}", png.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vestibule simulate --autopilot: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn simulate_event(args: &SimulateArgs) -> ExitCode {
     use vestibule::simulate::event::{simulate, EventOptions};
     let opts = EventOptions {
@@ -456,6 +502,9 @@ fn simulate(args: SimulateArgs) -> ExitCode {
     use vestibule::config::QueueOrder;
     if args.event {
         return simulate_event(&args);
+    }
+    if args.autopilot {
+        return simulate_autopilot(&args);
     }
     let orders = match args.order.as_str() {
         "fifo" => vec![QueueOrder::Fifo],

@@ -14,6 +14,7 @@
 //! - random: the correlation between arrival minute and remaining wait among users waiting at
 //!   the same moment (goal: near 0).
 
+pub mod autopilot;
 pub mod event;
 
 use std::cmp::Reverse;

@@ -1,0 +1,282 @@
+//! The autopilot (SPEC §10): a capacity room's `new_users_per_minute` steered by its origin's
+//! health.
+//!
+//! Every `autopilot_interval` the caller hands in what it saw of the room's origin answers in
+//! that interval (how many, their 95th percentile latency, how many were errors), how many users
+//! the room counts active now, and whether visitors were left waiting; it gets back the pace to
+//! admit at. Nothing here reads a clock or a socket: the law is a function of its inputs and its
+//! state, proven on `vestibule simulate --autopilot`'s clock against a model origin.
+//!
+//! ## Why it steers a ceiling of active users
+//!
+//! An admitted user loads the origin for their whole visit, so a change of pace shows in the
+//! origin's latency only as the users of the old pace leave: minutes later. A law that moves the
+//! pace on the latency alone (additive increase, multiplicative decrease of the pace) overshoots
+//! every time; on the model origin it swung between its bounds with a 20-minute period. The load
+//! itself, though, answers at once: it is the active users, which the room counts. So the law
+//! keeps a *ceiling* of active users, which it moves on the latency (AIMD, where the plant has
+//! no delay), and sets the pace that brings the active users to the ceiling and holds them
+//! there: `pace = ceiling / session + (ceiling − active) / `[`FILL_MINUTES`], the users leaving a
+//! minute plus the gap closed over that many minutes.
+//!
+//! ## The law (per interval)
+//!
+//! | what the interval showed | ceiling |
+//! | --- | --- |
+//! | fewer than [`MIN_RESPONSES`] answers | holds: nothing to judge by |
+//! | errors over `max_error_rate` | active × [`ERROR_FACTOR`]: the origin failed at this load |
+//! | p95 over the target | active × `target / p95`, at least × [`SLOW_FACTOR_FLOOR`] |
+//! | p95 between [`DEADBAND`] × target and the target | the active users: no more load |
+//! | p95 under [`DEADBAND`] × target, visitors waiting, the ceiling reached | + `step` |
+//! | otherwise | holds (no wind-up while the ceiling is not what limits) |
+//!
+//! `step` is the range of paces over [`STEPS`], as users (× the session). The pace is always
+//! within `min..=max`.
+//!
+//! ## How it fails
+//!
+//! - An origin slow for reasons unrelated to load (a slow database, a cold cache) is read as
+//!   overloaded: the ceiling falls to what is active, and the pace to `min` while it stays slow.
+//!   `min` is the floor an operator chooses with that in mind.
+//! - Too little traffic (fewer than [`MIN_RESPONSES`] answers an interval) is not judged: the
+//!   pace holds. A quiet room is never raised on no evidence, nor lowered on one slow answer.
+//! - It sees only this room's answers: other traffic that loads the same origin shows up as this
+//!   room's latency, and the room backs off for it.
+
+/// Answers an interval must have before they say anything.
+pub const MIN_RESPONSES: u64 = 20;
+/// Below this share of the target latency the origin has room to spare.
+pub const DEADBAND: f64 = 0.8;
+/// An interval with errors over the limit sets the ceiling to half the active users.
+pub const ERROR_FACTOR: f64 = 0.5;
+/// A slow interval sets the ceiling to the active users × `target / p95`, but not below this.
+pub const SLOW_FACTOR_FLOOR: f64 = 0.5;
+/// The ceiling's additive step is the range of paces over this many steps.
+pub const STEPS: u32 = 200;
+/// The pace closes the gap between the active users and the ceiling over this many minutes.
+pub const FILL_MINUTES: f64 = 3.0;
+/// A ceiling reached: the active users are at least this share of it.
+pub const REACHED: f64 = 0.9;
+
+/// What the autopilot steers toward and within.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// The origin's p95 latency to stay under, seconds.
+    pub target_latency: f64,
+    /// The share of answers that may be errors (5xx, 502, 504).
+    pub max_error_rate: f64,
+    /// Bounds of the pace (`new_users_per_minute`).
+    pub min: u32,
+    pub max: u32,
+    /// The room's session, minutes: how long an admitted user counts as active.
+    pub session_minutes: f64,
+}
+
+impl Settings {
+    /// The ceiling's additive step, users.
+    pub fn step(&self) -> f64 {
+        (f64::from(self.max.saturating_sub(self.min)) * self.session_minutes / f64::from(STEPS))
+            .max(1.0)
+    }
+
+    /// The pace that brings `active` users to `ceiling` and holds them there, within bounds.
+    pub fn pace(&self, ceiling: f64, active: f64) -> u32 {
+        let pace = ceiling / self.session_minutes.max(1.0) + (ceiling - active) / FILL_MINUTES;
+        pace.round().clamp(f64::from(self.min), f64::from(self.max)) as u32
+    }
+}
+
+/// What one interval showed.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Interval {
+    /// Origin answers to this room's requests.
+    pub responses: u64,
+    /// Of them, errors: 5xx, and the 502/504 of an unreachable or timed-out origin.
+    pub errors: u64,
+    /// The 95th percentile latency of the answers, seconds (`None` without answers).
+    pub p95: Option<f64>,
+    /// Visitors were held in the interval: demand above admissions.
+    pub waiting: bool,
+    /// Users the room counts active now.
+    pub active: u64,
+}
+
+impl Interval {
+    pub fn error_rate(&self) -> f64 {
+        if self.responses == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.responses as f64
+        }
+    }
+}
+
+/// Why the pace is what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The configured value, as loaded or reloaded.
+    Start,
+    TooFewResponses,
+    Errors,
+    Slow,
+    NearTarget,
+    Raised,
+    Holding,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Start => "start",
+            Reason::TooFewResponses => "too_few_responses",
+            Reason::Errors => "errors",
+            Reason::Slow => "slow",
+            Reason::NearTarget => "near_target",
+            Reason::Raised => "healthy_and_waiting",
+            Reason::Holding => "holding",
+        }
+    }
+}
+
+/// The autopilot of one room: its ceiling, and the pace it sets.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Autopilot {
+    /// Active users to aim at.
+    pub ceiling: f64,
+    pub pace: u32,
+    pub reason: Reason,
+}
+
+impl Autopilot {
+    /// Starts from the configured pace with `active` users counted: the ceiling is the one for
+    /// which the law's pace is the configured one now.
+    pub fn start(s: &Settings, configured: u32, active: u64) -> Autopilot {
+        let pace = configured.clamp(s.min, s.max);
+        let session = s.session_minutes.max(1.0);
+        // Solves pace = ceiling / session + (ceiling − active) / FILL_MINUTES for the ceiling.
+        let ceiling =
+            (f64::from(pace) * FILL_MINUTES + active as f64) * session / (FILL_MINUTES + session);
+        Autopilot {
+            ceiling: ceiling.max(1.0),
+            pace,
+            reason: Reason::Start,
+        }
+    }
+
+    /// The state after an interval.
+    pub fn step(&self, s: &Settings, i: &Interval) -> Autopilot {
+        let active = i.active as f64;
+        let most = f64::from(s.max) * s.session_minutes;
+        let (ceiling, reason) = if i.responses < MIN_RESPONSES {
+            (self.ceiling, Reason::TooFewResponses)
+        } else if i.error_rate() > s.max_error_rate {
+            (active * ERROR_FACTOR, Reason::Errors)
+        } else if let Some(p95) = i.p95.filter(|p| *p > s.target_latency) {
+            let factor = (s.target_latency / p95).max(SLOW_FACTOR_FLOOR);
+            (self.ceiling.min(active * factor), Reason::Slow)
+        } else if i.p95.unwrap_or(0.0) > DEADBAND * s.target_latency {
+            (self.ceiling.min(active.max(1.0)), Reason::NearTarget)
+        } else if i.waiting && active >= REACHED * self.ceiling {
+            (self.ceiling + s.step(), Reason::Raised)
+        } else {
+            (self.ceiling, Reason::Holding)
+        };
+        let ceiling = ceiling.clamp(1.0, most.max(1.0));
+        Autopilot {
+            ceiling,
+            pace: s.pace(ceiling, active),
+            reason,
+        }
+    }
+}
+
+/// The 95th percentile of `samples` (sorted in place); `None` when empty.
+pub fn p95(samples: &mut [f64]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_by(f64::total_cmp);
+    let rank = ((samples.len() as f64) * 0.95).ceil() as usize;
+    Some(samples[rank.clamp(1, samples.len()) - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Settings = Settings {
+        target_latency: 0.5,
+        max_error_rate: 0.02,
+        min: 10,
+        max: 510,
+        session_minutes: 5.0,
+    };
+
+    fn interval(responses: u64, errors: u64, p95: f64, waiting: bool, active: u64) -> Interval {
+        Interval {
+            responses,
+            errors,
+            p95: Some(p95),
+            waiting,
+            active,
+        }
+    }
+
+    #[test]
+    fn the_law() {
+        // Started with 500 users active: the ceiling that makes the pace the configured 100.
+        let a = Autopilot::start(&S, 100, 500);
+        assert_eq!((a.ceiling, a.pace, a.reason), (500.0, 100, Reason::Start));
+        // An empty room: a smaller ceiling, the same pace.
+        let empty = Autopilot::start(&S, 100, 0);
+        assert_eq!((empty.ceiling, empty.pace), (187.5, 100));
+        assert_eq!(S.step(), 12.5);
+        // Healthy, visitors waiting, the ceiling reached: up by a step; the pace fills the gap
+        // over three minutes.
+        let b = a.step(&S, &interval(100, 0, 0.2, true, 480));
+        assert_eq!((b.ceiling, b.reason), (512.5, Reason::Raised));
+        assert_eq!(b.pace, 113, "102.5 leaving a minute, 32.5 to fill over 3");
+        // Not reached yet: the ceiling holds; the pace still fills towards it.
+        let c = a.step(&S, &interval(100, 0, 0.2, true, 300));
+        assert_eq!((c.ceiling, c.pace, c.reason), (500.0, 167, Reason::Holding));
+        // Nobody waiting: holds.
+        assert_eq!(
+            a.step(&S, &interval(100, 0, 0.2, false, 500)).reason,
+            Reason::Holding
+        );
+        // Near the target: no more load than now.
+        let d = a.step(&S, &interval(100, 0, 0.45, true, 400));
+        assert_eq!(
+            (d.ceiling, d.pace, d.reason),
+            (400.0, 80, Reason::NearTarget)
+        );
+        // Slow: the ceiling under the load, in proportion; the pace falls to let it drain.
+        let e = a.step(&S, &interval(100, 0, 0.625, true, 500));
+        assert_eq!((e.ceiling, e.pace, e.reason), (400.0, 47, Reason::Slow));
+        assert_eq!(a.step(&S, &interval(100, 0, 9.0, true, 500)).ceiling, 250.0);
+        let drained = a.step(&S, &interval(100, 0, 9.0, true, 900));
+        assert_eq!(drained.pace, 10, "far over: the least");
+        // Errors: half the load.
+        let f = a.step(&S, &interval(100, 3, 0.1, true, 600));
+        assert_eq!((f.ceiling, f.reason), (300.0, Reason::Errors));
+        // Too few answers: nothing changes but the fill.
+        let g = a.step(&S, &interval(19, 19, 9.0, true, 500));
+        assert_eq!(
+            (g.ceiling, g.pace, g.reason),
+            (500.0, 100, Reason::TooFewResponses)
+        );
+        // Bounds: the pace never leaves them; the ceiling never passes what the most pace holds.
+        let top = Autopilot::start(&S, 900, 2550);
+        assert_eq!((top.ceiling, top.pace), (2550.0, 510));
+        let h = top.step(&S, &interval(100, 0, 0.1, true, 2550));
+        assert_eq!((h.ceiling, h.pace), (2550.0, 510));
+    }
+
+    #[test]
+    fn percentile() {
+        assert_eq!(p95(&mut []), None);
+        assert_eq!(p95(&mut [3.0]), Some(3.0));
+        let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(p95(&mut v), Some(95.0));
+    }
+}

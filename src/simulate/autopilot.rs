@@ -1,0 +1,473 @@
+//! `vestibule simulate --autopilot`: the autopilot's law against a model origin, on a simulated
+//! clock, beside fixed settings.
+//!
+//! The model origin ([`ModelOrigin`]) slows down as the users admitted in the last minutes load
+//! it, like a queue: `latency = base / (1 − active / capacity)`, times a lognormal spread, and
+//! answers 503 past its capacity. A surge of `surge` × the origin's sustainable pace of
+//! visitors arrives for `minutes`; a capacity room lets them in at `new_users_per_minute`,
+//! either fixed or steered by [`crate::autopilot::Autopilot`] every `interval`. Each admitted
+//! visitor browses for `browse` (the room's session), asking the origin every
+//! [`REQUEST_EVERY_SECS`]. The flow is simulated second by second (admissions spread evenly over
+//! the minute; the room's exactness against its cap is proven by `vestibule simulate`).
+//!
+//! Reported per run: admitted users, the origin's p95 (median and worst of the intervals once
+//! settled) against the target, the error rate, and for the autopilot the admissions against
+//! the best fixed setting (the highest that keeps p95 under the target and errors under the
+//! limit, found by sweeping). Writes `autopilot.png`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::autopilot::{self, Autopilot, Interval, Settings};
+use crate::plot::{Chart, Panel, Series};
+
+/// An admitted visitor asks the origin this often.
+pub const REQUEST_EVERY_SECS: u64 = 5;
+
+/// An origin whose latency grows with the users it serves, and which fails past a capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelOrigin {
+    /// Users it can serve at once; more get 503.
+    pub capacity: f64,
+    /// Its latency with nobody else on it, seconds.
+    pub base: f64,
+}
+
+impl ModelOrigin {
+    /// The typical latency with `active` users on it, seconds; `None` past its capacity (503).
+    pub fn latency(&self, active: f64) -> Option<f64> {
+        let load = active / self.capacity;
+        if load > 1.0 {
+            return None;
+        }
+        Some((self.base / (1.0 - load).max(1.0 / 30.0)).min(self.base * 30.0))
+    }
+
+    /// The users it serves at a typical latency of `target` seconds.
+    pub fn users_at(&self, target: f64) -> f64 {
+        self.capacity * (1.0 - self.base / target).max(0.0)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct AutopilotOptions {
+    pub origin: ModelOrigin,
+    /// Visitors arrive at this many times the pace the origin sustains at the target.
+    pub surge: f64,
+    /// How long the surge lasts, minutes.
+    pub minutes: u32,
+    /// How long an admitted visitor browses, seconds.
+    pub browse_secs: u64,
+    /// The autopilot's target p95 (seconds) and error limit, and its bounds (its
+    /// `session_minutes` is `browse_secs`).
+    pub settings: Settings,
+    /// Seconds between steps.
+    pub interval_secs: u64,
+    /// Where the autopilot starts: the configured `new_users_per_minute`.
+    pub start: u32,
+    pub seed: u64,
+    pub out: PathBuf,
+}
+
+impl Default for AutopilotOptions {
+    fn default() -> Self {
+        AutopilotOptions {
+            origin: ModelOrigin {
+                capacity: 1_000.0,
+                base: 0.1,
+            },
+            surge: 10.0,
+            minutes: 60,
+            browse_secs: 300,
+            settings: Settings {
+                target_latency: 0.5,
+                max_error_rate: 0.02,
+                min: 10,
+                max: 2_000,
+                session_minutes: 5.0,
+            },
+            interval_secs: 10,
+            start: 1_000,
+            seed: 7,
+            out: PathBuf::from("simulation"),
+        }
+    }
+}
+
+impl AutopilotOptions {
+    /// The pace (users a minute) that keeps the origin at the target latency, in the model.
+    pub fn pace_at_target(&self) -> f64 {
+        self.origin.users_at(self.settings.target_latency) * 60.0 / self.browse_secs as f64
+    }
+}
+
+/// What steers the room in a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Steering {
+    Fixed(u32),
+    Autopilot,
+}
+
+/// One interval of a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    pub at_secs: u64,
+    pub value: u32,
+    pub admitted: u64,
+    pub p95: Option<f64>,
+    pub error_rate: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct AutopilotReport {
+    pub steering: Steering,
+    pub samples: Vec<Sample>,
+    pub admitted: u64,
+    /// From the settling time on: median and worst interval p95, seconds.
+    pub p95_median: f64,
+    pub p95_worst: f64,
+    /// Errors over answers, from the settling time on, and overall.
+    pub error_rate: f64,
+    pub error_rate_all: f64,
+    /// The pace once settled: its mean, and its standard deviation over the mean (how much it
+    /// swings).
+    pub pace_mean: f64,
+    pub pace_spread: f64,
+}
+
+impl AutopilotReport {
+    pub fn name(&self) -> String {
+        match self.steering {
+            Steering::Fixed(v) => format!("fixed {v}/min"),
+            Steering::Autopilot => "autopilot".into(),
+        }
+    }
+}
+
+/// The minute from which a run counts as settled.
+pub fn settle_secs(opts: &AutopilotOptions) -> u64 {
+    // The origin answers a change over a whole browse; give the law a few of those.
+    (opts.browse_secs * 3).min(u64::from(opts.minutes) * 60 / 2)
+}
+
+/// One run.
+pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    let span = u64::from(opts.minutes.max(1)) * 60;
+    let arrivals_per_sec = opts.surge * opts.pace_at_target() / 60.0;
+    let settings = Settings {
+        session_minutes: opts.browse_secs as f64 / 60.0,
+        ..opts.settings
+    };
+    let mut pilot = Autopilot::start(&settings, opts.start, 0);
+    let mut value = match steering {
+        Steering::Fixed(v) => v,
+        Steering::Autopilot => pilot.pace,
+    };
+    let (mut queue, mut arrived_frac, mut slot_frac) = (0f64, 0f64, 0f64);
+    // Admitted visitors by the second they leave.
+    let mut leaving: std::collections::VecDeque<(u64, u64)> = std::collections::VecDeque::new();
+    let mut active = 0u64;
+    let mut admitted_total = 0u64;
+    let (mut lat, mut responses, mut errors, mut admitted_iv) = (Vec::new(), 0u64, 0u64, 0u64);
+    let mut waiting_iv = false;
+    let mut samples = Vec::new();
+    let settle = settle_secs(opts);
+    let (mut settled_resp, mut settled_err, mut all_resp, mut all_err) = (0u64, 0u64, 0u64, 0u64);
+    let interval = opts.interval_secs.max(1);
+    for t in 0..span {
+        arrived_frac += arrivals_per_sec;
+        let arrived = arrived_frac.floor();
+        arrived_frac -= arrived;
+        queue += arrived;
+        slot_frac += f64::from(value) / 60.0;
+        let slots = slot_frac.floor();
+        slot_frac -= slots;
+        let admit = slots.min(queue.floor());
+        queue -= admit;
+        waiting_iv |= queue >= 1.0;
+        let admit = admit as u64;
+        if admit > 0 {
+            leaving.push_back((t + opts.browse_secs, admit));
+            active += admit;
+            admitted_total += admit;
+            admitted_iv += admit;
+        }
+        while leaving.front().is_some_and(|(at, _)| *at <= t) {
+            active -= leaving.pop_front().map_or(0, |(_, n)| n);
+        }
+        // Each active visitor asks once every REQUEST_EVERY_SECS, at a moment of their own.
+        let asking = {
+            let expected = active as f64 / REQUEST_EVERY_SECS as f64;
+            let whole = expected.floor();
+            whole as u64 + u64::from(rng.gen_bool((expected - whole).clamp(0.0, 1.0)))
+        };
+        for _ in 0..asking {
+            responses += 1;
+            match opts.origin.latency(active as f64) {
+                Some(typical) => {
+                    // A lognormal spread around the typical latency (sigma 0.3).
+                    let z: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
+                    lat.push(typical * (0.3 * z).exp());
+                }
+                None => errors += 1,
+            }
+        }
+        if (t + 1) % interval == 0 {
+            let mut i = Interval {
+                responses,
+                errors,
+                p95: None,
+                waiting: waiting_iv,
+                active,
+            };
+            i.p95 = autopilot::p95(&mut lat);
+            samples.push(Sample {
+                at_secs: t + 1,
+                value,
+                admitted: admitted_iv,
+                p95: i.p95,
+                error_rate: i.error_rate(),
+            });
+            all_resp += responses;
+            all_err += errors;
+            if t + 1 > settle {
+                settled_resp += responses;
+                settled_err += errors;
+            }
+            if steering == Steering::Autopilot {
+                pilot = pilot.step(&settings, &i);
+                value = pilot.pace;
+            }
+            lat.clear();
+            (responses, errors, admitted_iv, waiting_iv) = (0, 0, 0, false);
+        }
+    }
+    let mut settled: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.at_secs > settle)
+        .map(|s| s.p95.unwrap_or(0.0))
+        .collect();
+    settled.sort_by(f64::total_cmp);
+    let p95_median = settled.get(settled.len() / 2).copied().unwrap_or(0.0);
+    let p95_worst = settled.last().copied().unwrap_or(0.0);
+    let paces: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.at_secs > settle)
+        .map(|s| f64::from(s.value))
+        .collect();
+    let n = paces.len().max(1) as f64;
+    let pace_mean = paces.iter().sum::<f64>() / n;
+    let sd = (paces.iter().map(|p| (p - pace_mean).powi(2)).sum::<f64>() / n).sqrt();
+    let pace_spread = if pace_mean > 0.0 { sd / pace_mean } else { 0.0 };
+    let rate = |e: u64, r: u64| if r == 0 { 0.0 } else { e as f64 / r as f64 };
+    AutopilotReport {
+        steering,
+        samples,
+        admitted: admitted_total,
+        p95_median,
+        p95_worst,
+        error_rate: rate(settled_err, settled_resp),
+        error_rate_all: rate(all_err, all_resp),
+        pace_mean,
+        pace_spread,
+    }
+}
+
+/// Whether a run kept the origin healthy once settled: p95 under the target (the median
+/// interval) and errors under the limit.
+pub fn healthy(opts: &AutopilotOptions, r: &AutopilotReport) -> bool {
+    r.p95_median <= opts.settings.target_latency && r.error_rate <= opts.settings.max_error_rate
+}
+
+/// The best fixed setting: the highest `new_users_per_minute` whose run stays healthy, found by
+/// bisection between half and twice the model's pace at the target (health only worsens as the
+/// pace grows).
+pub fn best_fixed(opts: &AutopilotOptions) -> AutopilotReport {
+    let pace = opts.pace_at_target();
+    let mut lo = (pace * 0.5).floor().max(1.0) as u32;
+    let mut hi = (pace * 2.0).ceil() as u32;
+    let mut best = run(opts, Steering::Fixed(lo));
+    if !healthy(opts, &best) {
+        return run(opts, Steering::Fixed(opts.settings.min));
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let r = run(opts, Steering::Fixed(mid));
+        if healthy(opts, &r) {
+            lo = mid;
+            best = r;
+        } else {
+            hi = mid;
+        }
+    }
+    best
+}
+
+/// The autopilot, the best fixed setting, and fixed settings too low (half of it) and too high
+/// (twice it); the summary and the plot.
+pub fn simulate(
+    opts: &AutopilotOptions,
+) -> Result<(Vec<AutopilotReport>, String, PathBuf), String> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let best = best_fixed(opts);
+    let Steering::Fixed(right) = best.steering else {
+        unreachable!("a fixed run")
+    };
+    let reports = vec![
+        run(opts, Steering::Autopilot),
+        run(opts, Steering::Fixed(right / 2)),
+        best,
+        run(opts, Steering::Fixed(right * 2)),
+    ];
+    let mut s = String::new();
+    let target = opts.settings.target_latency;
+    let _ = writeln!(
+        s,
+        "| run | admitted | p95 once settled (median / worst) | vs target | errors once settled | errors, whole run |"
+    );
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in &reports {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} / {:.0} ms | {:+.0} % | {:.2} % | {:.2} % |",
+            r.name(),
+            r.admitted,
+            r.p95_median * 1000.0,
+            r.p95_worst * 1000.0,
+            (r.p95_median / target - 1.0) * 100.0,
+            r.error_rate * 100.0,
+            r.error_rate_all * 100.0
+        );
+    }
+    let auto = &reports[0];
+    let _ = writeln!(
+        s,
+        "autopilot: {:.1} % of the best fixed setting's admissions ({} a minute); its pace once settled {:.0} a minute, swinging by {:.0} % (standard deviation over mean)",
+        100.0 * auto.admitted as f64 / reports[2].admitted.max(1) as f64,
+        right,
+        auto.pace_mean,
+        auto.pace_spread * 100.0
+    );
+    let png = write_plot(opts, &reports, &opts.out)?;
+    Ok((reports, s, png))
+}
+
+/// `autopilot.png`: admitted per minute, the origin's p95 and the error rate over time, a line
+/// per run.
+pub fn write_plot(
+    opts: &AutopilotOptions,
+    reports: &[AutopilotReport],
+    dir: &Path,
+) -> Result<PathBuf, String> {
+    let path = dir.join("autopilot.png");
+    let per_min = 60.0 / opts.interval_secs.max(1) as f64;
+    let series = |f: &dyn Fn(&Sample) -> f64| -> Vec<Series> {
+        reports
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Series {
+                name: r.name(),
+                points: r
+                    .samples
+                    .iter()
+                    .map(|s| (s.at_secs as f64 / 60.0, f(s)))
+                    .collect(),
+                color: i,
+            })
+            .collect()
+    };
+    let chart = Chart {
+        title: format!(
+            "Autopilot against fixed settings: a surge of {}x the origin's pace",
+            opts.surge
+        ),
+        x_label: "minutes".into(),
+        panels: vec![
+            Panel {
+                y_label: "admitted / min".into(),
+                series: series(&|s| s.admitted as f64 * per_min),
+                hlines: vec![(opts.pace_at_target(), "pace at the target".into())],
+            },
+            Panel {
+                y_label: "origin p95 (ms)".into(),
+                series: series(&|s| s.p95.unwrap_or(0.0).min(opts.origin.base * 30.0) * 1000.0),
+                hlines: vec![(opts.settings.target_latency * 1000.0, "target".into())],
+            },
+            Panel {
+                y_label: "errors (%)".into(),
+                series: series(&|s| s.error_rate * 100.0),
+                hlines: vec![(opts.settings.max_error_rate * 100.0, "limit".into())],
+            },
+        ],
+        events: vec![(settle_secs(opts) as f64 / 60.0, "settled".into())],
+    };
+    crate::plot::draw(&chart, &path, 1100, 260)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_origin() {
+        let o = ModelOrigin {
+            capacity: 1000.0,
+            base: 0.1,
+        };
+        assert_eq!(o.latency(0.0), Some(0.1));
+        assert!((o.latency(800.0).unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(o.latency(1001.0), None);
+        assert!((o.users_at(0.5) - 800.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_autopilot_settles_near_the_target_and_admits_nearly_the_best_fixed_setting() {
+        let opts = AutopilotOptions {
+            minutes: 40,
+            ..AutopilotOptions::default()
+        };
+        let best = best_fixed(&opts);
+        let auto = run(&opts, Steering::Autopilot);
+        let target = opts.settings.target_latency;
+        println!(
+            "autopilot: admitted {} vs best fixed {} ({:?}); p95 {:.3}/{:.3}; errors {:.4}; pace {:.0} +- {:.0} %",
+            auto.admitted,
+            best.admitted,
+            best.steering,
+            auto.p95_median,
+            auto.p95_worst,
+            auto.error_rate,
+            auto.pace_mean,
+            auto.pace_spread * 100.0
+        );
+        // Settled p95 within 20 % of the target, errors under the limit once settled.
+        assert!(
+            (auto.p95_median - target).abs() <= 0.2 * target,
+            "{}",
+            auto.p95_median
+        );
+        assert!(
+            auto.error_rate <= opts.settings.max_error_rate,
+            "{}",
+            auto.error_rate
+        );
+        // At least 90 % of the best fixed setting's admissions.
+        assert!(auto.admitted as f64 >= 0.9 * best.admitted as f64);
+        // Settled, not swinging: the pace stays within a few percent of its mean.
+        assert!(auto.pace_spread < 0.15, "{}", auto.pace_spread);
+        assert!(auto.p95_worst <= 1.2 * target, "{}", auto.p95_worst);
+        // Fixed settings too high break the origin; too low waste it.
+        let Steering::Fixed(right) = best.steering else {
+            unreachable!()
+        };
+        let high = run(&opts, Steering::Fixed(right * 2));
+        assert!(!healthy(&opts, &high));
+        let low = run(&opts, Steering::Fixed(right / 2));
+        assert!(low.admitted < auto.admitted);
+    }
+}
