@@ -113,25 +113,30 @@ impl Snapshot {
             ));
         }
 
-        // Rooms sharing a pages folder share one compiled set.
+        // Rooms (and events) sharing a pages folder share one compiled set.
         let mut page_sets: HashMap<PathBuf, Arc<Pages>> = HashMap::new();
+        let mut pages_in = |dir: &PathBuf, key: &str, errors: &mut Vec<ConfigError>| {
+            if let Some(p) = page_sets.get(dir) {
+                return Some(p.clone());
+            }
+            match Pages::load(dir, key) {
+                Ok(p) => {
+                    let p = Arc::new(p);
+                    warn_origin_references(&p, &mut warnings);
+                    page_sets.insert(dir.clone(), p.clone());
+                    Some(p)
+                }
+                Err(e) => {
+                    errors.extend(e.0);
+                    None
+                }
+            }
+        };
         let mut rooms = Vec::new();
         for (i, room) in config.rooms.iter().enumerate() {
-            let key = format!("room[{i}].pages");
-            let pages = match page_sets.get(&room.pages) {
-                Some(p) => p.clone(),
-                None => match Pages::load(&room.pages, &key) {
-                    Ok(p) => {
-                        let p = Arc::new(p);
-                        warn_origin_references(&p, &mut warnings);
-                        page_sets.insert(room.pages.clone(), p.clone());
-                        p
-                    }
-                    Err(e) => {
-                        errors.extend(e.0);
-                        continue;
-                    }
-                },
+            let Some(pages) = pages_in(&room.pages, &format!("room[{i}].pages"), &mut errors)
+            else {
+                continue;
             };
             let Some(language) = pages.catalogs().find(&room.default_language) else {
                 errors.push(ConfigError::new(
@@ -159,20 +164,8 @@ impl Snapshot {
             for (j, event) in room.events.iter().enumerate() {
                 let Some(dir) = &event.pages else { continue };
                 let key = format!("room[{i}].event[{j}].pages");
-                let pages = match page_sets.get(dir) {
-                    Some(p) => p.clone(),
-                    None => match Pages::load(dir, &key) {
-                        Ok(p) => {
-                            let p = Arc::new(p);
-                            warn_origin_references(&p, &mut warnings);
-                            page_sets.insert(dir.clone(), p.clone());
-                            p
-                        }
-                        Err(e) => {
-                            errors.extend(e.0);
-                            continue;
-                        }
-                    },
+                let Some(pages) = pages_in(dir, &key, &mut errors) else {
+                    continue;
                 };
                 let Some(language) = pages.catalogs().find(&room.default_language) else {
                     errors.push(ConfigError::new(

@@ -80,7 +80,7 @@ use crate::store::{
 use crate::time::Timestamp;
 use crate::token::{unit_interval, Claims, Dec, Reject, Token};
 
-use super::event::{prequeue_place, PREQUEUE_REFRESH_MAX};
+use super::event::prequeue_place;
 use super::{CookieAction, Decision, Hold, Outcome, Place, Presented};
 use crate::config::EventConfig;
 
@@ -869,12 +869,12 @@ impl Capacity {
         // A waiting user (a capacity token; a lottery wait token starts over), unless they were
         // gone longer than `rejoin_grace`: then they are a new arrival.
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some()) {
-            let mut last = token_secs(token.claims.chk.or(token.claims.arr).unwrap_or(0));
             // A pre-queue token (no check-in yet) of the running event: in line since the start.
-            if let (None, Some(event)) = (token.claims.chk, hold.event) {
-                last = last.max(event.start);
-            }
-            if now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs() {
+            let since = match (token.claims.chk, hold.event) {
+                (None, Some(event)) => event.start,
+                _ => 0,
+            };
+            if self.within_grace(&token.claims, since, now) {
                 return self.check_in(ring, uid, token, hold, now);
             }
             let mut outcome = self.arrive(ring, uid, hold, now);
@@ -943,6 +943,13 @@ impl Capacity {
         outcome
     }
 
+    /// Whether a waiting user was last seen (their last check-in, else their arrival; `since`
+    /// if later) within `rejoin_grace`: then they keep their place.
+    fn within_grace(&self, claims: &Claims, since: u64, now: Timestamp) -> bool {
+        let last = token_secs(claims.chk.or(claims.arr).unwrap_or(0)).max(since);
+        now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs()
+    }
+
     /// An event's pre-queue (SPEC §13): nobody new is let in, admitted users keep access, and
     /// everyone else gets, or keeps, a pre-queue token: their arrival (kept from an earlier wait
     /// token, else now; before the start's arrival bucket either way, so the pre-queue is ahead
@@ -973,11 +980,9 @@ impl Capacity {
             Some(exp) => (CookieAction::Keep, exp),
             None => {
                 // Someone already waiting keeps their arrival, unless they were gone too long.
-                let kept = waiting.and_then(|t| {
-                    let last = token_secs(t.claims.chk.or(t.claims.arr).unwrap_or(0));
-                    (now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs())
-                        .then(|| token_secs(t.claims.arr.unwrap_or(0)))
-                });
+                let kept = waiting
+                    .filter(|t| self.within_grace(&t.claims, 0, now))
+                    .map(|t| token_secs(t.claims.arr.unwrap_or(0)));
                 let head_of_start = self.bucket(event.start) * self.bucket_secs;
                 let arrival = kept
                     .unwrap_or(now.secs())
@@ -991,11 +996,7 @@ impl Capacity {
                 (CookieAction::Set(claims.sign(key).into()), due)
             }
         };
-        let mut outcome = Outcome::new(Decision::PreQueue, cookie);
-        outcome.refresh_secs = due
-            .saturating_sub(now.secs())
-            .clamp(1, PREQUEUE_REFRESH_MAX);
-        outcome
+        Outcome::prequeued(cookie, due, now)
     }
 
     /// Where a pre-queued visitor who arrived at `arrival` stands once `event` has started:

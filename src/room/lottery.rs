@@ -23,7 +23,7 @@ use crate::keys::KeyRing;
 use crate::time::Timestamp;
 use crate::token::{Claims, Dec, Reject, Token};
 
-use super::event::{prequeue_place, PREQUEUE_REFRESH_MAX};
+use super::event::prequeue_place;
 use super::{CookieAction, Decision, Hold, Outcome, Presented};
 use crate::config::EventConfig;
 
@@ -184,11 +184,7 @@ impl Lottery {
                 (CookieAction::Set(token), due)
             }
         };
-        let mut outcome = Outcome::new(Decision::PreQueue, cookie);
-        outcome.refresh_secs = due
-            .saturating_sub(now.secs())
-            .clamp(1, PREQUEUE_REFRESH_MAX);
-        outcome
+        Outcome::prequeued(cookie, due, now)
     }
 
     /// A closed room (the `deny` page) or one holding everyone (`queue_all`): a visitor keeps

@@ -159,6 +159,16 @@ pub struct Place {
 }
 
 impl Outcome {
+    /// An event's pre-queue page: the visitor's token is due at `due` (Unix seconds); the page
+    /// asks again then, or every [`event::PREQUEUE_REFRESH_MAX`] until then.
+    pub fn prequeued(cookie: CookieAction, due: u64, now: Timestamp) -> Outcome {
+        let mut outcome = Outcome::new(Decision::PreQueue, cookie);
+        outcome.refresh_secs = due
+            .saturating_sub(now.secs())
+            .clamp(1, event::PREQUEUE_REFRESH_MAX);
+        outcome
+    }
+
     pub fn new(decision: Decision, cookie: CookieAction) -> Outcome {
         Outcome {
             decision,

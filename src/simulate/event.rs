@@ -26,7 +26,6 @@ use rand_chacha::ChaCha8Rng;
 use super::kendall_tau_b;
 use crate::config::Config;
 use crate::identity::Identity;
-use crate::keys::KeyRing;
 use crate::pages::Pages;
 use crate::room::{CookieAction, Decision, Room};
 use crate::store::local::LocalStore;
@@ -138,13 +137,7 @@ fn room(opts: &EventOptions, shuffle: bool, store: &Arc<dyn CounterStore>) -> Re
 pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
     let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
     let room = room(opts, shuffle, &store)?;
-    let key = {
-        use base64::Engine as _;
-        let mut bytes = [0u8; 64];
-        ChaCha8Rng::seed_from_u64(opts.seed ^ 0x00e7_e47d).fill(&mut bytes[..]);
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    };
-    let ring = KeyRing::from_entries("sim", &[("sim", &key)]).map_err(|e| e.to_string())?;
+    let ring = super::seeded_ring(opts.seed ^ 0x00e7_e47d)?;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let start_ms = u64::from(opts.prequeue_minutes) * 60_000;
     let total = opts.prequeue + opts.later;

@@ -357,6 +357,16 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
     Ok(Room::new(room, Pages::builtin(), store))
 }
 
+/// A key ring of one key derived from `seed`: the key shapes every draw and jitter, so a run
+/// with the same seed repeats.
+pub fn seeded_ring(seed: u64) -> Result<KeyRing, String> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 64];
+    ChaCha8Rng::seed_from_u64(seed).fill(&mut bytes[..]);
+    let key = base64::engine::general_purpose::STANDARD.encode(bytes);
+    KeyRing::from_entries("sim", &[("sim", &key)]).map_err(|e| e.to_string())
+}
+
 /// Runs one queueing method.
 pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
     let nodes = opts.nodes.max(1) as usize;
@@ -387,14 +397,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         .collect();
     let room = &rooms[0];
     let (mut store_sent, mut store_received) = (0usize, 0usize);
-    // The ring key shapes every draw and jitter: derived from the seed, so a run repeats.
-    let key = {
-        use base64::Engine as _;
-        let mut bytes = [0u8; 64];
-        ChaCha8Rng::seed_from_u64(opts.seed ^ 0x005e_ed0f_7e57).fill(&mut bytes[..]);
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    };
-    let ring = KeyRing::from_entries("sim", &[("sim", &key)]).map_err(|e| e.to_string())?;
+    let ring = seeded_ring(opts.seed ^ 0x005e_ed0f_7e57)?;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let span_ms = u64::from(opts.minutes.max(1)) * 60_000;
     let mut journeys: Vec<Journey> = (0..opts.users)
