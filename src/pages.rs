@@ -127,8 +127,31 @@ pub struct PageContext<'a> {
     pub ends_at: Option<String>,
     /// Seconds until the event starts (0 once it has).
     pub seconds_to_start: Option<u64>,
+    /// The same for people without JavaScript: the start as `2026-12-01 10:00 UTC`, and the
+    /// time left as `h:mm:ss`, `m:ss` or seconds (derived from `starts_at` and
+    /// `seconds_to_start`, so the page cache needs no more).
+    pub starts_at_text: Option<String>,
+    pub countdown: Option<String>,
     /// Pre-queued visitors get their places by a random draw at the start.
     pub shuffle_at_start: bool,
+}
+
+/// `2026-12-01T10:00:00Z` as `2026-12-01 10:00 UTC` (seconds kept when not zero).
+fn readable_time(rfc3339: &str) -> String {
+    let Some(utc) = rfc3339.strip_suffix('Z') else {
+        return rfc3339.to_owned();
+    };
+    let utc = utc.strip_suffix(":00").unwrap_or(utc);
+    format!("{} UTC", utc.replacen('T', " ", 1))
+}
+
+/// Seconds left as `h:mm:ss` from an hour, `m:ss` from a minute, else the seconds.
+fn countdown(secs: u64) -> String {
+    match secs {
+        3600.. => format!("{}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60),
+        60.. => format!("{}:{:02}", secs / 60, secs % 60),
+        _ => secs.to_string(),
+    }
 }
 
 /// The JSON `event` of a waiting-room answer.
@@ -156,6 +179,8 @@ impl<'a> PageContext<'a> {
         self.starts_at = Some(crate::config::event::rfc3339(start));
         self.ends_at = Some(crate::config::event::rfc3339(end));
         self.seconds_to_start = Some(start.saturating_sub(now));
+        self.starts_at_text = self.starts_at.as_deref().map(readable_time);
+        self.countdown = self.seconds_to_start.map(countdown);
         self
     }
 
@@ -187,6 +212,8 @@ impl<'a> PageContext<'a> {
             starts_at: None,
             ends_at: None,
             seconds_to_start: None,
+            starts_at_text: None,
+            countdown: None,
             shuffle_at_start: false,
         }
     }
@@ -247,6 +274,8 @@ impl<'a> PageContext<'a> {
             starts_at: Some("2026-12-01T10:00:00Z".into()),
             ends_at: Some("2026-12-01T14:00:00Z".into()),
             seconds_to_start: Some(1234),
+            starts_at_text: Some("2026-12-01 10:00 UTC".into()),
+            countdown: Some("20:34".into()),
             shuffle_at_start: true,
         }
     }
@@ -951,6 +980,35 @@ mod tests {
                 (6, "/bg.jpg".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn a_pre_queue_page_reads_without_javascript() {
+        assert_eq!(
+            readable_time("2026-12-01T10:00:00Z"),
+            "2026-12-01 10:00 UTC"
+        );
+        assert_eq!(
+            readable_time("2026-12-01T10:00:30Z"),
+            "2026-12-01 10:00:30 UTC"
+        );
+        assert_eq!(countdown(3723), "1:02:03");
+        assert_eq!(countdown(125), "2:05");
+        assert_eq!(countdown(59), "59");
+        let ctx = PageContext::plain("r", "prequeue", 300, 200).with_event(
+            "launch",
+            "prequeue",
+            (1_796_119_200, 1_796_122_800),
+            true,
+            1_796_119_200 - 3723,
+        );
+        let html =
+            String::from_utf8(Pages::builtin().render(PageKind::PreQueue, &ctx).to_vec()).unwrap();
+        assert!(
+            html.contains(">2026-12-01 10:00 UTC</time>") && html.contains(">1:02:03</span>"),
+            "{html}"
+        );
+        assert!(html.contains("<span id=\"unit\" hidden>"), "{html}");
     }
 
     #[test]
