@@ -252,6 +252,8 @@ fn room_status(
         "queue_all": c.queue_all,
         "mode": c.mode.as_str(),
         "effective_allow_percentage": room.effective_allow_percentage(now),
+        "effective_new_users_per_minute": room.effective_new_users_per_minute(now),
+        "autopilot": room.pilot().status(),
     });
     match &c.admission {
         Admission::Lottery {
@@ -553,6 +555,12 @@ fn table(items: &[Value], columns: &[&str]) -> String {
         t.push_str("<tr>");
         for c in columns {
             let cell = match (c, &item[c]) {
+                (&"autopilot", a) if a.is_object() => format!(
+                    "{} ({}, since {})",
+                    esc(&a["value"]),
+                    esc(&a["reason"]),
+                    esc(&a["changed_at"])
+                ),
                 (&"wait_estimate_minutes", e) if e.is_object() => format!(
                     "{} / {} / {}",
                     esc(&e["p25"]),
@@ -611,7 +619,7 @@ fn status_html(s: &Value) -> String {
         esc(&s["started_at"]),
         esc(&s["keys"]["active"]),
         esc(&s["keys"]["ids"]),
-        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
+        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "effective_new_users_per_minute", "autopilot", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
         table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
         table(peers, &["addr", "healthy"]),
         match s["tls"]["certificates"].as_array() {

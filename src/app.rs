@@ -175,6 +175,21 @@ impl App {
         Ok(generation)
     }
 
+    /// One second of every room's autopilot (SPEC §10): starts, steps or stops each, and logs
+    /// every change of the pace with its reason.
+    pub fn steer(&self, now: Timestamp) {
+        let snapshot = self.snapshot();
+        for room in snapshot.rooms.iter() {
+            let change = match (&room.config.autopilot, room.pilot_now(now)) {
+                (Some(config), Some(here)) => room.pilot().tick(config, here, now),
+                _ => room.pilot().stop(),
+            };
+            if let Some(change) = change {
+                log::info!("room {}: autopilot: {}", room.name(), change.describe());
+            }
+        }
+    }
+
     pub fn last_reload_error(&self) -> Option<ReloadError> {
         self.last_reload_error
             .lock()

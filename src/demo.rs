@@ -8,11 +8,20 @@
 //! - `/__status/N`: answers with status N;
 //! - `/__revoke`: answers with `Vestibule-Command: revoke`;
 //! - `/__set-cookie`: sets a cookie of the origin's own;
-//! - `/__stats`: how many requests the origin has served (not counting these);
+//! - `/__stats`: how many requests the origin has served (not counting these), and with a model
+//!   load, the users it counts now;
 //! - anything else: a small HTML page saying you got in.
+//!
+//! With a [`ModelLoad`] (`vestibule origin --model-capacity N`) it behaves like an origin under
+//! load, for the autopilot (SPEC §10): every answer but `/__stats` waits the model origin's
+//! latency for the users it saw in the last `window` (`base / (1 − users / capacity)`, the
+//! model of `vestibule simulate --autopilot`), and past its capacity it answers 503. A user is
+//! the first `X-Forwarded-For` address (the client vestibule saw), else the connection's peer.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use http::{header, Response, StatusCode};
@@ -20,9 +29,61 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::json;
 
+use crate::simulate::autopilot::ModelOrigin;
+
 #[derive(Default)]
 pub struct DemoOrigin {
     served: AtomicU64,
+    model: Option<ModelLoad>,
+}
+
+/// An origin slowed by the users it serves (see the module's comment).
+pub struct ModelLoad {
+    origin: ModelOrigin,
+    window: Duration,
+    /// Each user's last request.
+    seen: Mutex<HashMap<String, Instant>>,
+}
+
+/// The most users a model load tracks (older ones are forgotten first).
+const MODEL_MAX_USERS: usize = 100_000;
+
+impl ModelLoad {
+    pub fn new(origin: ModelOrigin, window: Duration) -> ModelLoad {
+        ModelLoad {
+            origin,
+            window,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts `user` and returns the users seen in the window.
+    fn arrive(&self, user: &str) -> usize {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|_, at| now.duration_since(*at) < self.window);
+        if seen.len() < MODEL_MAX_USERS || seen.contains_key(user) {
+            seen.insert(user.to_owned(), now);
+        }
+        seen.len()
+    }
+
+    fn users(&self) -> usize {
+        let now = Instant::now();
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.values()
+            .filter(|at| now.duration_since(**at) < self.window)
+            .count()
+    }
+}
+
+impl DemoOrigin {
+    pub fn with_model(model: ModelLoad) -> DemoOrigin {
+        DemoOrigin {
+            served: AtomicU64::new(0),
+            model: Some(model),
+        }
+    }
 }
 
 fn html_escape(s: &str) -> String {
@@ -55,10 +116,35 @@ impl ServeHttp for DemoOrigin {
         let path = req.uri.path().to_owned();
         if path == "/__stats" {
             let served = self.served.load(Ordering::Relaxed);
-            let body = format!("{{\"served\":{served}}}").into_bytes();
-            return finish(build(StatusCode::OK, "application/json"), body);
+            let body = match &self.model {
+                Some(m) => json!({"served": served, "users": m.users()}),
+                None => json!({ "served": served }),
+            };
+            return finish(
+                build(StatusCode::OK, "application/json"),
+                body.to_string().into_bytes(),
+            );
         }
         let served = self.served.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(model) = &self.model {
+            let user = req
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(',').next())
+                .map(|v| v.trim().to_owned())
+                .or_else(|| session.client_addr().map(|a| a.to_string()))
+                .unwrap_or_default();
+            let users = model.arrive(&user);
+            match model.origin.latency(users as f64) {
+                Some(latency) => tokio::time::sleep(Duration::from_secs_f64(latency)).await,
+                None => {
+                    let body = format!("overloaded: {users} users\n").into_bytes();
+                    return finish(build(StatusCode::SERVICE_UNAVAILABLE, "text/plain"), body);
+                }
+            }
+        }
+        let req = session.req_header();
         let query = req.uri.query().unwrap_or("").to_owned();
         // Routes work under any prefix (`/sale/__revoke`), so rooms on sub-paths can use them.
         let route = path.rfind("/__").map_or(path.as_str(), |i| &path[i..]);

@@ -78,6 +78,16 @@ enum Command {
         tls_cert: Option<PathBuf>,
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Behave like an origin under load (for the autopilot): latency grows with the users
+        /// seen in the last --model-window, 503 past this many.
+        #[arg(long)]
+        model_capacity: Option<u32>,
+        /// --model-capacity: the latency with nobody else on it.
+        #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+        model_base: std::time::Duration,
+        /// --model-capacity: how long a user counts after their last request.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        model_window: std::time::Duration,
     },
 }
 
@@ -206,7 +216,24 @@ fn main() -> ExitCode {
             threads,
             tls_cert,
             tls_key,
-        }) => run_origin(listen, threads, tls_cert.zip(tls_key)),
+            model_capacity,
+            model_base,
+            model_window,
+        }) => {
+            use vestibule::demo::{DemoOrigin, ModelLoad};
+            use vestibule::simulate::autopilot::ModelOrigin;
+            let origin = match model_capacity {
+                Some(capacity) => DemoOrigin::with_model(ModelLoad::new(
+                    ModelOrigin {
+                        capacity: f64::from(capacity.max(1)),
+                        base: model_base.as_secs_f64(),
+                    },
+                    model_window,
+                )),
+                None => DemoOrigin::default(),
+            };
+            run_origin(origin, listen, threads, tls_cert.zip(tls_key))
+        }
         Some(Command::Demo) => run_demo(&cli.config),
         Some(Command::Token {
             command: TokenCommand::Inspect { value, uid },
@@ -669,7 +696,12 @@ fn reachable(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
 }
 
-fn run_origin(listen: SocketAddr, threads: usize, tls: Option<(PathBuf, PathBuf)>) -> ExitCode {
+fn run_origin(
+    origin: vestibule::demo::DemoOrigin,
+    listen: SocketAddr,
+    threads: usize,
+    tls: Option<(PathBuf, PathBuf)>,
+) -> ExitCode {
     vestibule::logging::init(&vestibule::config::LogConfig {
         level: log::LevelFilter::Warn,
         format: vestibule::config::LogFormat::Plain,
@@ -684,7 +716,7 @@ fn run_origin(listen: SocketAddr, threads: usize, tls: Option<(PathBuf, PathBuf)
         },
     );
     server.bootstrap();
-    let mut origin = server::demo_origin_service(None, threads.max(1));
+    let mut origin = server::model_origin_service(origin, None, threads.max(1));
     match tls {
         None => origin.add_tcp(&listen.to_string()),
         Some((cert, key)) => {

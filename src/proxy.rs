@@ -78,6 +78,8 @@ pub struct RequestCtx {
     upstream_sent: Option<Instant>,
     upstream_status: Option<u16>,
     upstream_seconds: Option<f64>,
+    /// The origin could not be reached or timed out (502, 504).
+    upstream_failed: bool,
 }
 
 #[async_trait]
@@ -102,6 +104,7 @@ impl ProxyHttp for Proxy {
             upstream_sent: None,
             upstream_status: None,
             upstream_seconds: None,
+            upstream_failed: false,
         }
     }
 
@@ -309,6 +312,7 @@ impl ProxyHttp for Proxy {
         if code == 502 {
             self.app.metrics.upstream_unavailable.inc();
         }
+        ctx.upstream_failed = matches!(code, 502 | 504) && e.esource() == &ErrorSource::Upstream;
         // The connection is not reused after an error: say so (`Connection: close`), or a
         // client would send its next request on a connection that is about to close.
         session.set_keepalive(None);
@@ -357,6 +361,24 @@ impl ProxyHttp for Proxy {
             self.app
                 .metrics
                 .observe_upstream(status, ctx.upstream_seconds);
+        }
+        // An autopilot room's origin answers (SPEC §10): how long, and whether they failed.
+        if let Some(room) = ctx.room.and_then(|i| ctx.snapshot.rooms.get(i)) {
+            if room.config.autopilot.is_some() {
+                let seconds = ctx.upstream_seconds.or_else(|| {
+                    ctx.upstream_failed.then(|| {
+                        ctx.upstream_sent
+                            .unwrap_or(ctx.started)
+                            .elapsed()
+                            .as_secs_f64()
+                    })
+                });
+                if let Some(seconds) = seconds {
+                    let error =
+                        ctx.upstream_failed || ctx.upstream_status.is_some_and(|s| s >= 500);
+                    room.pilot().record(seconds, error);
+                }
+            }
         }
         if !ctx.snapshot.config.log.access {
             return;

@@ -120,7 +120,16 @@ fn bufferless(addr: &SocketAddr) -> ListenerConfig {
 /// The demo origin as a service of its own, listening on `addr` if given (callers may add
 /// listeners, such as a TLS one, themselves).
 pub fn demo_origin_service(addr: Option<SocketAddr>, threads: usize) -> Service<DemoOrigin> {
-    let mut origin = Service::new("vestibule demo origin".into(), DemoOrigin::default());
+    model_origin_service(DemoOrigin::default(), addr, threads)
+}
+
+/// `origin` (the demo origin, perhaps with a model load) as a service.
+pub fn model_origin_service(
+    origin: DemoOrigin,
+    addr: Option<SocketAddr>,
+    threads: usize,
+) -> Service<DemoOrigin> {
+    let mut origin = Service::new("vestibule demo origin".into(), origin);
     if let Some(addr) = addr {
         origin.add_tcp(&addr.to_string());
     }
@@ -247,7 +256,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// How often buffered access lines are written.
 const LOG_FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// Drops expired counters and writes buffered access lines.
+/// How often the autopilots look whether an interval is up (SPEC §10).
+const STEER_EVERY: Duration = Duration::from_secs(1);
+
+/// Drops expired counters, writes buffered access lines, and runs the autopilots.
 struct Housekeeping {
     app: Arc<App>,
 }
@@ -257,6 +269,7 @@ impl BackgroundService for Housekeeping {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let mut flush = tokio::time::interval(LOG_FLUSH_EVERY);
+        let mut steer = tokio::time::interval(STEER_EVERY);
         crate::logging::set_buffering(true);
         loop {
             tokio::select! {
@@ -269,6 +282,7 @@ impl BackgroundService for Housekeeping {
                     crate::alloc::collect();
                 }
                 _ = flush.tick() => crate::logging::flush(),
+                _ = steer.tick() => self.app.steer(crate::time::Timestamp::now()),
             }
         }
     }

@@ -159,6 +159,7 @@ impl Snapshot {
             };
             let mut built = Room::new(room.clone(), pages, &state.store)
                 .with_controls(state.controls.cell(&room.name))
+                .with_pilot(state.pilots.cell(&room.name))
                 .with_language(language);
             // An event's own page folder (SPEC §13), compiled once like the rooms'.
             for (j, event) in room.events.iter().enumerate() {

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::autopilot::pilot::Pilots;
 use crate::config::{ClusterConfig, Config, StoreKind};
 use crate::controls::Controls;
 use crate::ratelimit::RuleStates;
@@ -20,6 +21,8 @@ pub struct State {
     pub shared: Option<(Arc<SharedStore>, ClusterConfig)>,
     /// Operator actions (SPEC §13), by room name.
     pub controls: Arc<Controls>,
+    /// Autopilots (SPEC §10), by room name.
+    pub pilots: Arc<Pilots>,
 }
 
 impl State {
@@ -30,6 +33,7 @@ impl State {
             rules: RuleStates::default(),
             shared: None,
             controls: Arc::default(),
+            pilots: Arc::default(),
         }
     }
 
@@ -55,6 +59,7 @@ impl State {
             rules: RuleStates::default(),
             shared: Some((store, c.clone())),
             controls: Arc::default(),
+            pilots: Arc::default(),
         }
     }
 }

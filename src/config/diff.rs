@@ -286,6 +286,19 @@ fn room_fields(r: &RoomConfig) -> Fields {
                     .collect::<Vec<_>>(),
             ),
         ),
+        (
+            "autopilot",
+            r.autopilot.map_or("false".into(), |a| {
+                format!(
+                    "{}..{} a minute, p95 {}, errors {}, every {}",
+                    a.min,
+                    a.max,
+                    duration(a.target_latency),
+                    a.max_error_rate,
+                    duration(a.interval)
+                )
+            }),
+        ),
     ];
     // Method-specific settings line up only when the method is the same; a method change is
     // reported by `admission` above.

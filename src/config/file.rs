@@ -245,6 +245,15 @@ pub struct RoomFile {
     pub sold_out: Option<bool>,
     pub default_language: Option<String>,
     pub mode: Option<String>,
+    /// The autopilot (SPEC §10).
+    pub autopilot: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub autopilot_target_latency: Option<Duration>,
+    pub autopilot_max_error_rate: Option<f64>,
+    pub autopilot_min: Option<i64>,
+    pub autopilot_max: Option<i64>,
+    #[serde(default, with = "humantime_serde")]
+    pub autopilot_interval: Option<Duration>,
     /// `[[room.event]]`: scheduled events (SPEC §13).
     #[serde(default)]
     pub event: Vec<EventFile>,

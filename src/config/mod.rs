@@ -282,6 +282,22 @@ pub struct RoomConfig {
     pub mode: RoomMode,
     /// Scheduled events (SPEC §13), in time order; they never overlap.
     pub events: Vec<EventConfig>,
+    /// `autopilot = true`: admission steered by the origin's health (SPEC §10).
+    pub autopilot: Option<AutopilotConfig>,
+}
+
+/// What the autopilot of a room steers toward and within (SPEC §10).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AutopilotConfig {
+    /// The p95 latency of the room's origin answers to stay under.
+    pub target_latency: Duration,
+    /// The share of origin answers that may be 5xx.
+    pub max_error_rate: f64,
+    /// Bounds of what it steers: `new_users_per_minute` (capacity rooms).
+    pub min: u32,
+    pub max: u32,
+    /// How often it steps.
+    pub interval: Duration,
 }
 
 /// Whether a room holds visitors or only shows what it would do.

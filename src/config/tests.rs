@@ -552,3 +552,41 @@ fn bad_events_name_file_key_and_line() {
     assert!(e.contains("room[0].event[0].start: is required"), "{e}");
     assert!(e.contains("room[0].event[0].end: is required"), "{e}");
 }
+
+#[test]
+fn autopilot_keys_are_read_and_checked() {
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 50\nautopilot = true\n\
+         autopilot_target_latency = \"300ms\"\nautopilot_max_error_rate = 0.05\nautopilot_min = 5\n\
+         autopilot_max = 400\nautopilot_interval = \"15s\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nadmission = \"fifo\"\nnew_users_per_minute = 50\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.rooms[0].autopilot,
+        Some(AutopilotConfig {
+            target_latency: Duration::from_millis(300),
+            max_error_rate: 0.05,
+            min: 5,
+            max: 400,
+            interval: Duration::from_secs(15),
+        })
+    );
+    assert_eq!(c.rooms[1].autopilot, None, "off unless asked for");
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 50\nautopilot = true\n\
+         autopilot_target_latency = \"0ms\"\nautopilot_max_error_rate = 1.5\nautopilot_min = 500\n\
+         autopilot_max = 400\nautopilot_interval = \"10m\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nallow_percentage = 10\nautopilot = true\n\
+         [[room]]\nname = \"c\"\npaths = [\"/c\"]\ncookie_name = \"c\"\nadmission = \"random\"\ntotal_active_users = 10\nautopilot = true\n\
+         autopilot_min = 0\n"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("vestibule.toml:7: room[0].autopilot_target_latency: must be between 1ms and 60s");
+    has("room[0].autopilot_max_error_rate: must be a share between 0 and 1");
+    has("room[0].autopilot_min: must not be over autopilot_max (500 > 400)");
+    has("room[0].autopilot_interval: must be a whole number of seconds between 1s and 5m");
+    has("room[1].autopilot: steers new_users_per_minute, so it needs admission = \"random\" or \"fifo\"");
+    has("room[2].autopilot: steers new_users_per_minute: set it to the value to start from");
+    has("room[2].autopilot_min: must be between 1 and 10000000, got 0");
+}

@@ -684,6 +684,7 @@ impl Validator<'_> {
             for (key, message) in problems {
                 self.err(k(&key), message);
             }
+            let autopilot = self.autopilot(i, r, admission.as_ref());
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -707,9 +708,87 @@ impl Validator<'_> {
                 default_language,
                 mode,
                 events,
+                autopilot,
             });
         }
         out
+    }
+
+    /// The `autopilot*` keys (SPEC §10). They are checked whether or not `autopilot` is on, so a
+    /// room can be switched on by one line; they steer only when it is.
+    fn autopilot(
+        &mut self,
+        i: usize,
+        r: &RoomFile,
+        admission: Option<&Admission>,
+    ) -> Option<AutopilotConfig> {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let target_latency = r
+            .autopilot_target_latency
+            .unwrap_or(Duration::from_millis(500));
+        if target_latency < Duration::from_millis(1) || target_latency > Duration::from_secs(60) {
+            self.err(k("autopilot_target_latency"), "must be between 1ms and 60s");
+        }
+        let max_error_rate = r.autopilot_max_error_rate.unwrap_or(0.02);
+        if !(0.0..=1.0).contains(&max_error_rate) {
+            self.err(
+                k("autopilot_max_error_rate"),
+                format!("must be a share between 0 and 1 (0.02 = 2 %), got {max_error_rate}"),
+            );
+        }
+        let interval = r.autopilot_interval.unwrap_or(Duration::from_secs(10));
+        if interval < Duration::from_secs(1)
+            || interval > Duration::from_secs(300)
+            || interval.subsec_nanos() != 0
+        {
+            self.err(
+                k("autopilot_interval"),
+                "must be a whole number of seconds between 1s and 5m",
+            );
+        }
+        let mut bound = |field: &str, v: Option<i64>, default: i64| -> u32 {
+            let v = v.unwrap_or(default);
+            if !(1..=10_000_000).contains(&v) {
+                self.err(k(field), format!("must be between 1 and 10000000, got {v}"));
+                return default as u32;
+            }
+            v as u32
+        };
+        let min = bound("autopilot_min", r.autopilot_min, 1);
+        let max = bound("autopilot_max", r.autopilot_max, 100);
+        if min > max {
+            self.err(
+                k("autopilot_min"),
+                format!("must not be over autopilot_max ({min} > {max})"),
+            );
+        }
+        if !r.autopilot.unwrap_or(false) {
+            return None;
+        }
+        match admission {
+            Some(Admission::Lottery { .. }) => {
+                self.err(
+                    k("autopilot"),
+                    "steers new_users_per_minute, so it needs admission = \"random\" or \"fifo\" (lottery rooms are not steered yet)",
+                );
+                None
+            }
+            Some(Admission::Capacity(c)) if c.new_users_per_minute == 0 => {
+                self.err(
+                    k("autopilot"),
+                    "steers new_users_per_minute: set it to the value to start from",
+                );
+                None
+            }
+            Some(Admission::Capacity(_)) => Some(AutopilotConfig {
+                target_latency,
+                max_error_rate,
+                min,
+                max,
+                interval,
+            }),
+            None => None,
+        }
     }
 
     fn admission(&mut self, i: usize, r: &RoomFile) -> Option<Admission> {

@@ -86,6 +86,8 @@ pub struct Metrics {
     pub room_admit_grants: IntGaugeVec,
     /// Scheduled events (SPEC §13): 1 for each event's current state, 0 for the others.
     pub room_event_state: IntGaugeVec,
+    /// Capacity rooms: the `new_users_per_minute` in force (the autopilot's while it runs).
+    pub room_new_users_per_minute: IntGaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -164,6 +166,11 @@ impl Metrics {
                 "vestibule_room_event_state",
                 "Each scheduled event's state: 1 for the current one (scheduled, prequeue, running or ended), 0 for the others, by room and event.",
                 &["room", "event", "state"],
+            ),
+            room_new_users_per_minute: int_gauge_vec(
+                "vestibule_room_new_users_per_minute",
+                "Capacity rooms: the new_users_per_minute in force, by room (the autopilot's value while it steers, a running event's, else the configured one; 0 = no limit).",
+                &["room"],
             ),
             store_up: IntGauge::new(
                 "vestibule_store_up",
@@ -336,6 +343,7 @@ impl Metrics {
             Box::new(self.room_override.clone()),
             Box::new(self.room_admit_grants.clone()),
             Box::new(self.room_event_state.clone()),
+            Box::new(self.room_new_users_per_minute.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -383,6 +391,7 @@ impl Metrics {
         self.room_override.reset();
         self.room_admit_grants.reset();
         self.room_event_state.reset();
+        self.room_new_users_per_minute.reset();
         self.room_allow_percentage.reset();
         self.room_active_users.reset();
         self.room_waiting_users.reset();
@@ -427,6 +436,11 @@ impl Metrics {
             self.room_allow_percentage
                 .with_label_values(&[name])
                 .set(room.effective_allow_percentage(now));
+            if let Some(pace) = room.effective_new_users_per_minute(now) {
+                self.room_new_users_per_minute
+                    .with_label_values(&[name])
+                    .set(pace as i64);
+            }
             if let Some(f) = room.figures(now) {
                 self.room_slot_share
                     .with_label_values(&[name])

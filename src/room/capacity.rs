@@ -70,6 +70,7 @@ use std::time::Duration;
 
 use rand_chacha::rand_core::RngCore;
 
+use crate::autopilot::pilot::PilotCell;
 use crate::config::{CapacityConfig, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
@@ -192,8 +193,10 @@ pub struct Figures {
 pub struct Capacity {
     scope: Arc<str>,
     order: QueueOrder,
-    /// 0 = no limit.
+    /// 0 = no limit. The configured value: [`Capacity::new_per_minute`] is the one in force.
     new_per_minute: u64,
+    /// The autopilot that sets the pace while it runs (SPEC §10).
+    pilot: Option<Arc<PilotCell>>,
     /// 0 = no limit.
     total_active: u64,
     session_minutes: u64,
@@ -248,6 +251,7 @@ impl Capacity {
             scope: Arc::from(room),
             order: c.order,
             new_per_minute: u64::from(c.new_users_per_minute),
+            pilot: None,
             total_active: u64::from(c.total_active_users),
             session_minutes: minutes_ceil(c.session_duration),
             refresh: c.refresh,
@@ -260,6 +264,29 @@ impl Capacity {
             checkins,
             view: Mutex::new(None),
         }
+    }
+
+    /// Admits at the pace `pilot` sets while it runs.
+    pub fn steer_by(&mut self, pilot: Arc<PilotCell>) {
+        self.pilot = Some(pilot);
+    }
+
+    /// `new_users_per_minute` in force: the autopilot's while it runs, else the configured one.
+    pub fn new_per_minute(&self) -> u64 {
+        match self.pilot.as_ref().and_then(|p| p.pace()) {
+            Some(pace) => u64::from(pace),
+            None => self.new_per_minute,
+        }
+    }
+
+    /// `new_users_per_minute` as configured.
+    pub fn configured_new_per_minute(&self) -> u32 {
+        self.new_per_minute as u32
+    }
+
+    /// The session, whole minutes.
+    pub fn session_minutes(&self) -> u64 {
+        self.session_minutes
     }
 
     pub fn order(&self) -> QueueOrder {
@@ -434,8 +461,9 @@ impl Capacity {
             };
         };
         let admitted_key = self.key(CounterKind::Admitted, minute, 0);
-        if self.new_per_minute > 0 {
-            limit(self.new_per_minute, self.store.split(&admitted_key, now));
+        let new_per_minute = self.new_per_minute();
+        if new_per_minute > 0 {
+            limit(new_per_minute, self.store.split(&admitted_key, now));
         }
         if self.total_active > 0 {
             let split = (self.first_active_minute(minute)..=minute)
@@ -447,8 +475,8 @@ impl Capacity {
         // slots: parts apportioned from the same weights add up to the cap, so nodes that have
         // not seen each other's latest admissions cannot give the same slot twice. In the last
         // part, slots left unused anywhere go to whoever has users checking in.
-        if self.new_per_minute > 0 && now.millis() % 60_000 < RECLAIM_FROM_MS {
-            if let (Some(h), Some(part)) = (here, allotment.of(self.new_per_minute)) {
+        if new_per_minute > 0 && now.millis() % 60_000 < RECLAIM_FROM_MS {
+            if let (Some(h), Some(part)) = (here, allotment.of(new_per_minute)) {
                 let mine = self.store.own(&admitted_key, now);
                 here = Some(h.min(part as i64 - mine));
             }
@@ -603,7 +631,7 @@ impl Capacity {
 
     /// The users one check-in interval (1.2 × refresh) takes at the admission pace.
     fn front(&self, view: &QueueView) -> u64 {
-        let pace = self.admission_rate(view).max(self.new_per_minute as f64);
+        let pace = self.admission_rate(view).max(self.new_per_minute() as f64);
         (pace * 1.2 * self.refresh.as_secs_f64() / 60.0).ceil() as u64
     }
 
@@ -638,7 +666,7 @@ impl Capacity {
         if view.admitted_last_minute > 0 {
             view.admitted_last_minute as f64
         } else {
-            self.new_per_minute as f64
+            self.new_per_minute() as f64
         }
     }
 

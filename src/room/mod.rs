@@ -13,6 +13,7 @@ pub mod lottery;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::autopilot::pilot::{PilotCell, RoomNow};
 use crate::config::{Admission, HostPattern, RoomConfig};
 use crate::controls::RoomCell;
 use crate::identity::Identity;
@@ -244,6 +245,8 @@ pub struct Room {
     controls: Arc<RoomCell>,
     /// The catalog of `default_language` among the room's pages.
     language: usize,
+    /// The autopilot (SPEC §10); the same cell across reloads.
+    pilot: Arc<PilotCell>,
 }
 
 impl std::fmt::Debug for Room {
@@ -294,6 +297,7 @@ impl Room {
             store: store.clone(),
             controls: Arc::default(),
             language: 0,
+            pilot: Arc::default(),
         }
     }
 
@@ -366,6 +370,39 @@ impl Room {
     pub fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
         self.controls = controls;
         self
+    }
+
+    /// This room's capacity admits at the pace `pilot` sets while its autopilot runs.
+    pub fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
+        let policies =
+            std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
+        for policy in policies {
+            if let Policy::Capacity(c) = policy {
+                c.steer_by(pilot.clone());
+            }
+        }
+        self.pilot = pilot;
+        self
+    }
+
+    pub fn pilot(&self) -> &PilotCell {
+        &self.pilot
+    }
+
+    /// What the autopilot steers from now: the configured `new_users_per_minute` and session in
+    /// force (a running event's, else the room's), what is active and what waits. `None` for
+    /// lottery rooms.
+    pub fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
+        let Policy::Capacity(c) = self.policy_at(now) else {
+            return None;
+        };
+        let figures = c.figures(now);
+        Some(RoomNow {
+            configured: c.configured_new_per_minute(),
+            session_minutes: c.session_minutes() as f64,
+            active: figures.active,
+            waiting: figures.waiting,
+        })
     }
 
     pub fn controls(&self) -> &RoomCell {
@@ -489,6 +526,15 @@ impl Room {
             Policy::Lottery(l) if l.allow_percentage == 0 => l.closed_refresh,
             Policy::Lottery(l) => l.wait_period,
             Policy::Capacity(c) => c.refresh_secs(),
+        }
+    }
+
+    /// Capacity rooms: the `new_users_per_minute` in force now (the autopilot's while it runs, a
+    /// running event's, else the room's; 0 = no limit).
+    pub fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
+        match self.policy_at(now) {
+            Policy::Capacity(c) => Some(c.new_per_minute()),
+            Policy::Lottery(_) => None,
         }
     }
 

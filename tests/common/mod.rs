@@ -117,13 +117,17 @@ pub struct Origin {
 
 impl Origin {
     pub fn start() -> Origin {
+        Origin::start_with(&[])
+    }
+
+    /// The demo origin started with these extra arguments (`--model-capacity 20`, …).
+    pub fn start_with(extra: &[&str]) -> Origin {
         let dir = tempfile::tempdir().expect("temp dir");
         let addr = free_addr();
-        let proc = spawn(
-            &["origin", "--listen", &addr.to_string(), "--threads", "2"],
-            &dir.path().join("origin.log"),
-            &[],
-        );
+        let addr_text = addr.to_string();
+        let mut args = vec!["origin", "--listen", &addr_text, "--threads", "2"];
+        args.extend_from_slice(extra);
+        let proc = spawn(&args, &dir.path().join("origin.log"), &[]);
         assert!(
             wait_for_port(addr, Duration::from_secs(10)),
             "origin did not start"

@@ -42,6 +42,11 @@
 //!   pace holds. A quiet room is never raised on no evidence, nor lowered on one slow answer.
 //! - It sees only this room's answers: other traffic that loads the same origin shows up as this
 //!   room's latency, and the room backs off for it.
+//!
+//! [`pilot`] runs the law in the proxy: what each room's origin answered, the pace in force,
+//! and one step per interval.
+
+pub mod pilot;
 
 /// Answers an interval must have before they say anything.
 pub const MIN_RESPONSES: u64 = 20;

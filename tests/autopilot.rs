@@ -1,0 +1,218 @@
+//! The autopilot (SPEC §10) on the real server, in front of the demo origin's model load
+//! (`vestibule origin --model-capacity N`: latency grows with the users it saw in the last
+//! seconds, 503 past its capacity).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A capacity room that lets everyone in at first (600 a minute), steered every second toward a
+/// p95 of 150 ms.
+const ROOM: &str = "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+     new_users_per_minute = 600\nsession_duration = \"1m\"\nrefresh = \"5s\"\n\
+     autopilot = true\nautopilot_interval = \"1s\"\nautopilot_target_latency = \"150ms\"\n\
+     autopilot_min = 6\nautopilot_max = 600";
+
+fn autopilot(v: &Vestibule) -> serde_json::Value {
+    v.status()["rooms"][0]["autopilot"].clone()
+}
+
+/// One origin answer a visitor got: when it was asked, how long it took, its status.
+type Answer = (Instant, Duration, u16);
+
+/// A visitor asking for a page every 100 ms until `stop`; the origin's answers go to `answers`
+/// (the room's own JSON answers, while held, do not).
+fn browse(v: &Vestibule, mut user: User, stop: &AtomicBool, answers: &Mutex<Vec<Answer>>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        let asked = Instant::now();
+        let resp = user.get(v, "/shop");
+        let took = asked.elapsed();
+        let status = resp.status().as_u16();
+        let from_room = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
+        drop(resp.bytes());
+        if !from_room {
+            answers.lock().unwrap().push((asked, took, status));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn p95(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+#[test]
+fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_again() {
+    let origin = Origin::start_with(&[
+        "--model-capacity",
+        "20",
+        "--model-base",
+        "20ms",
+        "--model-window",
+        "2s",
+    ]);
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(ROOM)
+        .start();
+    assert!(
+        eventually(Duration::from_secs(5), || autopilot(&v)["value"] == 600),
+        "the autopilot starts from the configured value: {}",
+        autopilot(&v)
+    );
+    assert_eq!(
+        v.metric("vestibule_room_new_users_per_minute{room=\"sale\"}"),
+        600.0
+    );
+    let leave = AtomicBool::new(false);
+    let stay = AtomicBool::new(false);
+    let wait = AtomicBool::new(false);
+    let answers = Mutex::new(Vec::new());
+    let stayers_answers = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        // A surge: 40 visitors, all let in at 600 a minute, twice what the origin serves.
+        for i in 0..40 {
+            let (flag, to) = if i < 5 {
+                (&stay, &stayers_answers)
+            } else {
+                (&leave, &answers)
+            };
+            let v = &v;
+            s.spawn(move || browse(v, User::new(i), flag, to));
+        }
+        let mut lowest = 600;
+        let cut = eventually(Duration::from_secs(15), || {
+            let a = autopilot(&v);
+            lowest = a["value"].as_u64().unwrap_or(600);
+            lowest < 600 && (a["reason"] == "errors" || a["reason"] == "slow")
+        });
+        let overloaded = answers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.2 == 503)
+            .count();
+        assert!(overloaded > 0, "the surge overloaded the origin");
+        assert!(cut, "the autopilot lowered the pace: {}", autopilot(&v));
+        assert!(
+            v.metric("vestibule_room_new_users_per_minute{room=\"sale\"}") < 600.0,
+            "the metric shows the pace in force"
+        );
+        // 35 of them leave; 5 go on browsing, and 5 new visitors wait.
+        leave.store(true, Ordering::Relaxed);
+        let left = Instant::now();
+        for i in 100..105 {
+            let v = &v;
+            let (wait, to) = (&wait, &answers);
+            s.spawn(move || browse(v, User::new(i), wait, to));
+        }
+        // The origin is healthy again and visitors wait: the autopilot raises the pace.
+        let raised = eventually(Duration::from_secs(30), || {
+            let a = autopilot(&v);
+            let value = a["value"].as_u64().unwrap_or(0);
+            lowest = lowest.min(value);
+            a["reason"] == "healthy_and_waiting" && value > lowest
+        });
+        assert!(raised, "the autopilot raised the pace: {}", autopilot(&v));
+        // Under target: what the remaining visitors got once the leavers' load had passed
+        // (the model forgets a user 2 s after their last request).
+        let since = left + Duration::from_secs(3);
+        let settled = || -> Vec<Answer> {
+            let answers = stayers_answers.lock().unwrap();
+            answers.iter().filter(|a| a.0 > since).copied().collect()
+        };
+        eventually(Duration::from_secs(10), || settled().len() >= 30);
+        stay.store(true, Ordering::Relaxed);
+        wait.store(true, Ordering::Relaxed);
+        let settled: Vec<Duration> = settled()
+            .iter()
+            .map(|a| {
+                assert_eq!(a.2, 200, "no errors once under target");
+                a.1
+            })
+            .collect();
+        assert!(settled.len() >= 20, "{} answers", settled.len());
+        let p = p95(settled);
+        assert!(p < Duration::from_millis(150), "p95 {p:?} over the target");
+    });
+    let status = autopilot(&v);
+    assert_eq!(status["configured"], 600);
+    assert_eq!(status["min"], 6);
+    assert_eq!(status["target_latency_ms"], 150);
+    assert!(status["changed_at"].as_str().unwrap().ends_with('Z'));
+    let log = v.log_text();
+    assert!(
+        log.contains("room sale: autopilot: new_users_per_minute 600 -> "),
+        "every change is logged:\n{log}"
+    );
+    assert!(log.contains("(healthy_and_waiting: "), "{log}");
+}
+
+#[test]
+fn a_reload_restarts_the_autopilot_from_the_configured_value_and_turning_it_off_restores_it() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(&ROOM.replace("= 600\nsession", "= 50\nsession"))
+        .start();
+    let pace = || v.metric("vestibule_room_new_users_per_minute{room=\"sale\"}");
+    assert!(eventually(Duration::from_secs(5), || autopilot(&v)
+        ["value"]
+        == 50));
+    assert_eq!(autopilot(&v)["reason"], "start");
+    assert_eq!(pace(), 50.0);
+    // Too few answers to judge: it holds.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(autopilot(&v)["value"], 50);
+    assert_eq!(autopilot(&v)["reason"], "too_few_responses");
+    assert_eq!(
+        autopilot(&v)["last_interval"]["responses"],
+        0,
+        "{}",
+        autopilot(&v)
+    );
+
+    let config = std::fs::read_to_string(v.config_path()).unwrap();
+    let generation = v.generation();
+    std::fs::write(
+        v.config_path(),
+        config.replace("= 50\nsession", "= 80\nsession"),
+    )
+    .unwrap();
+    v.wait_generation_above(generation);
+    assert!(
+        eventually(Duration::from_secs(5), || autopilot(&v)["value"] == 80
+            && autopilot(&v)["reason"] == "start"),
+        "restarted from the new value: {}",
+        autopilot(&v)
+    );
+    assert_eq!(pace(), 80.0);
+
+    let generation = v.generation();
+    std::fs::write(
+        v.config_path(),
+        config
+            .replace("= 50\nsession", "= 70\nsession")
+            .replace("autopilot = true", "autopilot = false"),
+    )
+    .unwrap();
+    v.wait_generation_above(generation);
+    assert!(
+        eventually(Duration::from_secs(5), || autopilot(&v).is_null()),
+        "off: {}",
+        autopilot(&v)
+    );
+    assert_eq!(pace(), 70.0, "the configured value is in force");
+    assert!(v
+        .log_text()
+        .contains("room sale: autopilot: off: new_users_per_minute is the configured value again"));
+}
