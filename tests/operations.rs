@@ -13,7 +13,7 @@ const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 [log]\nformat = \"json\"\naccess = true\n\
 [[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 50\nbypass_paths = [\"/static/\"]\nbypass_cidrs = [\"10.0.0.0/8\"]\n\
 [[room]]\nname = \"closed\"\npaths = [\"/closed\"]\ncookie_name = \"wr_closed\"\npages = \"pages\"\nallow_percentage = 0\n\
-[[room]]\nname = \"sale\"\npaths = [\"/sale\"]\ncookie_name = \"wr_sale\"\npages = \"pages\"\nadmission = \"random\"\nnew_users_per_minute = 2\n\
+[[room]]\nname = \"sale\"\npaths = [\"/sale\"]\ncookie_name = \"wr_sale\"\npages = \"pages\"\nadmission = \"random\"\nnew_users_per_minute = 2\nautopilot = true\nautopilot_interval = \"1s\"\n\
 [[room.event]]\nname = \"launch\"\nprequeue_start = \"2025-12-01T09:30:00Z\"\nstart = \"2025-12-01T10:00:00Z\"\nend = \"2025-12-01T14:00:00Z\"\n\
 [[rate_limit]]\nname = \"burst\"\nwindow = \"1s\"\nlimit = 3\npenalty = \"1m\"\npaths = [\"/static/\"]\n\
 [[rate_limit]]\nname = \"writes\"\nalgorithm = \"token_bucket\"\nlimit = 100\nperiod = \"1m\"\nscope = \"origin\"\n\
@@ -62,6 +62,15 @@ fn busy_instance(origin: &Origin) -> Vestibule {
     for i in 0..5 {
         get("/sale/item", &format!("198.51.100.{}", 10 + i), None);
     }
+    // The autopilot's interval (1 s) with those origin answers in it.
+    assert!(eventually(Duration::from_secs(10), || {
+        let m = v.metrics();
+        metric_sample(
+            &m,
+            "vestibule_room_autopilot_origin_p95_seconds{room=\"sale\"}",
+        )
+        .is_some()
+    }));
     // Origin errors and a reload of each kind.
     get("/static/x", "198.51.100.4", None);
     let g = v.generation();

@@ -88,6 +88,10 @@ pub struct Metrics {
     pub room_event_state: IntGaugeVec,
     /// Capacity rooms: the `new_users_per_minute` in force (the autopilot's while it runs).
     pub room_new_users_per_minute: IntGaugeVec,
+    /// Autopilot rooms: the p95 of the room's origin answers in the last interval, and the
+    /// target.
+    pub room_autopilot_p95: GaugeVec,
+    pub room_autopilot_target: GaugeVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -170,6 +174,16 @@ impl Metrics {
             room_new_users_per_minute: int_gauge_vec(
                 "vestibule_room_new_users_per_minute",
                 "Capacity rooms: the new_users_per_minute in force, by room (the autopilot's value while it steers, a running event's, else the configured one; 0 = no limit).",
+                &["room"],
+            ),
+            room_autopilot_p95: gauge_vec(
+                "vestibule_room_autopilot_origin_p95_seconds",
+                "Autopilot rooms: the p95 latency of the room's origin answers in the autopilot's last interval, by room.",
+                &["room"],
+            ),
+            room_autopilot_target: gauge_vec(
+                "vestibule_room_autopilot_target_seconds",
+                "Autopilot rooms: autopilot_target_latency, by room.",
                 &["room"],
             ),
             store_up: IntGauge::new(
@@ -344,6 +358,8 @@ impl Metrics {
             Box::new(self.room_admit_grants.clone()),
             Box::new(self.room_event_state.clone()),
             Box::new(self.room_new_users_per_minute.clone()),
+            Box::new(self.room_autopilot_p95.clone()),
+            Box::new(self.room_autopilot_target.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.
@@ -392,6 +408,8 @@ impl Metrics {
         self.room_admit_grants.reset();
         self.room_event_state.reset();
         self.room_new_users_per_minute.reset();
+        self.room_autopilot_p95.reset();
+        self.room_autopilot_target.reset();
         self.room_allow_percentage.reset();
         self.room_active_users.reset();
         self.room_waiting_users.reset();
@@ -440,6 +458,16 @@ impl Metrics {
                 self.room_new_users_per_minute
                     .with_label_values(&[name])
                     .set(pace as i64);
+            }
+            if let Some(a) = room.pilot().status() {
+                self.room_autopilot_target
+                    .with_label_values(&[name])
+                    .set(a.target_latency_ms as f64 / 1000.0);
+                if let Some(ms) = a.last_interval.and_then(|i| i.p95_ms) {
+                    self.room_autopilot_p95
+                        .with_label_values(&[name])
+                        .set(ms as f64 / 1000.0);
+                }
             }
             if let Some(f) = room.figures(now) {
                 self.room_slot_share
