@@ -163,6 +163,10 @@ struct SimulateArgs {
     /// --autopilot: how long the surge lasts, minutes.
     #[arg(long, default_value_t = 60)]
     surge_minutes: u32,
+    /// --autopilot: a lottery room with this wait_period instead of a capacity room (its
+    /// autopilot steers allow_percentage); writes autopilot-lottery.png.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    lottery_wait: Option<std::time::Duration>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -462,8 +466,12 @@ fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
         out: args.out.clone(),
         ..AutopilotOptions::default()
     };
+    let opts = match args.lottery_wait {
+        Some(wait) => opts.lottery(wait.as_secs().max(1)),
+        None => opts,
+    };
     println!(
-        "simulating the autopilot: a model origin of {} users ({} ms alone; 503 past it), visitors for {} min at {}x the pace it sustains at a p95 of {} ms ({:.0} a minute), each browsing {} s; autopilot every {} s from {} a minute, within {}..{}",
+        "simulating the autopilot: a model origin of {} users ({} ms alone; 503 past it), visitors for {} min at {}x the pace it sustains at a p95 of {} ms ({:.0} a minute), each browsing {} s; {}autopilot every {} s from {}{unit}, within {}..{}{unit}",
         opts.origin.capacity,
         opts.origin.base * 1000.0,
         opts.minutes,
@@ -471,10 +479,12 @@ fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
         opts.settings.target_latency * 1000.0,
         opts.pace_at_target(),
         opts.browse_secs,
+        opts.lottery_wait_secs.map_or(String::new(), |w| format!("a lottery room drawing every {w} s, ")),
         opts.interval_secs,
         opts.start,
         opts.settings.min,
-        opts.settings.max
+        opts.settings.max,
+        unit = if opts.lottery_wait_secs.is_some() { " %" } else { " a minute" },
     );
     match simulate(&opts) {
         Ok((_, summary, png)) => {

@@ -50,8 +50,17 @@ fn p95(mut v: Vec<Duration>) -> Duration {
     v[((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
-#[test]
-fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_again() {
+/// The value the autopilot sets, as a number.
+fn value(v: &Vestibule) -> f64 {
+    autopilot(v)["value"].as_f64().unwrap_or(f64::NAN)
+}
+
+/// A surge of 40 visitors against an origin that serves 20 (the model, 20 ms alone, a user
+/// counted 2 s after their last request), in front of `room`, whose autopilot starts at
+/// `start`. Then 35 leave, 5 go on browsing and 5 new visitors wait. The autopilot must cut
+/// admission while the origin fails, bring it back under the target, and raise admission
+/// again once it is healthy with visitors waiting. Returns the proxy for more checks.
+fn surge_then_calm(room: &str, start: f64, metric: &str) -> (Origin, Vestibule) {
     let origin = Origin::start_with(&[
         "--model-capacity",
         "20",
@@ -62,24 +71,21 @@ fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_
     ]);
     let v = Setup::new(origin.addr)
         .extra(TRUST_LOCAL)
-        .extra(ROOM)
+        .extra(room)
         .start();
     assert!(
-        eventually(Duration::from_secs(5), || autopilot(&v)["value"] == 600),
+        eventually(Duration::from_secs(5), || value(&v) == start),
         "the autopilot starts from the configured value: {}",
         autopilot(&v)
     );
-    assert_eq!(
-        v.metric("vestibule_room_new_users_per_minute{room=\"sale\"}"),
-        600.0
-    );
+    assert_eq!(v.metric(metric), start);
     let leave = AtomicBool::new(false);
     let stay = AtomicBool::new(false);
     let wait = AtomicBool::new(false);
     let answers = Mutex::new(Vec::new());
     let stayers_answers = Mutex::new(Vec::new());
     std::thread::scope(|s| {
-        // A surge: 40 visitors, all let in at 600 a minute, twice what the origin serves.
+        // A surge: 40 visitors, all let in, twice what the origin serves.
         for i in 0..40 {
             let (flag, to) = if i < 5 {
                 (&stay, &stayers_answers)
@@ -89,11 +95,11 @@ fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_
             let v = &v;
             s.spawn(move || browse(v, User::new(i), flag, to));
         }
-        let mut lowest = 600;
+        let mut lowest = start;
         let cut = eventually(Duration::from_secs(15), || {
             let a = autopilot(&v);
-            lowest = a["value"].as_u64().unwrap_or(600);
-            lowest < 600 && (a["reason"] == "errors" || a["reason"] == "slow")
+            lowest = value(&v);
+            lowest < start && (a["reason"] == "errors" || a["reason"] == "slow")
         });
         let overloaded = answers
             .lock()
@@ -102,10 +108,10 @@ fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_
             .filter(|a| a.2 == 503)
             .count();
         assert!(overloaded > 0, "the surge overloaded the origin");
-        assert!(cut, "the autopilot lowered the pace: {}", autopilot(&v));
+        assert!(cut, "the autopilot cut admission: {}", autopilot(&v));
         assert!(
-            v.metric("vestibule_room_new_users_per_minute{room=\"sale\"}") < 600.0,
-            "the metric shows the pace in force"
+            v.metric(metric) < start,
+            "the metric shows the value in force"
         );
         // 35 of them leave; 5 go on browsing, and 5 new visitors wait.
         leave.store(true, Ordering::Relaxed);
@@ -115,14 +121,14 @@ fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_
             let (wait, to) = (&wait, &answers);
             s.spawn(move || browse(v, User::new(i), wait, to));
         }
-        // The origin is healthy again and visitors wait: the autopilot raises the pace.
+        // The origin is healthy again and visitors wait: the autopilot raises admission.
         let raised = eventually(Duration::from_secs(30), || {
             let a = autopilot(&v);
-            let value = a["value"].as_u64().unwrap_or(0);
-            lowest = lowest.min(value);
-            a["reason"] == "healthy_and_waiting" && value > lowest
+            let now = value(&v);
+            lowest = lowest.min(now);
+            a["reason"] == "healthy_and_waiting" && now > lowest
         });
-        assert!(raised, "the autopilot raised the pace: {}", autopilot(&v));
+        assert!(raised, "the autopilot raised admission: {}", autopilot(&v));
         // Under target: what the remaining visitors got once the leavers' load had passed
         // (the model forgets a user 2 s after their last request).
         let since = left + Duration::from_secs(3);
@@ -145,16 +151,47 @@ fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_
         assert!(p < Duration::from_millis(150), "p95 {p:?} over the target");
     });
     let status = autopilot(&v);
-    assert_eq!(status["configured"], 600);
-    assert_eq!(status["min"], 6);
+    assert_eq!(status["configured"].as_f64(), Some(start));
     assert_eq!(status["target_latency_ms"], 150);
     assert!(status["changed_at"].as_str().unwrap().ends_with('Z'));
+    let log = v.log_text();
+    assert!(log.contains("(healthy_and_waiting: "), "{log}");
+    (origin, v)
+}
+
+#[test]
+fn the_autopilot_brings_an_overloaded_origin_under_target_then_raises_admission_again() {
+    let (_origin, v) = surge_then_calm(
+        ROOM,
+        600.0,
+        "vestibule_room_new_users_per_minute{room=\"sale\"}",
+    );
+    assert_eq!(autopilot(&v)["steers"], "new_users_per_minute");
+    assert_eq!(autopilot(&v)["min"], 6);
     let log = v.log_text();
     assert!(
         log.contains("room sale: autopilot: new_users_per_minute 600 -> "),
         "every change is logged:\n{log}"
     );
-    assert!(log.contains("(healthy_and_waiting: "), "{log}");
+}
+
+#[test]
+fn a_lotterys_autopilot_steers_its_percentage_by_the_same_law() {
+    let room = "[[room]]\nname = \"sale\"\npages = \"pages\"\nallow_percentage = 100\n\
+         wait_period = \"1s\"\nsession_duration = \"1m\"\n\
+         autopilot = true\nautopilot_interval = \"1s\"\nautopilot_target_latency = \"150ms\"\n\
+         autopilot_min = 0\nautopilot_max = 100";
+    let (_origin, v) = surge_then_calm(
+        room,
+        100.0,
+        "vestibule_room_allow_percentage{room=\"sale\"}",
+    );
+    assert_eq!(autopilot(&v)["steers"], "allow_percentage");
+    let log = v.log_text();
+    assert!(
+        log.contains("room sale: autopilot: allow_percentage 100 -> "),
+        "every change is logged:\n{log}"
+    );
 }
 
 #[test]
@@ -214,5 +251,5 @@ fn a_reload_restarts_the_autopilot_from_the_configured_value_and_turning_it_off_
     assert_eq!(pace(), 70.0, "the configured value is in force");
     assert!(v
         .log_text()
-        .contains("room sale: autopilot: off: new_users_per_minute is the configured value again"));
+        .contains("room sale: autopilot: off: the configured value is in force again"));
 }

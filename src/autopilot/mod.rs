@@ -62,6 +62,8 @@ pub const STEPS: u32 = 200;
 pub const FILL_MINUTES: f64 = 3.0;
 /// A ceiling reached: the active users are at least this share of it.
 pub const REACHED: f64 = 0.9;
+/// Lottery rooms: the ceiling's step, as a share of itself.
+pub const LOTTERY_STEP: f64 = 0.02;
 
 /// What the autopilot steers toward and within.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -170,6 +172,11 @@ impl Autopilot {
 
     /// The state after an interval.
     pub fn step(&self, s: &Settings, i: &Interval) -> Autopilot {
+        self.step_by(s, i, s.step())
+    }
+
+    /// The state after an interval, raising the ceiling by `step` users when it raises.
+    pub fn step_by(&self, s: &Settings, i: &Interval, step: f64) -> Autopilot {
         let active = i.active as f64;
         let most = f64::from(s.max) * s.session_minutes;
         let (ceiling, reason) = if i.responses < MIN_RESPONSES {
@@ -182,7 +189,7 @@ impl Autopilot {
         } else if i.p95.unwrap_or(0.0) > DEADBAND * s.target_latency {
             (self.ceiling.min(active.max(1.0)), Reason::NearTarget)
         } else if i.waiting && active >= REACHED * self.ceiling {
-            (self.ceiling + s.step(), Reason::Raised)
+            (self.ceiling + step, Reason::Raised)
         } else {
             (self.ceiling, Reason::Holding)
         };
@@ -191,6 +198,64 @@ impl Autopilot {
             ceiling,
             pace: s.pace(ceiling, active),
             reason,
+        }
+    }
+}
+
+/// A lottery room's autopilot. A lottery lets in a share of the tokens it draws, not a number
+/// a minute, so the law above steers the same way, in users a minute, and the percentage is
+/// that pace over the draws of the interval: `allow_percentage = 100 × pace / draws a minute`,
+/// within `min..=max` percent. An interval without draws says nothing about the share, and the
+/// percentage holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LotteryPilot {
+    /// The law's state, from the first interval with draws.
+    pub pilot: Option<Autopilot>,
+    /// The `allow_percentage` in force (fractional: 0.5 % is a share too).
+    pub percentage: f64,
+    pub reason: Reason,
+}
+
+impl LotteryPilot {
+    /// Starts from the configured percentage, within `min..=max` percent.
+    pub fn start(s: &Settings, configured: f64) -> LotteryPilot {
+        LotteryPilot {
+            pilot: None,
+            percentage: configured.clamp(f64::from(s.min), f64::from(s.max)),
+            reason: Reason::Start,
+        }
+    }
+
+    /// The law's bounds in users a minute at `draws` a minute (`s.min`, `s.max` are percent).
+    fn pace_settings(s: &Settings, draws: f64) -> Settings {
+        Settings {
+            min: (draws * f64::from(s.min) / 100.0).floor() as u32,
+            max: ((draws * f64::from(s.max) / 100.0).ceil() as u32).max(1),
+            ..*s
+        }
+    }
+
+    /// The state after an interval in which `draws_per_minute` tokens a minute were drawn.
+    pub fn step(&self, s: &Settings, i: &Interval, draws_per_minute: f64) -> LotteryPilot {
+        if draws_per_minute < 1.0 {
+            return LotteryPilot {
+                reason: Reason::Holding,
+                ..*self
+            };
+        }
+        let ps = Self::pace_settings(s, draws_per_minute);
+        let pilot = self.pilot.unwrap_or_else(|| {
+            let pace = (draws_per_minute * self.percentage / 100.0).round() as u32;
+            Autopilot::start(&ps, pace, i.active)
+        });
+        // The pace's range here is every draw, which grows with the crowd: a step of a share
+        // of it would grow with the crowd too. The ceiling grows by a share of itself instead.
+        let next = pilot.step_by(&ps, i, (pilot.ceiling * LOTTERY_STEP).max(1.0));
+        LotteryPilot {
+            pilot: Some(next),
+            percentage: (100.0 * f64::from(next.pace) / draws_per_minute)
+                .clamp(f64::from(s.min), f64::from(s.max)),
+            reason: next.reason,
         }
     }
 }

@@ -10,13 +10,13 @@
 //! (`server.rs`) calls [`PilotCell::tick`] every second with the clock and what the room counts;
 //! the step itself is [`Autopilot::step`], pure.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use super::{Autopilot, Interval, Reason, Settings};
+use super::{Autopilot, Interval, LotteryPilot, Reason, Settings};
 use crate::config::AutopilotConfig;
 use crate::time::Timestamp;
 
@@ -102,16 +102,51 @@ impl Sketch {
     }
 }
 
+/// What an autopilot steers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steered {
+    /// A capacity room's `new_users_per_minute`.
+    Pace,
+    /// A lottery room's `allow_percentage`.
+    Percentage,
+}
+
+impl Steered {
+    pub fn key(self) -> &'static str {
+        match self {
+            Steered::Pace => "new_users_per_minute",
+            Steered::Percentage => "allow_percentage",
+        }
+    }
+
+    /// A value of this kind in words: a whole pace, a percentage to two decimals.
+    fn show(self, v: f64) -> String {
+        match self {
+            Steered::Pace => format!("{v:.0}"),
+            Steered::Percentage => format!("{}", (v * 100.0).round() / 100.0),
+        }
+    }
+
+    /// A value of this kind in JSON.
+    fn json(self, v: f64) -> serde_json::Value {
+        match self {
+            Steered::Pace => serde_json::json!(v.round() as u64),
+            Steered::Percentage => serde_json::json!((v * 100.0).round() / 100.0),
+        }
+    }
+}
+
 /// What the room says at a tick.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RoomNow {
-    /// The configured `new_users_per_minute` in force (the room's, or a running event's).
-    pub configured: u32,
+    pub steered: Steered,
+    /// The configured value in force (the room's, or a running event's).
+    pub configured: f64,
     /// The session in force, minutes.
     pub session_minutes: f64,
-    /// Users counted active.
+    /// Users counted active (capacity rooms; a lottery's autopilot counts its own wins).
     pub active: u64,
-    /// Visitors waiting.
+    /// Visitors waiting (capacity rooms; for a lottery, whether draws were lost).
     pub waiting: u64,
 }
 
@@ -119,11 +154,12 @@ pub struct RoomNow {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Change {
     /// The loop (re)started from the configured value.
-    Started { pace: u32 },
-    /// A step moved the pace.
+    Started { steered: Steered, value: f64 },
+    /// A step moved the value.
     Stepped {
-        from: u32,
-        to: u32,
+        steered: Steered,
+        from: f64,
+        to: f64,
         reason: Reason,
         interval: Interval,
     },
@@ -135,43 +171,81 @@ impl Change {
     /// The change in words, for the log.
     pub fn describe(&self) -> String {
         match self {
-            Change::Started { pace } => {
-                format!("new_users_per_minute {pace} (starts from the configured value)")
-            }
-            Change::Stopped => "off: new_users_per_minute is the configured value again".into(),
+            Change::Started { steered, value } => format!(
+                "{} {} (starts from the configured value)",
+                steered.key(),
+                steered.show(*value)
+            ),
+            Change::Stopped => "off: the configured value is in force again".into(),
             Change::Stepped {
+                steered,
                 from,
                 to,
                 reason,
                 interval: i,
             } => format!(
-                "new_users_per_minute {from} -> {to} ({}: {} answers, {} errors, p95 {}, {} active, {})",
+                "{} {} -> {} ({}: {} answers, {} errors, p95 {}, {} active, {})",
+                steered.key(),
+                steered.show(*from),
+                steered.show(*to),
                 reason.as_str(),
                 i.responses,
                 i.errors,
                 i.p95
                     .map_or("-".into(), |p| format!("{:.0} ms", p * 1000.0)),
                 i.active,
-                if i.waiting { "visitors waiting" } else { "nobody waiting" },
+                if i.waiting {
+                    "visitors waiting"
+                } else {
+                    "nobody waiting"
+                },
             ),
+        }
+    }
+}
+
+/// The law's state, by what it steers.
+#[derive(Clone, Copy, Debug)]
+enum Law {
+    Pace(Autopilot),
+    Percentage(LotteryPilot),
+}
+
+impl Law {
+    fn value(&self) -> f64 {
+        match self {
+            Law::Pace(a) => f64::from(a.pace),
+            Law::Percentage(l) => l.percentage,
+        }
+    }
+
+    fn reason(&self) -> Reason {
+        match self {
+            Law::Pace(a) => a.reason,
+            Law::Percentage(l) => l.reason,
+        }
+    }
+
+    fn ceiling(&self) -> Option<f64> {
+        match self {
+            Law::Pace(a) => Some(a.ceiling),
+            Law::Percentage(l) => l.pilot.map(|p| p.ceiling),
         }
     }
 }
 
 struct Run {
     config: AutopilotConfig,
-    configured: u32,
+    steered: Steered,
+    configured: f64,
     session_minutes: f64,
-    pilot: Autopilot,
+    law: Law,
     changed_at: Timestamp,
+    last_step: Timestamp,
     next_step: Timestamp,
     last: Option<Interval>,
-}
-
-impl Run {
-    fn settings(&self) -> Settings {
-        settings(&self.config, self.session_minutes)
-    }
+    /// Lottery rooms: wins by the second they were counted, for the session.
+    wins: VecDeque<(u64, u64)>,
 }
 
 fn settings(c: &AutopilotConfig, session_minutes: f64) -> Settings {
@@ -184,13 +258,18 @@ fn settings(c: &AutopilotConfig, session_minutes: f64) -> Settings {
     }
 }
 
-/// The pace in force when no autopilot runs.
+/// An atomic's value when no autopilot runs.
 const OFF: u32 = u32::MAX;
 
-/// One room's autopilot: its origin's answers, and the pace it sets.
+/// One room's autopilot: its origin's answers, its draws (lottery rooms), and what it sets.
 pub struct PilotCell {
     sketch: Sketch,
+    /// Capacity rooms: the pace in force.
     pace: AtomicU32,
+    /// Lottery rooms: the percentage in force, in hundredths of a percent.
+    share: AtomicU32,
+    draws: AtomicU64,
+    wins: AtomicU64,
     run: Mutex<Option<Run>>,
 }
 
@@ -199,6 +278,9 @@ impl Default for PilotCell {
         PilotCell {
             sketch: Sketch::default(),
             pace: AtomicU32::new(OFF),
+            share: AtomicU32::new(OFF),
+            draws: AtomicU64::new(0),
+            wins: AtomicU64::new(0),
             run: Mutex::new(None),
         }
     }
@@ -207,15 +289,17 @@ impl Default for PilotCell {
 /// The autopilot in `/status`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PilotStatus {
-    /// The `new_users_per_minute` in force.
-    pub value: u32,
+    /// `new_users_per_minute` or `allow_percentage`.
+    pub steers: &'static str,
+    /// The value in force.
+    pub value: serde_json::Value,
     /// What the config says.
-    pub configured: u32,
+    pub configured: serde_json::Value,
     pub reason: &'static str,
     /// RFC 3339.
     pub changed_at: String,
-    /// The active users it aims at.
-    pub ceiling: u64,
+    /// The active users it aims at (a lottery's: from its first interval with draws).
+    pub ceiling: Option<u64>,
     pub min: u32,
     pub max: u32,
     pub target_latency_ms: u64,
@@ -238,7 +322,16 @@ impl PilotCell {
         self.sketch.record(seconds, error);
     }
 
-    /// The pace the autopilot sets, while it runs.
+    /// Lottery rooms: one draw (a waiting visitor's token decided, or a visitor let straight
+    /// in), and whether it let the visitor in.
+    pub fn count_draw(&self, win: bool) {
+        self.draws.fetch_add(1, Ordering::Relaxed);
+        if win {
+            self.wins.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Capacity rooms: the pace the autopilot sets, while it runs.
     pub fn pace(&self) -> Option<u32> {
         match self.pace.load(Ordering::Relaxed) {
             OFF => None,
@@ -246,8 +339,37 @@ impl PilotCell {
         }
     }
 
+    /// Lottery rooms: the percentage the autopilot sets, while it runs.
+    pub fn percentage(&self) -> Option<f64> {
+        match self.share.load(Ordering::Relaxed) {
+            OFF => None,
+            p => Some(f64::from(p) / 100.0),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Run>> {
         self.run.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, steered: Steered, value: f64) {
+        let (set, clear) = match steered {
+            Steered::Pace => (&self.pace, &self.share),
+            Steered::Percentage => (&self.share, &self.pace),
+        };
+        let v = match steered {
+            Steered::Pace => value.round(),
+            Steered::Percentage => (value * 100.0).round(),
+        };
+        set.store(v.clamp(0.0, f64::from(OFF - 1)) as u32, Ordering::Relaxed);
+        clear.store(OFF, Ordering::Relaxed);
+    }
+
+    fn drain(&self) -> (Drained, u64, u64) {
+        (
+            self.sketch.drain(),
+            self.draws.swap(0, Ordering::Relaxed),
+            self.wins.swap(0, Ordering::Relaxed),
+        )
     }
 
     /// Where the autopilot stands, while it runs.
@@ -255,11 +377,12 @@ impl PilotCell {
         let run = self.lock();
         let r = run.as_ref()?;
         Some(PilotStatus {
-            value: r.pilot.pace,
-            configured: r.configured,
-            reason: r.pilot.reason.as_str(),
+            steers: r.steered.key(),
+            value: r.steered.json(r.law.value()),
+            configured: r.steered.json(r.configured),
+            reason: r.law.reason().as_str(),
             changed_at: r.changed_at.rfc3339(),
-            ceiling: r.pilot.ceiling.round() as u64,
+            ceiling: r.law.ceiling().map(|c| c.round() as u64),
             min: r.config.min,
             max: r.config.max,
             target_latency_ms: r.config.target_latency.as_millis() as u64,
@@ -278,7 +401,8 @@ impl PilotCell {
     pub fn stop(&self) -> Option<Change> {
         let mut run = self.lock();
         self.pace.store(OFF, Ordering::Relaxed);
-        self.sketch.drain();
+        self.share.store(OFF, Ordering::Relaxed);
+        self.drain();
         run.take().map(|_| Change::Stopped)
     }
 
@@ -289,54 +413,88 @@ impl PilotCell {
         let mut run = self.lock();
         let restart = run.as_ref().is_none_or(|r| {
             r.config != *config
+                || r.steered != room.steered
                 || r.configured != room.configured
                 || r.session_minutes != room.session_minutes
         });
+        let s = settings(config, room.session_minutes);
         if restart {
-            let pilot = Autopilot::start(
-                &settings(config, room.session_minutes),
-                room.configured,
-                room.active,
-            );
-            self.sketch.drain();
-            self.pace.store(pilot.pace, Ordering::Relaxed);
+            let law = match room.steered {
+                Steered::Pace => Law::Pace(Autopilot::start(
+                    &s,
+                    room.configured.round() as u32,
+                    room.active,
+                )),
+                Steered::Percentage => Law::Percentage(LotteryPilot::start(&s, room.configured)),
+            };
+            self.drain();
+            self.publish(room.steered, law.value());
             *run = Some(Run {
                 config: *config,
+                steered: room.steered,
                 configured: room.configured,
                 session_minutes: room.session_minutes,
-                pilot,
+                law,
                 changed_at: now,
+                last_step: now,
                 next_step: next_step(now, config),
                 last: None,
+                wins: VecDeque::new(),
             });
-            return Some(Change::Started { pace: pilot.pace });
+            return Some(Change::Started {
+                steered: room.steered,
+                value: law.value(),
+            });
         }
         let r = run.as_mut()?;
         if now < r.next_step {
             return None;
         }
-        r.next_step = next_step(now, config);
-        let seen = self.sketch.drain();
-        let interval = Interval {
+        let (seen, draws, wins) = self.drain();
+        let mut interval = Interval {
             responses: seen.responses,
             errors: seen.errors,
             p95: seen.p95,
             waiting: room.waiting > 0,
             active: room.active,
         };
-        let next = r.pilot.step(&r.settings(), &interval);
-        let from = r.pilot.pace;
-        r.pilot = next;
+        let from = r.law.value();
+        r.law = match r.law {
+            Law::Pace(a) => Law::Pace(a.step(&s, &interval)),
+            Law::Percentage(l) => {
+                // The room keeps no counts: its users are the wins of the last session, and
+                // visitors wait when draws were lost.
+                let session_secs = (room.session_minutes * 60.0) as u64;
+                r.wins.push_back((now.secs(), wins));
+                while r
+                    .wins
+                    .front()
+                    .is_some_and(|(at, _)| at + session_secs <= now.secs())
+                {
+                    r.wins.pop_front();
+                }
+                interval.active = r.wins.iter().map(|(_, n)| n).sum();
+                interval.waiting = draws > wins;
+                let secs = now.millis().saturating_sub(r.last_step.millis()) as f64 / 1000.0;
+                let per_minute = draws as f64 * 60.0 / secs.max(1.0);
+                Law::Percentage(l.step(&s, &interval, per_minute))
+            }
+        };
+        r.last_step = now;
+        r.next_step = next_step(now, config);
         r.last = Some(interval);
-        if next.pace == from {
+        let to = r.law.value();
+        let shown = |v: f64| r.steered.show(v);
+        if shown(to) == shown(from) {
             return None;
         }
         r.changed_at = now;
-        self.pace.store(next.pace, Ordering::Relaxed);
+        self.publish(r.steered, to);
         Some(Change::Stepped {
+            steered: r.steered,
             from,
-            to: next.pace,
-            reason: next.reason,
+            to,
+            reason: r.law.reason(),
             interval,
         })
     }
@@ -344,6 +502,32 @@ impl PilotCell {
 
 fn next_step(now: Timestamp, c: &AutopilotConfig) -> Timestamp {
     Timestamp::from_millis(now.millis() + c.interval.as_millis() as u64)
+}
+
+/// A room policy's handle on its autopilot. It compares equal whatever it holds: it is not a
+/// setting of the policy.
+#[derive(Clone, Default)]
+pub struct PilotHandle(pub Option<Arc<PilotCell>>);
+
+impl PartialEq for PilotHandle {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for PilotHandle {}
+
+impl std::fmt::Debug for PilotHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "steered" } else { "fixed" })
+    }
+}
+
+impl PilotHandle {
+    /// Lottery rooms: the percentage the autopilot sets, while it runs.
+    pub fn percentage(&self) -> Option<f64> {
+        self.0.as_ref().and_then(|p| p.percentage())
+    }
 }
 
 /// Every room's cell, by name, for the life of the process.
@@ -396,15 +580,24 @@ mod tests {
         min: 10,
         max: 510,
         interval: Duration::from_secs(10),
+        session: Duration::from_secs(300),
     };
 
     fn room(configured: u32, active: u64) -> RoomNow {
         RoomNow {
-            configured,
+            steered: Steered::Pace,
+            configured: f64::from(configured),
             session_minutes: 5.0,
             active,
             waiting: 100,
         }
+    }
+
+    fn started(value: f64) -> Option<Change> {
+        Some(Change::Started {
+            steered: Steered::Pace,
+            value,
+        })
     }
 
     #[test]
@@ -414,11 +607,8 @@ mod tests {
         assert_eq!(cell.pace(), None);
         assert_eq!(cell.status(), None);
         // Started from the configured value.
-        assert_eq!(
-            cell.tick(&CONFIG, room(100, 500), t(0)),
-            Some(Change::Started { pace: 100 })
-        );
-        assert_eq!(cell.pace(), Some(100));
+        assert_eq!(cell.tick(&CONFIG, room(100, 500), t(0)), started(100.0));
+        assert_eq!((cell.pace(), cell.percentage()), (Some(100), None));
         // Answers before the interval is up are kept for its step.
         for _ in 0..100 {
             cell.record(2.0, false);
@@ -432,11 +622,13 @@ mod tests {
         else {
             panic!("a step");
         };
-        assert_eq!((from, reason), (100, Reason::Slow));
-        assert!(to < 100);
-        assert_eq!(cell.pace(), Some(to));
+        assert_eq!((from, reason), (100.0, Reason::Slow));
+        assert!(to < 100.0);
+        assert_eq!(cell.pace(), Some(to as u32));
         let status = cell.status().unwrap();
-        assert_eq!((status.value, status.configured), (to, 100));
+        assert_eq!(status.steers, "new_users_per_minute");
+        assert_eq!(status.value, serde_json::json!(to as u32));
+        assert_eq!(status.configured, serde_json::json!(100));
         assert_eq!(status.reason, "slow");
         assert_eq!(status.changed_at, t(10).rfc3339());
         let last = status.last_interval.unwrap();
@@ -446,20 +638,88 @@ mod tests {
         assert_eq!(cell.tick(&CONFIG, room(100, 500), t(20)), None);
         assert_eq!(cell.status().unwrap().reason, "too_few_responses");
         // A reload that changes the configured value restarts from it.
-        assert_eq!(
-            cell.tick(&CONFIG, room(300, 250), t(21)),
-            Some(Change::Started { pace: 300 })
-        );
+        assert_eq!(cell.tick(&CONFIG, room(300, 250), t(21)), started(300.0));
         // So does one that changes the bounds (here: the configured value is over the new max).
         let lower = AutopilotConfig { max: 200, ..CONFIG };
-        assert_eq!(
-            cell.tick(&lower, room(300, 250), t(22)),
-            Some(Change::Started { pace: 200 })
-        );
+        assert_eq!(cell.tick(&lower, room(300, 250), t(22)), started(200.0));
         // Turned off: the configured value is back.
         assert_eq!(cell.stop(), Some(Change::Stopped));
         assert_eq!((cell.pace(), cell.status()), (None, None));
         assert_eq!(cell.stop(), None);
+    }
+
+    #[test]
+    fn a_lottery_is_steered_by_its_draws_and_wins() {
+        let config = AutopilotConfig {
+            min: 0,
+            max: 100,
+            interval: Duration::from_secs(1),
+            ..CONFIG
+        };
+        let lottery = RoomNow {
+            steered: Steered::Percentage,
+            configured: 100.0,
+            session_minutes: 1.0,
+            active: 0,
+            waiting: 0,
+        };
+        let cell = PilotCell::default();
+        let t = |ms: u64| Timestamp::from_millis(1_000_000 + ms);
+        assert_eq!(
+            cell.tick(&config, lottery, t(0)),
+            Some(Change::Started {
+                steered: Steered::Percentage,
+                value: 100.0
+            })
+        );
+        assert_eq!((cell.pace(), cell.percentage()), (None, Some(100.0)));
+        // 40 let in within the second; the origin fails.
+        for _ in 0..40 {
+            cell.count_draw(true);
+        }
+        for _ in 0..30 {
+            cell.record(0.01, true);
+        }
+        let Some(Change::Stepped {
+            steered,
+            from,
+            to,
+            reason,
+            interval,
+        }) = cell.tick(&config, lottery, t(1_000))
+        else {
+            panic!("a step");
+        };
+        assert_eq!(steered, Steered::Percentage);
+        assert_eq!((from, reason), (100.0, Reason::Errors));
+        assert_eq!(interval.active, 40, "the wins of the session");
+        assert!(!interval.waiting, "no draw lost");
+        // 2,400 draws a minute; the ceiling is half the 40 active, and the pace that drains
+        // the surplus is the least: 0 % here.
+        assert!(to < 1.0, "{to}");
+        assert_eq!(cell.percentage(), Some((to * 100.0).round() / 100.0));
+        let status = cell.status().unwrap();
+        assert_eq!(status.steers, "allow_percentage");
+        assert_eq!(status.configured, serde_json::json!(100.0));
+        assert_eq!(status.ceiling, Some(20));
+        // No draws in an interval: the percentage holds.
+        for _ in 0..30 {
+            cell.record(0.01, false);
+        }
+        assert_eq!(cell.tick(&config, lottery, t(2_000)), None);
+        assert_eq!(cell.status().unwrap().reason, "holding");
+        // The wins leave the active count a session later.
+        for _ in 0..30 {
+            cell.record(0.01, false);
+        }
+        for _ in 0..10 {
+            cell.count_draw(false);
+        }
+        cell.tick(&config, lottery, t(61_000));
+        let last = cell.status().unwrap().last_interval.unwrap();
+        assert_eq!((last.active, last.waiting), (0, true));
+        // Healthy, visitors losing draws, nobody active: the percentage rises.
+        assert!(cell.percentage().unwrap() > to, "{:?}", cell.status());
     }
 
     #[test]

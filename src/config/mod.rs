@@ -293,11 +293,15 @@ pub struct AutopilotConfig {
     pub target_latency: Duration,
     /// The share of origin answers that may be 5xx.
     pub max_error_rate: f64,
-    /// Bounds of what it steers: `new_users_per_minute` (capacity rooms).
+    /// Bounds of what it steers: `new_users_per_minute` (capacity rooms) or `allow_percentage`
+    /// (lottery rooms).
     pub min: u32,
     pub max: u32,
     /// How often it steps.
     pub interval: Duration,
+    /// Lottery rooms: how long an admitted user loads the origin (`session_duration`; capacity
+    /// rooms count their active users with their own).
+    pub session: Duration,
 }
 
 /// Whether a room holds visitors or only shows what it would do.

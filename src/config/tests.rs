@@ -570,6 +570,7 @@ fn autopilot_keys_are_read_and_checked() {
             min: 5,
             max: 400,
             interval: Duration::from_secs(15),
+            session: Duration::from_secs(300),
         })
     );
     assert_eq!(c.rooms[1].autopilot, None, "off unless asked for");
@@ -577,7 +578,7 @@ fn autopilot_keys_are_read_and_checked() {
         "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 50\nautopilot = true\n\
          autopilot_target_latency = \"0ms\"\nautopilot_max_error_rate = 1.5\nautopilot_min = 500\n\
          autopilot_max = 400\nautopilot_interval = \"10m\"\n\
-         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nallow_percentage = 10\nautopilot = true\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nallow_percentage = 0\nautopilot = true\nautopilot_max = 101\n\
          [[room]]\nname = \"c\"\npaths = [\"/c\"]\ncookie_name = \"c\"\nadmission = \"random\"\ntotal_active_users = 10\nautopilot = true\n\
          autopilot_min = 0\n"
     ));
@@ -586,7 +587,27 @@ fn autopilot_keys_are_read_and_checked() {
     has("room[0].autopilot_max_error_rate: must be a share between 0 and 1");
     has("room[0].autopilot_min: must not be over autopilot_max (500 > 400)");
     has("room[0].autopilot_interval: must be a whole number of seconds between 1s and 5m");
-    has("room[1].autopilot: steers new_users_per_minute, so it needs admission = \"random\" or \"fifo\"");
+    has("room[1].autopilot: steers allow_percentage from where it is configured, and 0 closes the room");
     has("room[2].autopilot: steers new_users_per_minute: set it to the value to start from");
     has("room[2].autopilot_min: must be between 1 and 10000000, got 0");
+    has("room[1].autopilot_max: must be between 0 and 100, got 101");
+    // A lottery room steers its percentage, counting its admitted users for session_duration.
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nallow_percentage = 40\nautopilot = true\nautopilot_min = 0\nsession_duration = \"2m\"\n"
+    ))
+    .unwrap();
+    let a = c.rooms[0].autopilot.unwrap();
+    assert_eq!(
+        (a.min, a.max, a.session),
+        (0, 100, Duration::from_secs(120))
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nallow_percentage = 40\nsession_duration = \"2m\"\n"
+    ));
+    assert!(
+        e.contains(
+            "room[0].session_duration: only applies when admission is \"random\" or \"fifo\""
+        ),
+        "{e}"
+    );
 }

@@ -746,10 +746,17 @@ impl Validator<'_> {
                 "must be a whole number of seconds between 1s and 5m",
             );
         }
+        let lottery = matches!(admission, Some(Admission::Lottery { .. }));
+        // Lottery rooms steer a percentage, which may go as low as 0 % (a crowd much larger
+        // than the origin needs a tiny share); capacity rooms a pace of at least 1 a minute.
+        let (lowest, highest) = if lottery { (0, 100) } else { (1, 10_000_000) };
         let mut bound = |field: &str, v: Option<i64>, default: i64| -> u32 {
             let v = v.unwrap_or(default);
-            if !(1..=10_000_000).contains(&v) {
-                self.err(k(field), format!("must be between 1 and 10000000, got {v}"));
+            if !(lowest..=highest).contains(&v) {
+                self.err(
+                    k(field),
+                    format!("must be between {lowest} and {highest}, got {v}"),
+                );
                 return default as u32;
             }
             v as u32
@@ -765,14 +772,34 @@ impl Validator<'_> {
         if !r.autopilot.unwrap_or(false) {
             return None;
         }
+        let session = r.session_duration.unwrap_or(Duration::from_secs(300));
+        if lottery
+            && (session < Duration::from_secs(60) || session > Duration::from_secs(24 * 3600))
+        {
+            self.err(
+                k("session_duration"),
+                "must be between 1m and 24h (how long an admitted user counts as active)",
+            );
+        }
         match admission {
-            Some(Admission::Lottery { .. }) => {
+            Some(Admission::Lottery {
+                allow_percentage: 0,
+                ..
+            }) => {
                 self.err(
                     k("autopilot"),
-                    "steers new_users_per_minute, so it needs admission = \"random\" or \"fifo\" (lottery rooms are not steered yet)",
+                    "steers allow_percentage from where it is configured, and 0 closes the room: set the percentage to start from",
                 );
                 None
             }
+            Some(Admission::Lottery { .. }) => Some(AutopilotConfig {
+                target_latency,
+                max_error_rate,
+                min,
+                max,
+                interval,
+                session,
+            }),
             Some(Admission::Capacity(c)) if c.new_users_per_minute == 0 => {
                 self.err(
                     k("autopilot"),
@@ -780,12 +807,13 @@ impl Validator<'_> {
                 );
                 None
             }
-            Some(Admission::Capacity(_)) => Some(AutopilotConfig {
+            Some(Admission::Capacity(c)) => Some(AutopilotConfig {
                 target_latency,
                 max_error_rate,
                 min,
                 max,
                 interval,
+                session: c.session_duration,
             }),
             None => None,
         }
@@ -811,7 +839,9 @@ impl Validator<'_> {
         match method {
             "lottery" => {
                 for (field, set) in capacity_only {
-                    if set {
+                    // The autopilot of a lottery room counts admitted users for this long.
+                    let autopilot_key = field == "session_duration" && r.autopilot == Some(true);
+                    if set && !autopilot_key {
                         self.err(k(field), "only applies when admission is \"random\" or \"fifo\" (this room uses \"lottery\")");
                     }
                 }

@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use crate::autopilot::pilot::PilotHandle;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::time::Timestamp;
@@ -36,6 +37,8 @@ pub struct Lottery {
     /// How often the page of a closed room checks again.
     pub closed_refresh: u64,
     pub queue_all: bool,
+    /// The autopilot that sets the percentage while it runs (SPEC §10).
+    pub pilot: PilotHandle,
 }
 
 /// `(floor(now / d) + 2) * d`: the second period boundary after `now`.
@@ -69,14 +72,24 @@ impl Lottery {
             allow_period: allow.as_secs().max(1),
             closed_refresh: closed_refresh.as_secs().max(1),
             queue_all,
+            pilot: PilotHandle::default(),
         }
+    }
+
+    /// The percentage in force: the autopilot's while it runs, else `allow_percentage`. (A
+    /// configured 0 closes the room whatever the autopilot says; it never steers a closed
+    /// room.)
+    pub fn percentage(&self) -> f64 {
+        self.pilot
+            .percentage()
+            .unwrap_or(f64::from(self.allow_percentage))
     }
 
     /// Whether a token's fixed draw wins at this percentage (never, if its key is gone).
     pub fn wins(&self, token: &Token, ring: &KeyRing) -> bool {
         token
             .draw(ring)
-            .is_some_and(|d| d * 100.0 < f64::from(self.allow_percentage))
+            .is_some_and(|d| d * 100.0 < self.percentage())
     }
 
     fn due(&self, token: &Token, now: Timestamp) -> Due {
@@ -124,7 +137,7 @@ impl Lottery {
             }
             return self.hold(ring, uid, waiting.map(|t| &**t), now);
         }
-        if self.allow_percentage >= 100 {
+        if self.percentage() >= 100.0 {
             let admitted = waiting.is_some();
             return self.allow(ring, uid, None, now, admitted);
         }

@@ -13,7 +13,7 @@ pub mod lottery;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::autopilot::pilot::{PilotCell, RoomNow};
+use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
 use crate::config::{Admission, HostPattern, RoomConfig};
 use crate::controls::RoomCell;
 use crate::identity::Identity;
@@ -377,8 +377,9 @@ impl Room {
         let policies =
             std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
         for policy in policies {
-            if let Policy::Capacity(c) = policy {
-                c.steer_by(pilot.clone());
+            match policy {
+                Policy::Capacity(c) => c.steer_by(pilot.clone()),
+                Policy::Lottery(l) => l.pilot = PilotHandle(Some(pilot.clone())),
             }
         }
         self.pilot = pilot;
@@ -393,15 +394,26 @@ impl Room {
     /// force (a running event's, else the room's), what is active and what waits. `None` for
     /// lottery rooms.
     pub fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
-        let Policy::Capacity(c) = self.policy_at(now) else {
-            return None;
-        };
-        let figures = c.figures(now);
-        Some(RoomNow {
-            configured: c.configured_new_per_minute(),
-            session_minutes: c.session_minutes() as f64,
-            active: figures.active,
-            waiting: figures.waiting,
+        let autopilot = self.config.autopilot.as_ref()?;
+        Some(match self.policy_at(now) {
+            Policy::Capacity(c) => {
+                let figures = c.figures(now);
+                RoomNow {
+                    steered: Steered::Pace,
+                    configured: f64::from(c.configured_new_per_minute()),
+                    session_minutes: c.session_minutes() as f64,
+                    active: figures.active,
+                    waiting: figures.waiting,
+                }
+            }
+            // The autopilot counts a lottery's draws and wins itself.
+            Policy::Lottery(l) => RoomNow {
+                steered: Steered::Percentage,
+                configured: f64::from(l.allow_percentage),
+                session_minutes: autopilot.session.as_secs().div_ceil(60).max(1) as f64,
+                active: 0,
+                waiting: 0,
+            },
         })
     }
 
@@ -472,6 +484,17 @@ impl Room {
         outcome.rejected = outcome.rejected.or(presented.rejected);
         if let (Policy::Lottery(l), true, Some(t)) = (policy, outcome.admitted, &presented.valid) {
             outcome.admitted = self.first_win(l, t, now);
+        }
+        // A lottery's autopilot counts draws: a lost one, or a visitor let in (from the line, or
+        // straight in at 100 %).
+        if let (Policy::Lottery(_), Some(_)) = (policy, &self.config.autopilot) {
+            if outcome.decision == Decision::Lost {
+                self.pilot.count_draw(false);
+            } else if outcome.decision == Decision::Allow
+                && (outcome.admitted || presented.valid.is_none())
+            {
+                self.pilot.count_draw(true);
+            }
         }
         outcome
     }
@@ -554,7 +577,7 @@ impl Room {
         }
         match self.policy_at(now) {
             Policy::Lottery(_) if self.config.queue_all => 0.0,
-            Policy::Lottery(l) => f64::from(l.allow_percentage),
+            Policy::Lottery(l) => l.percentage(),
             Policy::Capacity(c) => 100.0 * c.figures(now).admit_chance,
         }
     }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::autopilot::{self, Autopilot, Interval, Settings};
+use crate::autopilot::{self, Autopilot, Interval, LotteryPilot, Settings};
 use crate::plot::{Chart, Panel, Series};
 
 /// An admitted visitor asks the origin this often.
@@ -66,8 +66,14 @@ pub struct AutopilotOptions {
     pub settings: Settings,
     /// Seconds between steps.
     pub interval_secs: u64,
-    /// Where the autopilot starts: the configured `new_users_per_minute`.
+    /// Where the autopilot starts: the configured `new_users_per_minute` (for a lottery room,
+    /// the configured `allow_percentage`).
     pub start: u32,
+    /// A lottery room instead of a capacity room, with this `wait_period` (seconds): visitors
+    /// wait in a pool, each drawn once a wait period (their first draw one and a half periods
+    /// after they arrive), and `allow_percentage` of the draws win. `settings.min` and
+    /// `settings.max` are then percentages, and fixed settings are percentages.
+    pub lottery_wait_secs: Option<u64>,
     pub seed: u64,
     pub out: PathBuf,
 }
@@ -91,6 +97,7 @@ impl Default for AutopilotOptions {
             },
             interval_secs: 10,
             start: 1_000,
+            lottery_wait_secs: None,
             seed: 7,
             out: PathBuf::from("simulation"),
         }
@@ -101,6 +108,28 @@ impl AutopilotOptions {
     /// The pace (users a minute) that keeps the origin at the target latency, in the model.
     pub fn pace_at_target(&self) -> f64 {
         self.origin.users_at(self.settings.target_latency) * 60.0 / self.browse_secs as f64
+    }
+
+    /// The lottery room of this surge: `allow_percentage` steered within 0..=100 %, from 50 %.
+    pub fn lottery(self, wait_secs: u64) -> AutopilotOptions {
+        AutopilotOptions {
+            lottery_wait_secs: Some(wait_secs),
+            settings: Settings {
+                min: 0,
+                max: 100,
+                ..self.settings
+            },
+            start: 50,
+            ..self
+        }
+    }
+
+    fn unit(&self) -> &'static str {
+        if self.lottery_wait_secs.is_some() {
+            "%"
+        } else {
+            "/min"
+        }
     }
 }
 
@@ -115,7 +144,8 @@ pub enum Steering {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     pub at_secs: u64,
-    pub value: u32,
+    /// The steered value: a pace a minute, or a lottery's percentage.
+    pub value: f64,
     pub admitted: u64,
     pub p95: Option<f64>,
     pub error_rate: f64,
@@ -124,6 +154,8 @@ pub struct Sample {
 #[derive(Clone, Debug)]
 pub struct AutopilotReport {
     pub steering: Steering,
+    /// What the steered value is in: "/min" (capacity) or "%" (lottery).
+    pub unit: &'static str,
     pub samples: Vec<Sample>,
     pub admitted: u64,
     /// From the settling time on: median and worst interval p95, seconds.
@@ -141,7 +173,7 @@ pub struct AutopilotReport {
 impl AutopilotReport {
     pub fn name(&self) -> String {
         match self.steering {
-            Steering::Fixed(v) => format!("fixed {v}/min"),
+            Steering::Fixed(v) => format!("fixed {v}{}", self.unit),
             Steering::Autopilot => "autopilot".into(),
         }
     }
@@ -163,10 +195,20 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         ..opts.settings
     };
     let mut pilot = Autopilot::start(&settings, opts.start, 0);
-    let mut value = match steering {
-        Steering::Fixed(v) => v,
-        Steering::Autopilot => pilot.pace,
+    let mut lottery = LotteryPilot::start(&settings, f64::from(opts.start));
+    let mut percentage = match steering {
+        Steering::Fixed(v) => f64::from(v.min(100)),
+        Steering::Autopilot => lottery.percentage,
     };
+    let mut value = match steering {
+        Steering::Fixed(v) => f64::from(v),
+        Steering::Autopilot if opts.lottery_wait_secs.is_some() => percentage,
+        Steering::Autopilot => f64::from(pilot.pace),
+    };
+    // Lottery rooms: arrivals on their way to their first draw, the pool drawn from, and the
+    // draws of the interval.
+    let mut entering: std::collections::VecDeque<(u64, f64)> = std::collections::VecDeque::new();
+    let (mut draw_frac, mut win_frac, mut draws_iv) = (0f64, 0f64, 0f64);
     let (mut queue, mut arrived_frac, mut slot_frac) = (0f64, 0f64, 0f64);
     // Admitted visitors by the second they leave.
     let mut leaving: std::collections::VecDeque<(u64, u64)> = std::collections::VecDeque::new();
@@ -182,12 +224,30 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         arrived_frac += arrivals_per_sec;
         let arrived = arrived_frac.floor();
         arrived_frac -= arrived;
-        queue += arrived;
-        slot_frac += f64::from(value) / 60.0;
-        let slots = slot_frac.floor();
-        slot_frac -= slots;
-        let admit = slots.min(queue.floor());
-        queue -= admit;
+        let admit = if let Some(wait) = opts.lottery_wait_secs {
+            let wait = wait.max(1);
+            entering.push_back((t + wait * 3 / 2, arrived));
+            while entering.front().is_some_and(|(at, _)| *at <= t) {
+                queue += entering.pop_front().map_or(0.0, |(_, n)| n);
+            }
+            draw_frac += queue / wait as f64;
+            let draws = draw_frac.floor();
+            draw_frac -= draws;
+            draws_iv += draws;
+            win_frac += draws * percentage / 100.0;
+            let wins = win_frac.floor().min(queue.floor());
+            win_frac -= wins;
+            queue -= wins;
+            wins
+        } else {
+            queue += arrived;
+            slot_frac += value / 60.0;
+            let slots = slot_frac.floor();
+            slot_frac -= slots;
+            let admit = slots.min(queue.floor());
+            queue -= admit;
+            admit
+        };
         waiting_iv |= queue >= 1.0;
         let admit = admit as u64;
         if admit > 0 {
@@ -238,10 +298,20 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
                 settled_resp += responses;
                 settled_err += errors;
             }
-            if steering == Steering::Autopilot {
-                pilot = pilot.step(&settings, &i);
-                value = pilot.pace;
+            match (steering, opts.lottery_wait_secs) {
+                (Steering::Fixed(_), _) => {}
+                (Steering::Autopilot, Some(_)) => {
+                    let draws_per_minute = draws_iv * 60.0 / interval as f64;
+                    lottery = lottery.step(&settings, &i, draws_per_minute);
+                    percentage = lottery.percentage;
+                    value = percentage;
+                }
+                (Steering::Autopilot, None) => {
+                    pilot = pilot.step(&settings, &i);
+                    value = f64::from(pilot.pace);
+                }
             }
+            draws_iv = 0.0;
             lat.clear();
             (responses, errors, admitted_iv, waiting_iv) = (0, 0, 0, false);
         }
@@ -257,7 +327,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
     let paces: Vec<f64> = samples
         .iter()
         .filter(|s| s.at_secs > settle)
-        .map(|s| f64::from(s.value))
+        .map(|s| s.value)
         .collect();
     let n = paces.len().max(1) as f64;
     let pace_mean = paces.iter().sum::<f64>() / n;
@@ -266,6 +336,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
     let rate = |e: u64, r: u64| if r == 0 { 0.0 } else { e as f64 / r as f64 };
     AutopilotReport {
         steering,
+        unit: opts.unit(),
         samples,
         admitted: admitted_total,
         p95_median,
@@ -288,8 +359,14 @@ pub fn healthy(opts: &AutopilotOptions, r: &AutopilotReport) -> bool {
 /// pace grows).
 pub fn best_fixed(opts: &AutopilotOptions) -> AutopilotReport {
     let pace = opts.pace_at_target();
-    let mut lo = (pace * 0.5).floor().max(1.0) as u32;
-    let mut hi = (pace * 2.0).ceil() as u32;
+    let (mut lo, mut hi) = match opts.lottery_wait_secs {
+        // A percentage: anywhere in 1..=100.
+        Some(_) => (1, 101),
+        None => (
+            (pace * 0.5).floor().max(1.0) as u32,
+            (pace * 2.0).ceil() as u32,
+        ),
+    };
     let mut best = run(opts, Steering::Fixed(lo));
     if !healthy(opts, &best) {
         return run(opts, Steering::Fixed(opts.settings.min));
@@ -313,6 +390,9 @@ pub fn simulate(
     opts: &AutopilotOptions,
 ) -> Result<(Vec<AutopilotReport>, String, PathBuf), String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    if opts.lottery_wait_secs.is_some() {
+        return simulate_lottery(opts);
+    }
     let best = best_fixed(opts);
     let Steering::Fixed(right) = best.steering else {
         unreachable!("a fixed run")
@@ -356,6 +436,72 @@ pub fn simulate(
     Ok((reports, s, png))
 }
 
+/// The admissions a minute of a run once settled.
+pub fn settled_per_minute(opts: &AutopilotOptions, r: &AutopilotReport) -> f64 {
+    let settle = settle_secs(opts);
+    let minutes = (u64::from(opts.minutes) * 60).saturating_sub(settle) as f64 / 60.0;
+    let admitted: u64 = r
+        .samples
+        .iter()
+        .filter(|s| s.at_secs > settle)
+        .map(|s| s.admitted)
+        .sum();
+    admitted as f64 / minutes.max(1.0 / 60.0)
+}
+
+/// A lottery room in the same surge: its autopilot beside fixed whole percentages (the crowd
+/// grows, so each of them admits more and more), and against the best fixed pace a capacity
+/// room could have had.
+fn simulate_lottery(
+    opts: &AutopilotOptions,
+) -> Result<(Vec<AutopilotReport>, String, PathBuf), String> {
+    let capacity = AutopilotOptions {
+        lottery_wait_secs: None,
+        settings: Settings {
+            min: 10,
+            max: 2_000,
+            ..opts.settings
+        },
+        ..opts.clone()
+    };
+    let Steering::Fixed(best) = best_fixed(&capacity).steering else {
+        unreachable!("a fixed run")
+    };
+    let mut reports = vec![run(opts, Steering::Autopilot)];
+    reports.extend([1, 5, 25].map(|p| run(opts, Steering::Fixed(p))));
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| run | admitted | admitted a minute once settled | p95 once settled (median / worst) | vs target | errors once settled | errors, whole run |"
+    );
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for r in &reports {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.0} / {:.0} ms | {:+.0} % | {:.2} % | {:.2} % |",
+            r.name(),
+            r.admitted,
+            settled_per_minute(opts, r),
+            r.p95_median * 1000.0,
+            r.p95_worst * 1000.0,
+            (r.p95_median / opts.settings.target_latency - 1.0) * 100.0,
+            r.error_rate * 100.0,
+            r.error_rate_all * 100.0
+        );
+    }
+    let auto = &reports[0];
+    let _ = writeln!(
+        s,
+        "lottery autopilot: {:.0} admitted a minute once settled, {:.1} % of the best fixed pace of a capacity room in the same surge ({best} a minute); its percentage falls from {} % to {:.2} % as the crowd grows",
+        settled_per_minute(opts, auto),
+        100.0 * settled_per_minute(opts, auto) / f64::from(best.max(1)),
+        opts.start,
+        auto.samples.last().map_or(0.0, |x| x.value),
+    );
+    let png = write_plot(opts, &reports, &opts.out)?;
+    Ok((reports, s, png))
+}
+
 /// `autopilot.png`: admitted per minute, the origin's p95 and the error rate over time, a line
 /// per run.
 pub fn write_plot(
@@ -363,7 +509,11 @@ pub fn write_plot(
     reports: &[AutopilotReport],
     dir: &Path,
 ) -> Result<PathBuf, String> {
-    let path = dir.join("autopilot.png");
+    let path = dir.join(if opts.lottery_wait_secs.is_some() {
+        "autopilot-lottery.png"
+    } else {
+        "autopilot.png"
+    });
     let per_min = 60.0 / opts.interval_secs.max(1) as f64;
     let series = |f: &dyn Fn(&Sample) -> f64| -> Vec<Series> {
         reports
@@ -382,8 +532,13 @@ pub fn write_plot(
     };
     let chart = Chart {
         title: format!(
-            "Autopilot against fixed settings: a surge of {}x the origin's pace",
-            opts.surge
+            "Autopilot against fixed settings: a surge of {}x the origin's pace{}",
+            opts.surge,
+            if opts.lottery_wait_secs.is_some() {
+                ", lottery room"
+            } else {
+                ""
+            }
         ),
         x_label: "minutes".into(),
         panels: vec![
@@ -469,5 +624,50 @@ mod tests {
         assert!(!healthy(&opts, &high));
         let low = run(&opts, Steering::Fixed(right / 2));
         assert!(low.admitted < auto.admitted);
+    }
+
+    #[test]
+    fn a_lotterys_autopilot_settles_near_the_target_as_its_crowd_grows() {
+        let opts = AutopilotOptions {
+            minutes: 40,
+            ..AutopilotOptions::default()
+        }
+        .lottery(30);
+        let auto = run(&opts, Steering::Autopilot);
+        let target = opts.settings.target_latency;
+        let per_minute = settled_per_minute(&opts, &auto);
+        println!(
+            "lottery autopilot: admitted {} ({per_minute:.0} a minute once settled; the model's pace at the target {:.0}); p95 {:.3}/{:.3}; errors {:.4}; percentage {:.2} +- {:.0} %",
+            auto.admitted,
+            opts.pace_at_target(),
+            auto.p95_median,
+            auto.p95_worst,
+            auto.error_rate,
+            auto.pace_mean,
+            auto.pace_spread * 100.0
+        );
+        assert!((auto.p95_median - target).abs() <= 0.2 * target);
+        assert!(auto.p95_worst <= 1.2 * target, "{}", auto.p95_worst);
+        assert!(auto.error_rate <= opts.settings.max_error_rate);
+        // Once settled it lets in nearly what the best fixed pace of a capacity room does in
+        // the same surge...
+        let capacity = AutopilotOptions {
+            minutes: 40,
+            ..AutopilotOptions::default()
+        };
+        let Steering::Fixed(best) = best_fixed(&capacity).steering else {
+            unreachable!()
+        };
+        assert!(
+            per_minute >= 0.85 * f64::from(best),
+            "{per_minute} vs {best}"
+        );
+        // ...while the crowd grows (nobody gives up), so the percentage falls: no fixed
+        // whole percentage holds (even 1 % takes the origin down).
+        let one = run(&opts, Steering::Fixed(1));
+        assert!(!healthy(&opts, &one));
+        let first = auto.samples[auto.samples.len() / 3].value;
+        let last = auto.samples.last().unwrap().value;
+        assert!(last < first && last < 1.0, "{first} -> {last}");
     }
 }
