@@ -114,13 +114,22 @@ fn push_pair(out: &mut Vec<u8>, pair: &[u8]) {
 
 /// A `Set-Cookie` value giving the room cookie `value`.
 pub fn set(config: &CookieConfig, value: &str, secure: bool) -> String {
-    let mut s = format!(
-        "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite={}",
-        config.name,
+    // Written piece by piece: it is on every waiting page, and `format!` costs more than the
+    // rest of it.
+    let mut max_age = itoa::Buffer::new();
+    let max_age = max_age.format(config.lifetime.as_secs());
+    let mut s = String::with_capacity(config.name.len() + value.len() + max_age.len() + 56);
+    for part in [
+        config.name.as_str(),
+        "=",
         value,
-        config.lifetime.as_secs(),
-        same_site(config.same_site)
-    );
+        "; Path=/; Max-Age=",
+        max_age,
+        "; HttpOnly; SameSite=",
+        same_site(config.same_site),
+    ] {
+        s.push_str(part);
+    }
     if is_secure(config.secure, secure) {
         s.push_str("; Secure");
     }

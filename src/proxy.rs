@@ -122,7 +122,7 @@ impl ProxyHttp for Proxy {
         if snapshot.config.server.redirect_to_https && !tls {
             if let Some(location) = https_location(session.req_header(), &snapshot, peer) {
                 let extra = vec![(
-                    "Location",
+                    header::LOCATION,
                     HeaderValue::from_str(&location).map_err(|_| {
                         Error::explain(ErrorType::HTTPStatus(400), "host not fit for a URL")
                     })?,
@@ -145,7 +145,7 @@ impl ProxyHttp for Proxy {
             }
             Answer::Held(retry_after) => {
                 ctx.slots.clear();
-                let extra = vec![("Retry-After", HeaderValue::from(retry_after))];
+                let extra = vec![(header::RETRY_AFTER, HeaderValue::from(retry_after))];
                 let body = Bytes::from(format!(
                     "Held in a waiting room: try again in {retry_after} seconds.\n"
                 ));
@@ -255,14 +255,14 @@ impl ProxyHttp for Proxy {
     ) -> Result<()> {
         if let Some(value) = ctx.set_cookie.take() {
             // Added, not set: cookies the origin sets survive.
-            response.append_header("Set-Cookie", value)?;
+            response.append_header(header::SET_COOKIE, value)?;
             response.insert_header("Cache-Control", NO_STORE)?;
         }
         if !ctx.quotas.is_empty() {
             // Appended: `RateLimit` fields are lists, and an origin's own items survive.
             let (policy, items) = quota_headers(&ctx.snapshot, &ctx.quotas);
-            response.append_header("RateLimit-Policy", policy)?;
-            response.append_header("RateLimit", items)?;
+            response.append_header(RATELIMIT_POLICY, policy)?;
+            response.append_header(RATELIMIT, items)?;
         }
         Ok(())
     }
@@ -441,7 +441,7 @@ impl Proxy {
         ctx: &mut RequestCtx,
     ) -> Answer {
         let policy = &snapshot.config.identity;
-        let xff = req.headers.get_all("x-forwarded-for");
+        let xff = req.headers.get_all(X_FORWARDED_FOR);
         let client_ip = policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()));
         let header_identity = policy
             .header_name()
@@ -479,7 +479,7 @@ impl Proxy {
                     );
                     let wants = pages::wants(
                         req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
-                        req.headers.get("sec-fetch-mode").map(|v| v.as_bytes()),
+                        req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
                     );
                     // A subresource of a held page (its favicon, say) neither joins the queue
                     // nor checks in: only an admitted visitor's goes on.
@@ -667,7 +667,7 @@ fn https_location(req: &RequestHeader, snapshot: &Snapshot, peer: IpAddr) -> Opt
 /// `X-Forwarded-Proto: https` (believed only from a trusted proxy, checked by the caller).
 fn forwarded_https(req: &RequestHeader) -> bool {
     req.headers
-        .get("x-forwarded-proto")
+        .get(X_FORWARDED_PROTO)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
 }
 
@@ -690,7 +690,7 @@ async fn write_room_page(
     let mut extra = Vec::with_capacity(3);
     if let Some(value) = set_cookie_value(room, &outcome.cookie, secure) {
         if let Ok(v) = HeaderValue::try_from(value) {
-            extra.push(("Set-Cookie", v));
+            extra.push((header::SET_COOKIE, v));
         }
     }
     // `Retry-After` only: a `Refresh` header would reload the page on top of its own script
@@ -705,7 +705,7 @@ async fn write_room_page(
             | Decision::QueueFull
             | Decision::PreQueue
     ) {
-        extra.push(("Retry-After", HeaderValue::from(outcome.refresh_secs)));
+        extra.push((header::RETRY_AFTER, HeaderValue::from(outcome.refresh_secs)));
     }
     let json = wants_json(session);
     let language = if json {
@@ -765,18 +765,18 @@ async fn write_rate_limited(
     set_cookie: Option<String>,
 ) -> Result<()> {
     let mut extra = Vec::with_capacity(4);
-    extra.push(("Retry-After", HeaderValue::from(limited.retry_after)));
+    extra.push((header::RETRY_AFTER, HeaderValue::from(limited.retry_after)));
     let policy = HeaderValue::try_from(limited.policy.as_str());
     let item = HeaderValue::try_from(format!(
         "\"{}\";r=0;t={}",
         limited.rule, limited.retry_after
     ));
     if let (Ok(policy), Ok(item)) = (policy, item) {
-        extra.push(("RateLimit-Policy", policy));
-        extra.push(("RateLimit", item));
+        extra.push((RATELIMIT_POLICY, policy));
+        extra.push((RATELIMIT, item));
     }
     if let Some(v) = set_cookie.and_then(|v| HeaderValue::try_from(v).ok()) {
-        extra.push(("Set-Cookie", v));
+        extra.push((header::SET_COOKIE, v));
     }
     let (content_type, body) = if wants_json(session) {
         let body = pages::json(&serde_json::json!({
@@ -861,11 +861,11 @@ fn accept_language(session: &Session) -> Option<&[u8]> {
 
 /// `Content-Language` of a page, and `Vary: Accept-Language` (a cache must not give one
 /// visitor's language to another).
-fn language_headers(extra: &mut Vec<(&'static str, HeaderValue)>, page: &PageContext) {
+fn language_headers(extra: &mut Vec<(http::HeaderName, HeaderValue)>, page: &PageContext) {
     if let Ok(v) = HeaderValue::try_from(page.lang) {
-        extra.push(("Content-Language", v));
+        extra.push((header::CONTENT_LANGUAGE, v));
     }
-    extra.push(("Vary", HeaderValue::from_static("Accept-Language")));
+    extra.push((header::VARY, HeaderValue::from_static("Accept-Language")));
 }
 
 fn wants_json(session: &Session) -> bool {
@@ -880,16 +880,24 @@ pub(crate) async fn respond(
     session: &mut Session,
     status: u16,
     content_type: &'static str,
-    extra: Vec<(&'static str, HeaderValue)>,
+    extra: Vec<(http::HeaderName, HeaderValue)>,
     body: Bytes,
 ) -> Result<()> {
-    let mut resp = ResponseHeader::build(status, Some(4 + extra.len()))?;
-    resp.append_header("Content-Type", HeaderValue::from_static(content_type))?;
-    resp.append_header("Content-Length", HeaderValue::from(body.len()))?;
-    resp.append_header("Cache-Control", HeaderValue::from_static(NO_STORE))?;
+    // Built without Pingora's case map, straight into the header map: no name is parsed or
+    // kept twice. HTTP/1 writes the common names titled and the others in lowercase (header
+    // names are case-insensitive; HTTP/2 sends them all in lowercase).
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status =
+        http::StatusCode::from_u16(status).or_err(ErrorType::InternalError, "an invalid status")?;
+    let headers = &mut parts.headers;
+    headers.reserve(3 + extra.len());
+    headers.append(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.append(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    headers.append(header::CACHE_CONTROL, HeaderValue::from_static(NO_STORE));
     for (name, value) in extra {
-        resp.append_header(name, value)?;
+        headers.append(name, value);
     }
+    let resp = ResponseHeader::from(parts);
     let head_only = session.req_header().method == http::Method::HEAD;
     session
         .write_response_header(Box::new(resp), head_only)
@@ -907,9 +915,9 @@ async fn write_error_page(
     set_cookie: Option<String>,
 ) -> Result<()> {
     let retry_after = 5u64;
-    let mut extra = vec![("Retry-After", HeaderValue::from(retry_after))];
+    let mut extra = vec![(header::RETRY_AFTER, HeaderValue::from(retry_after))];
     if let Some(v) = set_cookie.and_then(|v| HeaderValue::try_from(v).ok()) {
-        extra.push(("Set-Cookie", v));
+        extra.push((header::SET_COOKIE, v));
     }
     if wants_json(session) {
         let body = pages::json(&serde_json::json!({
@@ -927,6 +935,12 @@ async fn write_error_page(
     let body = snapshot.pages.render(PageKind::Error, &ctx);
     respond(session, code, "text/html; charset=utf-8", extra, body).await
 }
+
+const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
+const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
+const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
 
 /// Removes every request header in our namespace: the origin must never see one, and a client
 /// must never be able to set one. `Vestibule_X` counts too: servers that map headers to
@@ -991,7 +1005,7 @@ fn single_content_length(req: &mut RequestHeader) -> Result<()> {
 fn set_forwarded_for(req: &mut RequestHeader, peer: IpAddr, trusted: bool) -> Result<()> {
     let mut chain = String::new();
     if trusted {
-        for value in req.headers.get_all("x-forwarded-for") {
+        for value in req.headers.get_all(X_FORWARDED_FOR) {
             if let Ok(v) = value.to_str() {
                 let v = v.trim();
                 if !v.is_empty() {
