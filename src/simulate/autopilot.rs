@@ -403,26 +403,7 @@ pub fn simulate(
         best,
         run(opts, Steering::Fixed(right * 2)),
     ];
-    let mut s = String::new();
-    let target = opts.settings.target_latency;
-    let _ = writeln!(
-        s,
-        "| run | admitted | p95 once settled (median / worst) | vs target | errors once settled | errors, whole run |"
-    );
-    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: |");
-    for r in &reports {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.0} / {:.0} ms | {:+.0} % | {:.2} % | {:.2} % |",
-            r.name(),
-            r.admitted,
-            r.p95_median * 1000.0,
-            r.p95_worst * 1000.0,
-            (r.p95_median / target - 1.0) * 100.0,
-            r.error_rate * 100.0,
-            r.error_rate_all * 100.0
-        );
-    }
+    let mut s = table(opts, &reports);
     let auto = &reports[0];
     let _ = writeln!(
         s,
@@ -434,6 +415,31 @@ pub fn simulate(
     );
     let png = write_plot(opts, &reports, &opts.out)?;
     Ok((reports, s, png))
+}
+
+/// The runs side by side, as a Markdown table.
+fn table(opts: &AutopilotOptions, reports: &[AutopilotReport]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| run | admitted | admitted a minute once settled | p95 once settled (median / worst) | vs target | errors once settled | errors, whole run |"
+    );
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for r in reports {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.0} / {:.0} ms | {:+.0} % | {:.2} % | {:.2} % |",
+            r.name(),
+            r.admitted,
+            settled_per_minute(opts, r),
+            r.p95_median * 1000.0,
+            r.p95_worst * 1000.0,
+            (r.p95_median / opts.settings.target_latency - 1.0) * 100.0,
+            r.error_rate * 100.0,
+            r.error_rate_all * 100.0
+        );
+    }
+    s
 }
 
 /// The admissions a minute of a run once settled.
@@ -469,26 +475,7 @@ fn simulate_lottery(
     };
     let mut reports = vec![run(opts, Steering::Autopilot)];
     reports.extend([1, 5, 25].map(|p| run(opts, Steering::Fixed(p))));
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "| run | admitted | admitted a minute once settled | p95 once settled (median / worst) | vs target | errors once settled | errors, whole run |"
-    );
-    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for r in &reports {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.0} | {:.0} / {:.0} ms | {:+.0} % | {:.2} % | {:.2} % |",
-            r.name(),
-            r.admitted,
-            settled_per_minute(opts, r),
-            r.p95_median * 1000.0,
-            r.p95_worst * 1000.0,
-            (r.p95_median / opts.settings.target_latency - 1.0) * 100.0,
-            r.error_rate * 100.0,
-            r.error_rate_all * 100.0
-        );
-    }
+    let mut s = table(opts, &reports);
     let auto = &reports[0];
     let _ = writeln!(
         s,
