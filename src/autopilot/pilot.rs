@@ -524,6 +524,11 @@ impl std::fmt::Debug for PilotHandle {
 }
 
 impl PilotHandle {
+    /// Capacity rooms: the pace the autopilot sets, while it runs.
+    pub fn pace(&self) -> Option<u32> {
+        self.0.as_ref().and_then(|p| p.pace())
+    }
+
     /// Lottery rooms: the percentage the autopilot sets, while it runs.
     pub fn percentage(&self) -> Option<f64> {
         self.0.as_ref().and_then(|p| p.percentage())

@@ -70,7 +70,7 @@ use std::time::Duration;
 
 use rand_chacha::rand_core::RngCore;
 
-use crate::autopilot::pilot::PilotCell;
+use crate::autopilot::pilot::PilotHandle;
 use crate::config::{CapacityConfig, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
@@ -196,7 +196,7 @@ pub struct Capacity {
     /// 0 = no limit. The configured value: [`Capacity::new_per_minute`] is the one in force.
     new_per_minute: u64,
     /// The autopilot that sets the pace while it runs (SPEC §10).
-    pilot: Option<Arc<PilotCell>>,
+    pilot: PilotHandle,
     /// 0 = no limit.
     total_active: u64,
     session_minutes: u64,
@@ -251,7 +251,7 @@ impl Capacity {
             scope: Arc::from(room),
             order: c.order,
             new_per_minute: u64::from(c.new_users_per_minute),
-            pilot: None,
+            pilot: PilotHandle::default(),
             total_active: u64::from(c.total_active_users),
             session_minutes: minutes_ceil(c.session_duration),
             refresh: c.refresh,
@@ -267,13 +267,13 @@ impl Capacity {
     }
 
     /// Admits at the pace `pilot` sets while it runs.
-    pub fn steer_by(&mut self, pilot: Arc<PilotCell>) {
-        self.pilot = Some(pilot);
+    pub fn steer_by(&mut self, pilot: PilotHandle) {
+        self.pilot = pilot;
     }
 
     /// `new_users_per_minute` in force: the autopilot's while it runs, else the configured one.
     pub fn new_per_minute(&self) -> u64 {
-        match self.pilot.as_ref().and_then(|p| p.pace()) {
+        match self.pilot.pace() {
             Some(pace) => u64::from(pace),
             None => self.new_per_minute,
         }

@@ -372,14 +372,16 @@ impl Room {
         self
     }
 
-    /// This room's capacity admits at the pace `pilot` sets while its autopilot runs.
+    /// This room (and each of its events) admits at what `pilot` sets while its autopilot
+    /// runs: the pace of a capacity room, the percentage of a lottery.
     pub fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
+        let handle = PilotHandle(Some(pilot.clone()));
         let policies =
             std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
         for policy in policies {
             match policy {
-                Policy::Capacity(c) => c.steer_by(pilot.clone()),
-                Policy::Lottery(l) => l.pilot = PilotHandle(Some(pilot.clone())),
+                Policy::Capacity(c) => c.steer_by(handle.clone()),
+                Policy::Lottery(l) => l.pilot = handle.clone(),
             }
         }
         self.pilot = pilot;
