@@ -149,6 +149,11 @@ pub fn delete(config: &CookieConfig, secure: bool) -> String {
     s
 }
 
+/// Removes a `pow` room's solution cookie (SPEC §14), as its challenge page set it.
+pub fn delete_solution(name: &str) -> String {
+    format!("{name}=; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; SameSite=Lax")
+}
+
 fn same_site(s: SameSite) -> &'static str {
     match s {
         SameSite::Lax => "Lax",

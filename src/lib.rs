@@ -9,6 +9,7 @@ pub mod admin;
 pub mod alloc;
 pub mod app;
 pub mod autopilot;
+pub mod challenge;
 pub mod config;
 pub mod controls;
 pub mod cookie;

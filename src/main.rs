@@ -374,6 +374,7 @@ fn render_page(
         PageKind::SoldOut => Decision::SoldOut,
         PageKind::QueueFull => Decision::QueueFull,
         PageKind::PreQueue => Decision::PreQueue,
+        PageKind::Challenge => Decision::Challenge,
         PageKind::RateLimited | PageKind::Error => Decision::Wait,
     };
     let mut outcome = Outcome::new(decision, CookieAction::Keep);
@@ -420,6 +421,14 @@ fn render_page(
             true,
             now.secs(),
         );
+    }
+    // A challenge page as the room would ask it (a sample value: its solution is never checked).
+    let solution_cookie = format!("{}_pow", room.config.cookie.name);
+    if kind == PageKind::Challenge {
+        ctx.challenge_value = "p1~preview~0~16~0000000000000000~0";
+        ctx.challenge_difficulty = room.config.challenge.map_or(16, |c| c.difficulty);
+        ctx.solution_cookie = &solution_cookie;
+        ctx.refresh_seconds = room.config.challenge.map_or(300, |c| c.ttl.as_secs());
     }
     if matches!(kind, PageKind::RateLimited | PageKind::Error) {
         ctx.retry_after = 30;

@@ -27,13 +27,14 @@ pub enum PageKind {
     SoldOut,
     QueueFull,
     PreQueue,
+    Challenge,
 }
 
 /// Pages a set must have: sets written before the later pages existed get the built-in ones.
 const REQUIRED: usize = 5;
 
 impl PageKind {
-    pub const ALL: [PageKind; 8] = [
+    pub const ALL: [PageKind; 9] = [
         PageKind::StartWaiting,
         PageKind::KeepWaiting,
         PageKind::Deny,
@@ -42,6 +43,7 @@ impl PageKind {
         PageKind::SoldOut,
         PageKind::QueueFull,
         PageKind::PreQueue,
+        PageKind::Challenge,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -54,6 +56,7 @@ impl PageKind {
             PageKind::SoldOut => "soldout.html",
             PageKind::QueueFull => "queuefull.html",
             PageKind::PreQueue => "prequeue.html",
+            PageKind::Challenge => "challenge.html",
         }
     }
 
@@ -67,6 +70,7 @@ impl PageKind {
             PageKind::SoldOut => include_str!("../pages/soldout.html"),
             PageKind::QueueFull => include_str!("../pages/queuefull.html"),
             PageKind::PreQueue => include_str!("../pages/prequeue.html"),
+            PageKind::Challenge => include_str!("../pages/challenge.html"),
         }
     }
 }
@@ -134,6 +138,31 @@ pub struct PageContext<'a> {
     pub countdown: Option<String>,
     /// Pre-queued visitors get their places by a random draw at the start.
     pub shuffle_at_start: bool,
+    /// Challenge pages (SPEC §14): the value to solve, the leading zero bits asked for, and
+    /// the cookie the solution goes back in. Pages are rendered (and cached) with
+    /// [`CHALLENGE_MARK`] as the value; [`splice_challenge`] puts each visitor's in.
+    pub challenge_value: &'a str,
+    pub challenge_difficulty: u8,
+    pub solution_cookie: &'a str,
+}
+
+/// Stands for the challenge value in a rendered challenge page: it appears where the template
+/// writes `challenge_value` and nowhere else. Values are made of `[A-Za-z0-9._~-]`, which
+/// neither HTML nor a script string escapes.
+pub const CHALLENGE_MARK: &str = "__VESTIBULE_CHALLENGE__";
+
+/// A rendered challenge page with `value` in place of [`CHALLENGE_MARK`].
+pub fn splice_challenge(page: &Bytes, value: &str) -> Bytes {
+    let finder = memchr::memmem::Finder::new(CHALLENGE_MARK);
+    let mut out = Vec::with_capacity(page.len() + 2 * value.len());
+    let mut rest = &page[..];
+    while let Some(at) = finder.find(rest) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(value.as_bytes());
+        rest = &rest[at + CHALLENGE_MARK.len()..];
+    }
+    out.extend_from_slice(rest);
+    Bytes::from(out)
 }
 
 /// `2026-12-01T10:00:00Z` as `2026-12-01 10:00 UTC` (seconds kept when not zero).
@@ -215,6 +244,9 @@ impl<'a> PageContext<'a> {
             starts_at_text: None,
             countdown: None,
             shuffle_at_start: false,
+            challenge_value: "",
+            challenge_difficulty: 0,
+            solution_cookie: "",
         }
     }
 
@@ -277,6 +309,9 @@ impl<'a> PageContext<'a> {
             starts_at_text: Some("2026-12-01 10:00 UTC".into()),
             countdown: Some("20:34".into()),
             shuffle_at_start: true,
+            challenge_value: CHALLENGE_MARK,
+            challenge_difficulty: 16,
+            solution_cookie: "vestibule_pow",
         }
     }
 }
@@ -304,6 +339,7 @@ struct RenderKey {
     message: Option<Box<str>>,
     lang: (usize, usize),
     event: Option<OwnedEventKey>,
+    challenge: (Box<str>, u8, Box<str>),
 }
 
 /// What a page's event part depends on, owned.
@@ -370,6 +406,11 @@ impl RenderKey {
                     shuffle,
                 )
             }),
+            challenge: (
+                c.challenge_value.into(),
+                c.challenge_difficulty,
+                c.solution_cookie.into(),
+            ),
         }
     }
 
@@ -393,6 +434,8 @@ impl RenderKey {
             && self.event.as_ref().map(|(n, st, a, b, secs, shuffle)| {
                 (&**n, *st, a.as_deref(), b.as_deref(), *secs, *shuffle)
             }) == event_key(c)
+            && (&*self.challenge.0, self.challenge.1, &*self.challenge.2)
+                == (c.challenge_value, c.challenge_difficulty, c.solution_cookie)
     }
 }
 
@@ -414,6 +457,7 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
     )
         .hash(&mut h);
     event_key(c).hash(&mut h);
+    (c.challenge_value, c.challenge_difficulty, c.solution_cookie).hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
     h.finish()
 }
@@ -519,7 +563,7 @@ impl Pages {
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        let sources: [(PageKind, String); 8] = sources
+        let sources: [(PageKind, String); PageKind::ALL.len()] = sources
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
         let catalogs = Arc::new(Catalogs::load(dir)?);
@@ -529,7 +573,7 @@ impl Pages {
     fn compile(
         dir: Option<PathBuf>,
         key: &str,
-        sources: [(PageKind, String); 8],
+        sources: [(PageKind, String); PageKind::ALL.len()],
         catalogs: Arc<Catalogs>,
     ) -> Result<Pages, ConfigErrors> {
         let mut env = environment(catalogs.clone());
@@ -676,6 +720,18 @@ pub struct WaitingJson<'a> {
     pub message: Option<&'a str>,
     /// The room's event (SPEC §13): in force, else next, else last; null without events.
     pub event: Option<EventJson<'a>>,
+    /// `decision = "challenge"` (SPEC §14): what to solve; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<ChallengeJson<'a>>,
+}
+
+/// The proof-of-work in a JSON answer (SPEC §14).
+#[derive(Debug, Serialize)]
+pub struct ChallengeJson<'a> {
+    pub algorithm: &'static str,
+    pub difficulty: u8,
+    pub value: &'a str,
+    pub expires_in: u64,
 }
 
 impl<'a> From<&'a PageContext<'a>> for WaitingJson<'a> {
@@ -700,6 +756,7 @@ impl<'a> From<&'a PageContext<'a>> for WaitingJson<'a> {
                 starts_at: ctx.starts_at.as_deref().unwrap_or(""),
                 ends_at: ctx.ends_at.as_deref().unwrap_or(""),
             }),
+            challenge: None,
         }
     }
 }

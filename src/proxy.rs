@@ -61,6 +61,8 @@ pub struct RequestCtx {
     decision: Option<Decision>,
     /// `Set-Cookie` to add to the forwarded response.
     set_cookie: Option<String>,
+    /// `pow` rooms: removes the solution cookie once it has been used (SPEC §14).
+    clear_solution: Option<String>,
     /// Capacity rooms: the admitted user's place (what a revoke gives back).
     place: Option<crate::room::Place>,
     /// Each rule checked, with its verdict (for the access log).
@@ -96,6 +98,7 @@ impl ProxyHttp for Proxy {
             room: None,
             decision: None,
             set_cookie: None,
+            clear_solution: None,
             place: None,
             rule_outcomes: SmallVec::new(),
             slots: SmallVec::new(),
@@ -140,7 +143,8 @@ impl ProxyHttp for Proxy {
                 let room = snapshot.rooms.get(room).ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
-                write_room_page(session, room, &outcome, ctx.secure, now).await?;
+                let clear = ctx.clear_solution.take();
+                write_room_page(session, room, &outcome, ctx.secure, clear, now).await?;
                 Ok(true)
             }
             Answer::Held(retry_after) => {
@@ -257,6 +261,9 @@ impl ProxyHttp for Proxy {
             // Added, not set: cookies the origin sets survive.
             response.append_header(header::SET_COOKIE, value)?;
             response.insert_header("Cache-Control", NO_STORE)?;
+        }
+        if let Some(value) = ctx.clear_solution.take() {
+            response.append_header(header::SET_COOKIE, value)?;
         }
         if !ctx.quotas.is_empty() {
             // Appended: `RateLimit` fields are lists, and an origin's own items survive.
@@ -487,7 +494,15 @@ impl Proxy {
                         .then(|| room.holding(ring, &identity, &cookies, now));
                     match holding {
                         Some(Some(Dec::Allow)) | None => {
-                            room.decide(ring, &identity, &cookies, now)
+                            let solution = room
+                                .solution_cookie()
+                                .and_then(|name| solution_of(req, name, &mut ctx.clear_solution));
+                            let outcome =
+                                room.decide_solving(ring, &identity, &cookies, solution, now);
+                            if !outcome.pow.solved {
+                                ctx.clear_solution = None;
+                            }
+                            outcome
                         }
                         Some(held) => {
                             let decision = if held.is_some() {
@@ -582,6 +597,14 @@ impl Proxy {
             }
             if let Some(reason) = outcome.rejected {
                 h.rejected[reason.index()].inc();
+            }
+            if let Some(c) = &h.challenges {
+                let pow = &outcome.pow;
+                for (counter, on) in c.iter().zip([pow.issued, pow.solved, pow.failed.is_some()]) {
+                    if on {
+                        counter.inc();
+                    }
+                }
             }
         });
     }
@@ -679,16 +702,42 @@ fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<
     }
 }
 
+/// A `pow` room's solution (SPEC §14): the `Vestibule-Solution` header, else the solution
+/// cookie `cookie` (and then `clear` gets the `Set-Cookie` that removes it once used).
+fn solution_of<'r>(
+    req: &'r RequestHeader,
+    cookie: &str,
+    clear: &mut Option<String>,
+) -> Option<&'r [u8]> {
+    if let Some(v) = req.headers.get(VESTIBULE_SOLUTION) {
+        return Some(v.as_bytes());
+    }
+    let values = cookie::values(
+        req.headers
+            .get_all(header::COOKIE)
+            .iter()
+            .map(|v| v.as_bytes()),
+        cookie,
+    );
+    let first = values.first().copied()?;
+    *clear = Some(cookie::delete_solution(cookie));
+    Some(first)
+}
+
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
 async fn write_room_page(
     session: &mut Session,
     room: &Room,
     outcome: &Outcome,
     secure: bool,
+    clear_solution: Option<String>,
     now: Timestamp,
 ) -> Result<()> {
     let mut extra = Vec::with_capacity(3);
-    if let Some(value) = set_cookie_value(room, &outcome.cookie, secure) {
+    let cookies = set_cookie_value(room, &outcome.cookie, secure)
+        .into_iter()
+        .chain(clear_solution);
+    for value in cookies {
         if let Ok(v) = HeaderValue::try_from(value) {
             extra.push((header::SET_COOKIE, v));
         }
@@ -715,13 +764,22 @@ async fn write_room_page(
     };
     let page = room.page_context(outcome, language, now);
     let (content_type, body) = if json {
-        ("application/json", pages::json(&WaitingJson::from(&page)))
+        let mut answer = WaitingJson::from(&page);
+        answer.challenge = outcome.challenge.as_ref().map(|c| pages::ChallengeJson {
+            algorithm: "sha256",
+            difficulty: c.difficulty,
+            value: &c.value,
+            expires_in: c.expires_in,
+        });
+        ("application/json", pages::json(&answer))
     } else {
         language_headers(&mut extra, &page);
-        (
-            "text/html; charset=utf-8",
-            room.pages_at(now).render(outcome.decision.page(), &page),
-        )
+        let body = room.pages_at(now).render(outcome.decision.page(), &page);
+        let body = match &outcome.challenge {
+            Some(c) => pages::splice_challenge(&body, &c.value),
+            None => body,
+        };
+        ("text/html; charset=utf-8", body)
     };
     respond(session, room.config.wait_status, content_type, extra, body).await
 }
@@ -938,6 +996,7 @@ async fn write_error_page(
 
 const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
+const VESTIBULE_SOLUTION: http::HeaderName = http::HeaderName::from_static("vestibule-solution");
 const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
 const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");

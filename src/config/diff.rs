@@ -299,6 +299,17 @@ fn room_fields(r: &RoomConfig) -> Fields {
                 )
             }),
         ),
+        (
+            "challenge",
+            r.challenge.map_or("none".into(), |c| {
+                format!(
+                    "pow, difficulty {}, ttl {}, on failure {}",
+                    c.difficulty,
+                    duration(c.ttl),
+                    c.on_failure.as_str()
+                )
+            }),
+        ),
     ];
     // Method-specific settings line up only when the method is the same; a method change is
     // reported by `admission` above.

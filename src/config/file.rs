@@ -254,6 +254,12 @@ pub struct RoomFile {
     pub autopilot_max: Option<i64>,
     #[serde(default, with = "humantime_serde")]
     pub autopilot_interval: Option<Duration>,
+    /// Proof-of-work before a place in line (SPEC §14).
+    pub challenge: Option<String>,
+    pub challenge_difficulty: Option<i64>,
+    #[serde(default, with = "humantime_serde")]
+    pub challenge_ttl: Option<Duration>,
+    pub on_challenge_failure: Option<String>,
     /// `[[room.event]]`: scheduled events (SPEC §13).
     #[serde(default)]
     pub event: Vec<EventFile>,

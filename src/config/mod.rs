@@ -284,6 +284,36 @@ pub struct RoomConfig {
     pub events: Vec<EventConfig>,
     /// `autopilot = true`: admission steered by the origin's health (SPEC §10).
     pub autopilot: Option<AutopilotConfig>,
+    /// `challenge = "pow"`: a new arrival proves some work before it gets a place (SPEC §14).
+    pub challenge: Option<ChallengeConfig>,
+}
+
+/// A room's proof-of-work (SPEC §14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChallengeConfig {
+    /// Leading zero bits of SHA-256(value ":" nonce), 8-28: about `2^difficulty` hashes.
+    pub difficulty: u8,
+    /// How long a challenge may be answered.
+    pub ttl: Duration,
+    pub on_failure: OnChallengeFailure,
+}
+
+/// What a visitor whose solution fails gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnChallengeFailure {
+    /// A fresh challenge.
+    Retry,
+    /// A waiting page whose place never moves, for as long as the failed solution is sent.
+    InfiniteQueue,
+}
+
+impl OnChallengeFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnChallengeFailure::Retry => "retry",
+            OnChallengeFailure::InfiniteQueue => "infinite_queue",
+        }
+    }
 }
 
 /// What the autopilot of a room steers toward and within (SPEC §10).

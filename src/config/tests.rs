@@ -611,3 +611,48 @@ fn autopilot_keys_are_read_and_checked() {
         "{e}"
     );
 }
+
+#[test]
+fn challenge_keys_are_read_and_checked() {
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nchallenge = \"pow\"\nchallenge_difficulty = 20\nchallenge_ttl = \"2m\"\n\
+         on_challenge_failure = \"infinite_queue\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nchallenge = \"pow\"\n\
+         [[room]]\nname = \"c\"\npaths = [\"/c\"]\ncookie_name = \"c\"\nchallenge_difficulty = 9\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.rooms[0].challenge,
+        Some(ChallengeConfig {
+            difficulty: 20,
+            ttl: Duration::from_secs(120),
+            on_failure: OnChallengeFailure::InfiniteQueue,
+        })
+    );
+    assert_eq!(
+        c.rooms[1].challenge,
+        Some(ChallengeConfig {
+            difficulty: 16,
+            ttl: Duration::from_secs(300),
+            on_failure: OnChallengeFailure::Retry,
+        }),
+        "the defaults"
+    );
+    assert_eq!(c.rooms[2].challenge, None, "none unless asked for");
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nchallenge = \"captcha\"\nchallenge_difficulty = 29\nchallenge_ttl = \"2s\"\n\
+         on_challenge_failure = \"ban\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nchallenge = \"pow\"\nchallenge_difficulty = 7\nchallenge_ttl = \"90m\"\n"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("room[0].challenge: must be \"none\" or \"pow\", got \"captcha\"");
+    has("room[0].challenge_difficulty: must be between 8 and 28 (leading zero bits; each one doubles the work), got 29");
+    has("room[0].challenge_ttl: must be a whole number of seconds between 10s and 1h");
+    has("room[0].on_challenge_failure: must be \"retry\" or \"infinite_queue\", got \"ban\"");
+    has("room[1].challenge_difficulty: must be between 8 and 28");
+    has("room[1].challenge_ttl: must be a whole number of seconds between 10s and 1h");
+    assert!(
+        e.contains("vestibule.toml:"),
+        "names the file and line:\n{e}"
+    );
+}

@@ -685,6 +685,7 @@ impl Validator<'_> {
                 self.err(k(&key), message);
             }
             let autopilot = self.autopilot(i, r, admission.as_ref());
+            let challenge = self.challenge(i, r);
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -709,9 +710,62 @@ impl Validator<'_> {
                 mode,
                 events,
                 autopilot,
+                challenge,
             });
         }
         out
+    }
+
+    /// The `challenge*` keys (SPEC §14), checked whether or not `challenge` is on.
+    fn challenge(&mut self, i: usize, r: &RoomFile) -> Option<ChallengeConfig> {
+        use crate::challenge::{MAX_DIFFICULTY, MIN_DIFFICULTY};
+        let k = |field: &str| format!("room[{i}].{field}");
+        let difficulty = r.challenge_difficulty.unwrap_or(16);
+        if !(i64::from(MIN_DIFFICULTY)..=i64::from(MAX_DIFFICULTY)).contains(&difficulty) {
+            self.err(
+                k("challenge_difficulty"),
+                format!(
+                    "must be between {MIN_DIFFICULTY} and {MAX_DIFFICULTY} (leading zero bits; each one doubles the work), got {difficulty}"
+                ),
+            );
+        }
+        let ttl = r.challenge_ttl.unwrap_or(Duration::from_secs(300));
+        if ttl < Duration::from_secs(10)
+            || ttl > Duration::from_secs(3600)
+            || ttl.subsec_nanos() != 0
+        {
+            self.err(
+                k("challenge_ttl"),
+                "must be a whole number of seconds between 10s and 1h",
+            );
+        }
+        let on_failure = match r.on_challenge_failure.as_deref().unwrap_or("retry") {
+            "retry" => OnChallengeFailure::Retry,
+            "infinite_queue" => OnChallengeFailure::InfiniteQueue,
+            other => {
+                self.err(
+                    k("on_challenge_failure"),
+                    format!("must be \"retry\" or \"infinite_queue\", got \"{other}\""),
+                );
+                OnChallengeFailure::Retry
+            }
+        };
+        match r.challenge.as_deref().unwrap_or("none") {
+            "none" => None,
+            "pow" => Some(ChallengeConfig {
+                difficulty: difficulty.clamp(i64::from(MIN_DIFFICULTY), i64::from(MAX_DIFFICULTY))
+                    as u8,
+                ttl,
+                on_failure,
+            }),
+            other => {
+                self.err(
+                    k("challenge"),
+                    format!("must be \"none\" or \"pow\", got \"{other}\""),
+                );
+                None
+            }
+        }
     }
 
     /// The `autopilot*` keys (SPEC §10). They are checked whether or not `autopilot` is on, so a

@@ -36,7 +36,13 @@ pub struct RoomHandles {
     pub decisions: [Arc<Counter>; Decision::ALL.len()],
     pub admitted: Arc<Counter>,
     pub rejected: [Arc<Counter>; 6],
+    /// `pow` rooms: challenges by result (issued, solved, failed).
+    pub challenges: Option<[Arc<Counter>; 3]>,
 }
+
+/// The `result` labels of `vestibule_room_challenges_total`, in [`RoomHandles::challenges`]
+/// order.
+pub const CHALLENGE_RESULTS: [&str; 3] = ["issued", "solved", "failed"];
 
 /// The registry and handles to every family. The families every request counts in are
 /// [`sharded`], so worker threads do not contend for their cache lines.
@@ -52,6 +58,7 @@ pub struct Metrics {
     pub upstream_unavailable: IntCounter,
     room_decisions: sharded::CounterVec,
     room_admitted: sharded::CounterVec,
+    room_challenges: sharded::CounterVec,
     pub room_allow_percentage: GaugeVec,
     token_rejected: sharded::CounterVec,
     pub room_active_users: IntGaugeVec,
@@ -265,6 +272,11 @@ impl Metrics {
                 "Waiting users let in, by room.",
                 &["room"],
             ),
+            room_challenges: sharded::CounterVec::new(
+                "vestibule_room_challenges_total",
+                "Proof-of-work challenges of pow rooms, by room and result (issued, solved, failed).",
+                &["room", "result"],
+            ),
             room_allow_percentage: gauge_vec(
                 "vestibule_room_allow_percentage",
                 "The chance (0-100) that an eligible waiting user gets in right now.",
@@ -334,6 +346,7 @@ impl Metrics {
             Box::new(self.upstream_unavailable.clone()),
             Box::new(self.room_decisions.clone()),
             Box::new(self.room_admitted.clone()),
+            Box::new(self.room_challenges.clone()),
             Box::new(self.room_allow_percentage.clone()),
             Box::new(self.token_rejected.clone()),
             Box::new(self.room_active_users.clone()),
@@ -427,6 +440,11 @@ impl Metrics {
                 self.token_rejected.with_label_values(&[name, r.as_str()]);
             }
             self.room_admitted.with_label_values(&[name]);
+            if room.config.challenge.is_some() {
+                for result in CHALLENGE_RESULTS {
+                    self.room_challenges.with_label_values(&[name, result]);
+                }
+            }
             for action in crate::controls::Action::LABELS {
                 self.admin_actions.with_label_values(&[name, action]);
             }
@@ -534,6 +552,10 @@ impl Metrics {
                     admitted: self.room_admitted.with_label_values(&[name]),
                     rejected: Reject::ALL
                         .map(|r| self.token_rejected.with_label_values(&[name, r.as_str()])),
+                    challenges: room.config.challenge.map(|_| {
+                        CHALLENGE_RESULTS
+                            .map(|r| self.room_challenges.with_label_values(&[name, r]))
+                    }),
                 }
             })
             .collect();

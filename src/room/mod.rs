@@ -14,7 +14,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
-use crate::config::{Admission, HostPattern, RoomConfig};
+use crate::challenge::{self, Challenge, Failure};
+use crate::config::{Admission, HostPattern, OnChallengeFailure, RoomConfig};
 use crate::controls::RoomCell;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
@@ -47,10 +48,12 @@ pub enum Decision {
     QueueFull,
     /// An event's pre-queue (SPEC §13): show `prequeue`, a wait token due at the start.
     PreQueue,
+    /// A new arrival in a `pow` room (SPEC §14): show `challenge`, no token until it is solved.
+    Challenge,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 9] = [
+    pub const ALL: [Decision; 10] = [
         Decision::Allow,
         Decision::Anon,
         Decision::Wait,
@@ -60,6 +63,7 @@ impl Decision {
         Decision::SoldOut,
         Decision::QueueFull,
         Decision::PreQueue,
+        Decision::Challenge,
     ];
 
     /// Position in [`Decision::ALL`].
@@ -79,6 +83,7 @@ impl Decision {
             Decision::SoldOut => "sold_out",
             Decision::QueueFull => "queue_full",
             Decision::PreQueue => "prequeue",
+            Decision::Challenge => "challenge",
         }
     }
 
@@ -94,6 +99,7 @@ impl Decision {
             Decision::SoldOut => PageKind::SoldOut,
             Decision::QueueFull => PageKind::QueueFull,
             Decision::PreQueue => PageKind::PreQueue,
+            Decision::Challenge => PageKind::Challenge,
             Decision::Wait | Decision::Lost => PageKind::KeepWaiting,
             _ => PageKind::StartWaiting,
         }
@@ -128,6 +134,19 @@ pub struct Outcome {
     pub paused: bool,
     /// Held requests: the operator's notice for the room.
     pub message: Option<Arc<String>>,
+    /// `pow` rooms: the challenge to solve (with [`Decision::Challenge`]).
+    pub challenge: Option<Challenge>,
+    /// `pow` rooms: what this request did with a challenge.
+    pub pow: PowCount,
+}
+
+/// What one request did with a room's proof-of-work, for
+/// `vestibule_room_challenges_total{result}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PowCount {
+    pub issued: bool,
+    pub solved: bool,
+    pub failed: Option<crate::challenge::Failure>,
 }
 
 /// What bears on a room beyond its own settings (SPEC §13), handed to its admission policy:
@@ -182,6 +201,8 @@ impl Outcome {
             place: None,
             paused: false,
             message: None,
+            challenge: None,
+            pow: PowCount::default(),
         }
     }
 }
@@ -247,6 +268,8 @@ pub struct Room {
     language: usize,
     /// The autopilot (SPEC §10); the same cell across reloads.
     pilot: Arc<PilotCell>,
+    /// `pow` rooms: the cookie a solution may come back in (`<cookie_name>_pow`).
+    solution_cookie: Option<String>,
 }
 
 impl std::fmt::Debug for Room {
@@ -290,7 +313,6 @@ impl Room {
             .map(|e| (policy_of(&e.admission(&config.admission)), pages.clone(), 0))
             .collect();
         Room {
-            config,
             pages,
             policy,
             events,
@@ -298,6 +320,10 @@ impl Room {
             controls: Arc::default(),
             language: 0,
             pilot: Arc::default(),
+            solution_cookie: config
+                .challenge
+                .map(|_| format!("{}_pow", config.cookie.name)),
+            config,
         }
     }
 
@@ -392,6 +418,11 @@ impl Room {
         &self.pilot
     }
 
+    /// `pow` rooms: the name of the cookie a solution may come back in.
+    pub fn solution_cookie(&self) -> Option<&str> {
+        self.solution_cookie.as_deref()
+    }
+
     /// What the autopilot steers from now: the configured `new_users_per_minute` and session in
     /// force (a running event's, else the room's), what is active and what waits. `None` for
     /// lottery rooms.
@@ -444,12 +475,66 @@ impl Room {
         cookies: &[&[u8]],
         now: Timestamp,
     ) -> Outcome {
+        self.decide_solving(ring, uid, cookies, None, now)
+    }
+
+    /// Decides one request that may carry a proof-of-work `solution` (`value:nonce`, SPEC
+    /// §14). In a `pow` room a visitor without a valid token joins only with a correct one.
+    pub fn decide_solving(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        cookies: &[&[u8]],
+        solution: Option<&[u8]>,
+        now: Timestamp,
+    ) -> Outcome {
         if !self.config.enabled {
             return Outcome::new(Decision::Bypass, CookieAction::Keep);
         }
         let presented = Presented::check(ring, uid, cookies, now);
         let held = self.controls.held();
         let sold_out = self.sold_out_under(held);
+        let mut pow = PowCount::default();
+        // A sold-out room lets nobody new in: no work is asked for a place that cannot move.
+        if let (Some(c), None, false) = (&self.config.challenge, &presented.valid, sold_out) {
+            let failure = match solution.map(|s| challenge::check(ring, self.name(), uid, s, now)) {
+                Some(Ok(())) => None,
+                Some(Err(f)) => Some(f),
+                None => Some(Failure::Malformed),
+            };
+            pow.solved = failure.is_none() && solution.is_some();
+            pow.failed = failure.filter(|_| solution.is_some());
+            if let Some(failure) = failure {
+                let mut outcome = if c.on_failure == OnChallengeFailure::InfiniteQueue
+                    && solution.is_some()
+                    && failure != Failure::Expired
+                {
+                    // A place that never moves, for as long as the failed solution comes back.
+                    let mut o = Outcome::new(Decision::Wait, CookieAction::Keep);
+                    o.refresh_secs = self.retry_after();
+                    o
+                } else {
+                    pow.issued = true;
+                    let mut o = Outcome::new(Decision::Challenge, CookieAction::Keep);
+                    let ttl = c.ttl.as_secs();
+                    o.challenge = Some(challenge::issue(
+                        ring,
+                        self.name(),
+                        uid,
+                        c.difficulty,
+                        ttl,
+                        now,
+                    ));
+                    o.refresh_secs = ttl;
+                    o
+                };
+                outcome.pow = pow;
+                outcome.rejected = presented.rejected;
+                outcome.paused = held.paused;
+                outcome.message = self.controls.message();
+                return outcome;
+            }
+        }
         let phase = self.event_now(now);
         let running = phase.filter(|p| p.state == event::EventState::Running);
         let hold = Hold {
@@ -484,6 +569,7 @@ impl Room {
             outcome.message = self.controls.message();
         }
         outcome.rejected = outcome.rejected.or(presented.rejected);
+        outcome.pow = pow;
         if let (Policy::Lottery(l), true, Some(t)) = (policy, outcome.admitted, &presented.valid) {
             outcome.admitted = self.first_win(l, t, now);
         }
@@ -626,6 +712,11 @@ impl Room {
         ctx.users_ahead = outcome.users_ahead;
         ctx.paused = outcome.paused;
         ctx.message = outcome.message.as_deref().map(String::as_str);
+        if let (Some(c), Some(cookie)) = (&outcome.challenge, &self.solution_cookie) {
+            ctx.challenge_value = crate::pages::CHALLENGE_MARK;
+            ctx.challenge_difficulty = c.difficulty;
+            ctx.solution_cookie = cookie;
+        }
         if let Some(p) = event::current(&self.config.events, now) {
             ctx = ctx.with_event(
                 &p.event.name,
@@ -688,7 +779,12 @@ impl RoomSet {
         // Longest prefix first; at equal length a room naming the host beats a catch-all;
         // then file order (the sort is stable).
         routes.sort_by_key(|r| (std::cmp::Reverse(r.prefix.len()), r.host.is_none()));
-        let cookie_names = rooms.iter().map(|r| r.config.cookie.name.clone()).collect();
+        // Solutions of `pow` rooms never reach the origin either.
+        let cookie_names = rooms
+            .iter()
+            .map(|r| r.config.cookie.name.clone())
+            .chain(rooms.iter().filter_map(|r| r.solution_cookie.clone()))
+            .collect();
         RoomSet {
             rooms,
             routes,

@@ -513,7 +513,12 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                     i,
                 )));
             }
-            Decision::Deny | Decision::Bypass | Decision::SoldOut | Decision::QueueFull => {}
+            // Simulated rooms ask no proof-of-work.
+            Decision::Deny
+            | Decision::Bypass
+            | Decision::SoldOut
+            | Decision::QueueFull
+            | Decision::Challenge => {}
         }
     }
 
