@@ -377,6 +377,29 @@ mod tests {
         }
     }
 
+    /// The format in the module's documentation, made by another implementation (the fuzz
+    /// seed was written by a Python script from that description alone).
+    #[test]
+    fn the_documented_format_is_what_is_checked() {
+        let ring = KeyRing::from_entries(
+            "key1",
+            &[(
+                "key1",
+                "ZnV6ei1rZXktb25lLWZ1enota2V5LW9uZS1mdXp6LWtleS1vbmUtMDAwMDA=",
+            )],
+        )
+        .unwrap();
+        let uid = Identity::of_ip("192.0.2.1".parse().unwrap(), 64);
+        let at = Timestamp::from_secs(1_700_000_000);
+        let solved = include_str!("../fuzz/seeds/challenge/solved");
+        assert_eq!(check(&ring, "sale", &uid, solved.as_bytes(), at), Ok(()));
+        let unsolved = include_str!("../fuzz/seeds/challenge/unsolved");
+        assert_eq!(
+            check(&ring, "sale", &uid, unsolved.as_bytes(), at),
+            Err(Failure::NotSolved)
+        );
+    }
+
     #[test]
     fn leading_zero_bits_counts_bits() {
         assert_eq!(leading_zero_bits(&[0, 0, 0x80]), 16);

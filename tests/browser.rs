@@ -285,6 +285,100 @@ fn a_visitor_in_a_real_browser() {
     }
 }
 
+/// A visitor in a proof-of-work room (SPEC §14): with JavaScript on it gets its place with no
+/// click while the page stays responsive; with JavaScript off it is told what is needed.
+#[test]
+fn a_visitor_solves_a_challenge_in_a_real_browser() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = match driver_ready(&dir) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!(
+                "\n!!!!!!!!\n!!! SKIPPED a_visitor_solves_a_challenge_in_a_real_browser: {why}\n!!! .ci/run installs it; this test proves the challenge page works in a real browser.\n!!!!!!!!\n"
+            );
+            return;
+        }
+    };
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(
+            "[[room]]\nname = \"pow\"\ntitle = \"Sneaker drop\"\npaths = [\"/pow\"]\ncookie_name = \"wr_pow\"\n\
+             pages = \"pages\"\nallow_percentage = 100\nchallenge = \"pow\"\nchallenge_difficulty = 14\n\
+             [[room]]\nname = \"hard\"\npaths = [\"/hard\"]\ncookie_name = \"wr_hard\"\npages = \"pages\"\n\
+             allow_percentage = 100\nchallenge = \"pow\"\nchallenge_difficulty = 28\n",
+        )
+        .start();
+    let arg = serde_json::json!({
+        "mode": "test",
+        "base": format!("http://{}", v.proxy),
+        "path": "/pow/__echo",
+        "hard": "/hard/__echo",
+    });
+    let out = Command::new("node")
+        .arg(dir.join("challenge.mjs"))
+        .arg(arg.to_string())
+        .env("CHROMIUM", &chromium)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the browser driver failed ({:?}):\n{stderr}\n{stdout}\nvestibule:\n{}",
+        out.status,
+        v.log_text()
+    );
+    let found: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}"));
+    eprintln!(
+        "browser findings:\n{}",
+        serde_json::to_string_pretty(&found).unwrap()
+    );
+
+    // JavaScript on: solved, sent back, let in, with no click; the solution cookie is gone.
+    let on = &found["js_on"];
+    assert_eq!(on["solved"], true, "{on}");
+    assert_eq!(on["solution_cookie_sent"], true, "{on}");
+    assert_eq!(on["origin_page"], true, "let in by itself: {on}");
+    assert_eq!(on["navigations"], 2, "the page, then the origin's: {on}");
+    let cookies: Vec<&str> = on["cookies_after"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert!(cookies.contains(&"wr_pow"), "a place: {on}");
+    assert!(
+        !cookies.contains(&"wr_pow_pow"),
+        "the solution is removed: {on}"
+    );
+    if let Some(first) = on["first"].as_object() {
+        assert_eq!(first["role"], "progressbar", "{on}");
+        assert_eq!(first["workShown"], true, "{on}");
+    }
+
+    // While it works the page answers its timers and shows progress.
+    let r = &found["responsive"];
+    let worst = r["worst_gap_ms"].as_f64().expect("measured");
+    assert!(worst < 250.0, "the page stalled for {worst} ms: {r}");
+    let progress = r["progress"].as_array().unwrap();
+    assert!(progress.len() >= 2, "the progress moves: {r}");
+    assert_eq!(r["navigations"], 1, "still working: {r}");
+    assert_eq!(r["workers"], 1, "the work runs in a Web Worker: {r}");
+
+    // JavaScript off: the page says what it needs and does not reload.
+    let off = &found["js_off"];
+    assert!(
+        off["text"]
+            .as_str()
+            .unwrap()
+            .contains("This page needs JavaScript"),
+        "{off}"
+    );
+    assert_eq!(off["navigations"], 1, "{off}");
+    assert_eq!(off["solution_cookie_sent"], false, "{off}");
+}
+
 /// The rooms the browser visits, without a browser: each answers with its own page and title
 /// (this also runs where chromium is missing).
 #[test]
