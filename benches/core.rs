@@ -59,6 +59,38 @@ fn tokens(c: &mut Criterion) {
     });
 }
 
+/// Proof-of-work (SPEC §14): what the server pays per challenge, against what a visitor pays
+/// per solve (`benches/challenge.sh`).
+fn challenges(c: &mut Criterion) {
+    use vestibule::challenge;
+    let ring = ring();
+    let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
+    let now = Timestamp::from_secs(1_700_000_000);
+    let issued = challenge::issue(&ring, "sale", &uid, 16, 300, now);
+    let solution = challenge::solve(&issued.value, 16, 1 << 30).expect("solvable");
+    c.bench_function("challenge/check a solution", |b| {
+        b.iter(|| {
+            challenge::check(&ring, "sale", &uid, black_box(solution.as_bytes()), now)
+                .expect("solved")
+        })
+    });
+    let forged = solution.replacen("p1~key1~", "p1~key1~1", 1);
+    c.bench_function("challenge/refuse a forged solution", |b| {
+        b.iter(|| {
+            challenge::check(&ring, "sale", &uid, black_box(forged.as_bytes()), now)
+                .expect_err("forged")
+        })
+    });
+    c.bench_function("challenge/issue", |b| {
+        b.iter(|| black_box(challenge::issue(&ring, "sale", &uid, 16, 300, now)))
+    });
+    let set = rooms("[[room]]\nallow_percentage = 50\nchallenge = \"pow\"\n");
+    let room = set.iter().next().expect("room");
+    c.bench_function("room/decide no cookie, pow room (a challenge)", |b| {
+        b.iter(|| black_box(room.decide(&ring, &uid, &[], now)))
+    });
+}
+
 fn decisions(c: &mut Criterion) {
     let ring = ring();
     let set = rooms("[[room]]\nallow_percentage = 50\n");
@@ -233,6 +265,7 @@ fn contended_metrics(c: &mut Criterion) {
 criterion_group!(
     benches,
     tokens,
+    challenges,
     decisions,
     rate_limits,
     pages,
