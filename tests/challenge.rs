@@ -277,3 +277,50 @@ fn bad_solutions_get_a_clear_answer_and_infinite_queue_holds_them() {
         "{cookies:?}"
     );
 }
+
+/// The reference solver for app clients (`examples/pow_solve.rs`) gets a place.
+#[test]
+fn the_reference_solver_in_examples_gets_a_place() {
+    let exe = std::env::current_exe().expect("test binary");
+    let profile = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let solver = profile.join("examples/pow_solve");
+    if !solver.exists() {
+        // `cargo test` builds the examples; a lone `cargo test --test challenge` does not.
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--example", "pow_solve"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "the example builds");
+    }
+    let (_origin, v) = start();
+    let out = std::process::Command::new(&solver)
+        .arg(v.url("/sale/__echo"))
+        .args(["--header", "X-Forwarded-For: 10.5.0.1"])
+        .output()
+        .expect("the solver runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(found["challenged"], true, "{found}");
+    assert_eq!(found["difficulty"], 12, "{found}");
+    assert_eq!(found["decision"], "allow", "{found}");
+    assert!(found["hashes"].as_u64().unwrap() >= 1, "{found}");
+    assert!(
+        found["cookies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().starts_with("waiting_room=")),
+        "{found}"
+    );
+    assert_eq!(challenges(&v, "sale", "solved"), 1.0);
+}
