@@ -104,6 +104,10 @@ prequeue_start = \"$(date -u -d '-1 hour' +%FT%TZ)\"
 start = \"$(date -u -d '+1 day' +%FT%TZ)\"
 end = \"$(date -u -d '+2 days' +%FT%TZ)\"
 shuffle_at_start = true"
+# The same room asking new arrivals for a proof-of-work (SPEC §14): every request is a new
+# visitor who gets the challenge page, with a challenge of its own.
+CHALLENGE_ROOM="$ROOM
+challenge = \"pow\""
 # Three rules, one of each algorithm, none of which ever blocks: the window per client, a
 # token bucket per client and path (so allowed answers carry RateLimit headers), and a
 # concurrency cap. Their requests are the allowed scenario's, so the difference is the rules.
@@ -204,12 +208,12 @@ start_vestibule() { # name extra [wrapper...]
 }
 
 # What a vestibule did so far, from its admin endpoint: answers it forwarded from the origin
-# (2xx) and room pages it wrote itself (anon, wait and deny decisions).
+# (2xx) and room pages it wrote itself (anon, wait, deny, pre-queue and challenge decisions).
 forwarded() { # admin-port
   curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_upstream_responses_total\{status_class="2xx"\}/ { n += $2 } END { printf "%d", n }'
 }
 room_pages() { # admin-port
-  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|lost|deny|prequeue)"/ { n += $2 } END { printf "%d", n }'
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|lost|deny|prequeue|challenge)"/ { n += $2 } END { printf "%d", n }'
 }
 
 # An allow cookie for 127.0.0.1, from a room that admits everyone; sets COOKIE.

@@ -84,6 +84,7 @@ measure vestibule_allowed vestibule origin "$ROOM" "Cookie: $COOKIE"
 measure vestibule_3_rules vestibule origin "$ROOM
 $RULES" "Cookie: $COOKIE"
 measure vestibule_waiting_page vestibule page "$ROOM"
+measure vestibule_challenge_page vestibule page "$CHALLENGE_ROOM"
 # A bucket keyed by a header the client sends: that header costs a proxy on its own, so it is
 # compared with the plain proxy fed the same header too.
 measure plain_proxy_api_key_header plain origin "" "X-Api-Key: k-123"

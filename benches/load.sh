@@ -89,6 +89,7 @@ for PROXY_THREADS in $THREAD_LIST; do
 $RULES"; P[$t rules_pid]=$VPID P[$t rules_port]=$VPORT P[$t rules_admin]=$VADMIN
   start_vestibule "waiting.t$t" "$ROOM"; P[$t waiting_pid]=$VPID P[$t waiting_port]=$VPORT P[$t waiting_admin]=$VADMIN P[$t waiting_tls]=${VTLS_PORT:-}
   start_vestibule "prequeue.t$t" "$PREQUEUE_ROOM"; P[$t prequeue_pid]=$VPID P[$t prequeue_port]=$VPORT P[$t prequeue_admin]=$VADMIN
+  start_vestibule "challenge.t$t" "$CHALLENGE_ROOM"; P[$t challenge_pid]=$VPID P[$t challenge_port]=$VPORT P[$t challenge_admin]=$VADMIN
   ACCESS_LOG=true start_vestibule "access_log.t$t" "$ROOM"; P[$t log_pid]=$VPID P[$t log_port]=$VPORT P[$t log_admin]=$VADMIN
   if [ -n "${BASELINE_BIN:-}" ]; then
     # An earlier build, in the same rounds: before/after figures that share the machine's drift.
@@ -119,6 +120,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     EXPECT=page ADMIN=${P[$t waiting_admin]} measure vestibule_waiting_page_ar "http://127.0.0.1:${P[$t waiting_port]}/" "${P[$t waiting_pid]}" -H "Accept-Language: ar-EG,ar;q=0.9,en-US;q=0.6,en;q=0.5"
     # An event's pre-queue page, for a new visitor each time (SPEC §13).
     EXPECT=page ADMIN=${P[$t prequeue_admin]} measure vestibule_prequeue_page "http://127.0.0.1:${P[$t prequeue_port]}/" "${P[$t prequeue_pid]}"
+    # A proof-of-work room's challenge page, a challenge of its own for each request (SPEC §14).
+    EXPECT=page ADMIN=${P[$t challenge_admin]} measure vestibule_challenge_page "http://127.0.0.1:${P[$t challenge_port]}/" "${P[$t challenge_pid]}"
     EXPECT=origin ADMIN=${P[$t log_admin]} measure vestibule_allowed_with_access_log "http://127.0.0.1:${P[$t log_port]}/" "${P[$t log_pid]}" -H "Cookie: $COOKIE"
     if [ -n "${BASELINE_BIN:-}" ]; then
       EXPECT=origin ADMIN=${P[$t b_allowed_admin]} measure baseline_allowed "http://127.0.0.1:${P[$t b_allowed_port]}/" "${P[$t b_allowed_pid]}" -H "Cookie: $COOKIE"

@@ -60,17 +60,23 @@ impl Failure {
     }
 }
 
+/// Expiries are rounded up to a multiple of this many seconds, so a challenge can be reused for
+/// its identity and room within that step (see [`issue`]).
+pub const EXPIRY_STEP: u64 = 10;
+
 /// A challenge as sent to the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Challenge {
     /// The opaque value the client hashes.
-    pub value: String,
+    pub value: std::sync::Arc<str>,
     pub difficulty: u8,
     /// Seconds the value may still be answered.
     pub expires_in: u64,
 }
 
-/// Issues a challenge for `uid` in `room`, signed with the ring's active key.
+/// Issues a challenge for `uid` in `room`, signed with the ring's active key, answerable for
+/// `ttl_secs` and up to [`EXPIRY_STEP`] more: the expiry is rounded up, and within one step
+/// the same identity is given the same challenge again (from the ring's cache, without an HMAC).
 pub fn issue(
     ring: &KeyRing,
     room: &str,
@@ -79,21 +85,33 @@ pub fn issue(
     ttl_secs: u64,
     now: Timestamp,
 ) -> Challenge {
-    let mut salt = [0u8; SALT_BYTES];
-    rand::thread_rng().fill_bytes(&mut salt);
-    issue_with_salt(ring.active(), room, uid, difficulty, ttl_secs, now, salt)
+    let exp = now
+        .secs()
+        .saturating_add(ttl_secs)
+        .div_ceil(EXPIRY_STEP)
+        .saturating_mul(EXPIRY_STEP);
+    let value = ring
+        .issued_challenges()
+        .get_or_issue(room, uid.as_str(), exp, difficulty, || {
+            let mut salt = [0u8; SALT_BYTES];
+            rand::thread_rng().fill_bytes(&mut salt);
+            signed_value(ring.active(), room, uid, difficulty, exp, salt)
+        });
+    Challenge {
+        value,
+        difficulty,
+        expires_in: exp.saturating_sub(now.secs()),
+    }
 }
 
-fn issue_with_salt(
+fn signed_value(
     key: &SigningKey,
     room: &str,
     uid: &Identity,
     difficulty: u8,
-    ttl_secs: u64,
-    now: Timestamp,
+    exp: u64,
     salt: [u8; SALT_BYTES],
-) -> Challenge {
-    let exp = now.secs().saturating_add(ttl_secs);
+) -> String {
     let salt = hex::encode(salt);
     let mac = mac(key, room, uid, exp, difficulty, &salt);
     let mut value = String::with_capacity(80 + key.id().len());
@@ -108,11 +126,7 @@ fn issue_with_salt(
     value.push_str(&salt);
     value.push('~');
     value.push_str(&hex::encode(mac));
-    Challenge {
-        value,
-        difficulty,
-        expires_in: ttl_secs,
-    }
+    value
 }
 
 fn mac(
@@ -306,7 +320,7 @@ mod tests {
             check(&ring, "other", &me, s.as_bytes(), now()),
             Err(Failure::BadSignature)
         );
-        let later = Timestamp::from_secs(now().secs() + 300);
+        let later = Timestamp::from_secs(now().secs() + 300 + EXPIRY_STEP);
         assert_eq!(
             check(&ring, "sale", &me, s.as_bytes(), later),
             Err(Failure::Expired)
@@ -321,6 +335,38 @@ mod tests {
             check(&rotated, "sale", &me, s.as_bytes(), now()),
             Err(Failure::UnknownKey)
         );
+    }
+
+    #[test]
+    fn one_identity_is_given_the_same_challenge_within_a_step() {
+        let ring = ring();
+        let me = uid("198.51.100.7");
+        let a = issue(&ring, "sale", &me, 12, 300, now());
+        let again = issue(
+            &ring,
+            "sale",
+            &me,
+            12,
+            300,
+            Timestamp::from_secs(now().secs() + 9),
+        );
+        assert_eq!(a.value, again.value);
+        assert_eq!((a.expires_in, again.expires_in), (300, 291));
+        let later = issue(
+            &ring,
+            "sale",
+            &me,
+            12,
+            300,
+            Timestamp::from_secs(now().secs() + 10),
+        );
+        assert_ne!(a.value, later.value, "a new step, a new challenge");
+        assert_ne!(
+            a.value,
+            issue(&ring, "sale", &uid("198.51.100.8"), 12, 300, now()).value
+        );
+        assert_ne!(a.value, issue(&ring, "other", &me, 12, 300, now()).value);
+        assert_ne!(a.value, issue(&ring, "sale", &me, 13, 300, now()).value);
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct KeyRing {
     verified: std::sync::Arc<crate::token::VerifiedCache>,
     /// Lottery tokens this ring's active key already signed.
     signed: std::sync::Arc<crate::token::SignedCache>,
+    /// Proof-of-work challenges this ring's active key issued.
+    issued: std::sync::Arc<crate::token::IssuedCache>,
 }
 
 impl fmt::Debug for KeyRing {
@@ -201,6 +203,7 @@ impl KeyRing {
             keys,
             verified: std::sync::Arc::new(crate::token::VerifiedCache::new(VERIFIED_CACHE)),
             signed: std::sync::Arc::new(crate::token::SignedCache::new(VERIFIED_CACHE)),
+            issued: std::sync::Arc::new(crate::token::IssuedCache::new(VERIFIED_CACHE)),
         })
     }
 
@@ -231,6 +234,11 @@ impl KeyRing {
     /// the same claims were signed before.
     pub fn sign_cached(&self, claims: crate::token::Claims) -> std::sync::Arc<str> {
         self.signed.sign(claims, self.active())
+    }
+
+    /// Challenges this ring issued recently (see [`crate::challenge::issue`]).
+    pub fn issued_challenges(&self) -> &crate::token::IssuedCache {
+        &self.issued
     }
 
     pub fn get(&self, kid: &str) -> Option<&SigningKey> {

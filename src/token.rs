@@ -306,7 +306,11 @@ type PerThread<V> = std::cell::RefCell<Option<(u64, lru::LruCache<u64, V>)>>;
 thread_local! {
     static VERIFIED: PerThread<Verified> = const { std::cell::RefCell::new(None) };
     static SIGNED: PerThread<(Claims, std::sync::Arc<str>)> = const { std::cell::RefCell::new(None) };
+    static ISSUED: PerThread<(IssuedKey, std::sync::Arc<str>)> = const { std::cell::RefCell::new(None) };
 }
+
+/// What an issued challenge is for: room, identity, expiry, difficulty.
+type IssuedKey = (Box<str>, Box<str>, u64, u8);
 
 impl ThreadLru {
     /// Room for `capacity` entries per thread.
@@ -367,6 +371,46 @@ impl SignedCache {
         let value: std::sync::Arc<str> = claims.sign(key).into();
         self.0
             .with(&SIGNED, |c| c.put(hash, (claims, value.clone())));
+        value
+    }
+}
+
+/// Recently issued proof-of-work challenges (SPEC §14), by room, identity, expiry and
+/// difficulty. Expiries are rounded (see `challenge::issue`), so one identity gets the same
+/// challenge for a few seconds, like the same lottery token for a bucket: a client that keeps
+/// asking without solving is answered without another HMAC. A solution works for its identity
+/// and room either way, so answering with the same value gives nothing away.
+pub struct IssuedCache(ThreadLru);
+
+impl IssuedCache {
+    pub fn new(capacity: usize) -> IssuedCache {
+        IssuedCache(ThreadLru::new(capacity))
+    }
+
+    /// The challenge issued for this room, identity, expiry and difficulty, or a new one from
+    /// `issue`.
+    pub fn get_or_issue(
+        &self,
+        room: &str,
+        uid: &str,
+        exp: u64,
+        difficulty: u8,
+        issue: impl FnOnce() -> String,
+    ) -> std::sync::Arc<str> {
+        let hash = self.0.hash(&(room, uid, exp, difficulty));
+        let hit = self.0.with(&ISSUED, |c| {
+            c.get(&hash)
+                .filter(|((r, u, e, d), _)| {
+                    **r == *room && **u == *uid && *e == exp && *d == difficulty
+                })
+                .map(|(_, v)| v.clone())
+        });
+        if let Some(Some(v)) = hit {
+            return v;
+        }
+        let value: std::sync::Arc<str> = issue().into();
+        let key = (room.into(), uid.into(), exp, difficulty);
+        self.0.with(&ISSUED, |c| c.put(hash, (key, value.clone())));
         value
     }
 }
