@@ -341,25 +341,13 @@ mod tests {
     fn one_identity_is_given_the_same_challenge_within_a_step() {
         let ring = ring();
         let me = uid("198.51.100.7");
-        let a = issue(&ring, "sale", &me, 12, 300, now());
-        let again = issue(
-            &ring,
-            "sale",
-            &me,
-            12,
-            300,
-            Timestamp::from_secs(now().secs() + 9),
-        );
+        let at = |delta: i64| Timestamp::from_secs(now().secs().saturating_add_signed(delta));
+        // Expiries are rounded up to the step: these two share 1_800_000_300.
+        let a = issue(&ring, "sale", &me, 12, 300, at(-9));
+        let again = issue(&ring, "sale", &me, 12, 300, now());
         assert_eq!(a.value, again.value);
-        assert_eq!((a.expires_in, again.expires_in), (300, 291));
-        let later = issue(
-            &ring,
-            "sale",
-            &me,
-            12,
-            300,
-            Timestamp::from_secs(now().secs() + 10),
-        );
+        assert_eq!((a.expires_in, again.expires_in), (309, 300));
+        let later = issue(&ring, "sale", &me, 12, 300, at(1));
         assert_ne!(a.value, later.value, "a new step, a new challenge");
         assert_ne!(
             a.value,
