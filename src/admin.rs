@@ -254,6 +254,12 @@ fn room_status(
         "effective_allow_percentage": room.effective_allow_percentage(now),
         "effective_new_users_per_minute": room.effective_new_users_per_minute(now),
         "autopilot": room.pilot().status(),
+        "challenge": c.challenge.map(|ch| serde_json::json!({
+            "kind": "pow",
+            "difficulty": ch.difficulty,
+            "ttl_secs": ch.ttl.as_secs(),
+            "on_failure": ch.on_failure.as_str(),
+        })),
     });
     match &c.admission {
         Admission::Lottery {

@@ -328,3 +328,43 @@ fn the_reference_solver_in_examples_gets_a_place() {
     );
     assert_eq!(challenges(&v, "sale", "solved"), 1.0);
 }
+
+/// `challenge_difficulty` changes on reload: new challenges ask the new work; solutions of
+/// challenges issued before still count for the work they were issued with. `/status` shows it.
+#[test]
+fn a_reload_changes_the_difficulty_of_new_challenges() {
+    let (_origin, v) = start();
+    let (_, _, before) = ask(&v, "10.6.0.1", "/sale/__echo", &[]);
+    let old = solve(&before);
+    let status = v.status();
+    assert_eq!(
+        status["rooms"][0]["challenge"]["difficulty"], 12,
+        "{status}"
+    );
+    assert_eq!(status["rooms"][0]["challenge"]["on_failure"], "retry");
+    let generation = v.generation();
+    let text = std::fs::read_to_string(v.config_path()).unwrap();
+    std::fs::write(
+        v.config_path(),
+        text.replacen("challenge_difficulty = 12", "challenge_difficulty = 13", 1),
+    )
+    .unwrap();
+    v.wait_generation_above(generation);
+    assert_eq!(v.status()["rooms"][0]["challenge"]["difficulty"], 13);
+    let (_, _, after) = ask(&v, "10.6.0.2", "/sale/__echo", &[]);
+    assert_eq!(after["challenge"]["difficulty"], 13, "{after}");
+    let (_, _, body) = ask(
+        &v,
+        "10.6.0.1",
+        "/sale/__echo",
+        &[("Vestibule-Solution", &old)],
+    );
+    assert_eq!(decision_in(&body), "allow", "{body}");
+    let log = v.log_text();
+    assert!(
+        log.lines().any(|l| l.contains("challenge")
+            && l.contains("difficulty 12")
+            && l.contains("difficulty 13")),
+        "the reload names the change:\n{log}"
+    );
+}
