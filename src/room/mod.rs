@@ -505,9 +505,12 @@ impl Room {
             pow.solved = failure.is_none() && solution.is_some();
             pow.failed = failure.filter(|_| solution.is_some());
             if let Some(failure) = failure {
+                // An expired challenge, or one of a key retired since, was genuinely ours: it gets
+                // a fresh one whatever the mode.
+                let stale = matches!(failure, Failure::Expired | Failure::UnknownKey);
                 let mut outcome = if c.on_failure == OnChallengeFailure::InfiniteQueue
                     && solution.is_some()
-                    && failure != Failure::Expired
+                    && !stale
                 {
                     // A place that never moves, for as long as the failed solution comes back.
                     let mut o = Outcome::new(Decision::Wait, CookieAction::Keep);
