@@ -81,8 +81,21 @@ fn challenges(c: &mut Criterion) {
                 .expect_err("forged")
         })
     });
-    c.bench_function("challenge/issue", |b| {
+    // What a native solver pays per try: one SHA-256 of `value:nonce` (2^difficulty tries on
+    // average).
+    c.bench_function("challenge/one try of a native solver", |b| {
+        b.iter(|| challenge::check_work(black_box(solution.as_bytes())))
+    });
+    c.bench_function("challenge/issue, again within 10 s", |b| {
         b.iter(|| black_box(challenge::issue(&ring, "sale", &uid, 16, 300, now)))
+    });
+    let mut n = 0u32;
+    c.bench_function("challenge/issue, a new identity", |b| {
+        b.iter(|| {
+            n = n.wrapping_add(1);
+            let who = Identity::of_ip(std::net::IpAddr::from(n.to_be_bytes()), 64);
+            black_box(challenge::issue(&ring, "sale", &who, 16, 300, now))
+        })
     });
     let set = rooms("[[room]]\nallow_percentage = 50\nchallenge = \"pow\"\n");
     let room = set.iter().next().expect("room");
