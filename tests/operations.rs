@@ -15,6 +15,7 @@ const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 [[room]]\nname = \"closed\"\npaths = [\"/closed\"]\ncookie_name = \"wr_closed\"\npages = \"pages\"\nallow_percentage = 0\n\
 [[room]]\nname = \"sale\"\npaths = [\"/sale\"]\ncookie_name = \"wr_sale\"\npages = \"pages\"\nadmission = \"random\"\nnew_users_per_minute = 2\nautopilot = true\nautopilot_interval = \"1s\"\n\
 [[room.event]]\nname = \"launch\"\nprequeue_start = \"2025-12-01T09:30:00Z\"\nstart = \"2025-12-01T10:00:00Z\"\nend = \"2025-12-01T14:00:00Z\"\n\
+[[room]]\nname = \"gate\"\npaths = [\"/gate\"]\ncookie_name = \"wr_gate\"\npages = \"pages\"\nallow_percentage = 100\nchallenge = \"pow\"\nchallenge_difficulty = 8\n\
 [[rate_limit]]\nname = \"burst\"\nwindow = \"1s\"\nlimit = 3\npenalty = \"1m\"\npaths = [\"/static/\"]\n\
 [[rate_limit]]\nname = \"writes\"\nalgorithm = \"token_bucket\"\nlimit = 100\nperiod = \"1m\"\nscope = \"origin\"\n\
 [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 100\n\
@@ -58,6 +59,15 @@ fn busy_instance(origin: &Origin) -> Vestibule {
     for _ in 0..6 {
         get("/static/app.css", "198.51.100.3", None);
     }
+    // A proof-of-work room: a challenge issued, and a forged answer.
+    get("/gate", "198.51.100.5", None);
+    let resp = c
+        .get(v.url("/gate"))
+        .header("X-Forwarded-For", "198.51.100.5")
+        .header("Vestibule-Solution", "p1~key1~1~8~0000000000000000~00:1")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
     // Capacity room: admissions, waiting users, estimates.
     for i in 0..5 {
         get("/sale/item", &format!("198.51.100.{}", 10 + i), None);
