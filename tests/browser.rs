@@ -41,6 +41,40 @@ fn driver_ready(dir: &Path) -> Result<String, String> {
     Ok(chromium)
 }
 
+/// Runs the driver `script` of `dir` with `arg` against `v`, and returns its findings (printed,
+/// with how long the browser took).
+fn drive(
+    dir: &Path,
+    script: &str,
+    chromium: &str,
+    arg: &serde_json::Value,
+    v: &Vestibule,
+) -> serde_json::Value {
+    let started = Instant::now();
+    let out = Command::new("node")
+        .arg(dir.join(script))
+        .arg(arg.to_string())
+        .env("CHROMIUM", chromium)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the browser driver failed ({:?}):\n{stderr}\n{stdout}\nvestibule:\n{}",
+        out.status,
+        v.log_text()
+    );
+    let found: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}"));
+    eprintln!(
+        "browser findings of {script} after {:?}:\n{}",
+        started.elapsed(),
+        serde_json::to_string_pretty(&found).unwrap()
+    );
+    found
+}
+
 const ROOMS: &str = r#"
 [[room]]
 name = "lottery"
@@ -175,28 +209,7 @@ fn a_visitor_in_a_real_browser() {
         "shots": shots,
         "launch_at_ms": launch * 1000,
     });
-    let started = Instant::now();
-    let out = Command::new("node")
-        .arg(dir.join("pages.mjs"))
-        .arg(arg.to_string())
-        .env("CHROMIUM", &chromium)
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the browser driver failed ({:?}):\n{stderr}\n{stdout}\nvestibule:\n{}",
-        out.status,
-        v.log_text()
-    );
-    let found: serde_json::Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}"));
-    eprintln!(
-        "browser findings after {:?}:\n{}",
-        started.elapsed(),
-        serde_json::to_string_pretty(&found).unwrap()
-    );
+    let found = drive(&dir, "pages.mjs", &chromium, &arg, &v);
 
     // 0. On the pre-queue page: a countdown, then in line at the start and let in, no click.
     let p = &found["prequeued"];
@@ -314,26 +327,7 @@ fn a_visitor_solves_a_challenge_in_a_real_browser() {
         "path": "/pow/__echo",
         "hard": "/hard/__echo",
     });
-    let out = Command::new("node")
-        .arg(dir.join("challenge.mjs"))
-        .arg(arg.to_string())
-        .env("CHROMIUM", &chromium)
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the browser driver failed ({:?}):\n{stderr}\n{stdout}\nvestibule:\n{}",
-        out.status,
-        v.log_text()
-    );
-    let found: serde_json::Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}"));
-    eprintln!(
-        "browser findings:\n{}",
-        serde_json::to_string_pretty(&found).unwrap()
-    );
+    let found = drive(&dir, "challenge.mjs", &chromium, &arg, &v);
 
     // JavaScript on: solved, sent back, let in, with no click; the solution cookie is gone.
     let on = &found["js_on"];

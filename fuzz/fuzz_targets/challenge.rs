@@ -3,27 +3,13 @@
 //! and shows the work its value asks for.
 #![no_main]
 
-use std::sync::OnceLock;
+mod common;
 
+use common::ring;
 use libfuzzer_sys::fuzz_target;
 use vestibule::challenge::{check, check_work, MIN_DIFFICULTY};
 use vestibule::identity::Identity;
-use vestibule::keys::KeyRing;
 use vestibule::time::Timestamp;
-
-fn ring() -> &'static KeyRing {
-    static RING: OnceLock<KeyRing> = OnceLock::new();
-    RING.get_or_init(|| {
-        KeyRing::from_entries(
-            "key1",
-            &[
-                ("key1", "ZnV6ei1rZXktb25lLWZ1enota2V5LW9uZS1mdXp6LWtleS1vbmUtMDAwMDA="),
-                ("key2", "ZnV6ei1rZXktdHdvLWZ1enota2V5LXR3by1mdXp6LWtleS10d28tMDAwMDA="),
-            ],
-        )
-        .expect("fuzz ring")
-    })
-}
 
 fuzz_target!(|data: &[u8]| {
     let ring = ring();

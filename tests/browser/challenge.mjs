@@ -9,17 +9,10 @@
 //     (`#webcrypto`), for benches/challenge.sh.
 // Prints one JSON object of findings and exits 0; the caller asserts on them. Every wait here is
 // bounded.
-import { chromium } from "playwright-core";
+import { launch } from "./launch.mjs";
 
 const args = JSON.parse(process.argv[2]);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const findings = {};
 

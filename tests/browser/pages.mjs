@@ -3,19 +3,12 @@
 // JSON argument: {"base": "http://127.0.0.1:PORT", "config": "/path/vestibule.toml",
 // "shots": "/dir/for/screenshots" or null}. Prints one JSON object of findings and exits 0;
 // the Rust test asserts on them. Every wait here is bounded.
-import { chromium } from "playwright-core";
+import { launch } from "./launch.mjs";
 import fs from "node:fs";
 import path from "node:path";
 
 const { base, config, shots, launch_at_ms } = JSON.parse(process.argv[2]);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const findings = {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
