@@ -46,7 +46,16 @@ fn busy_instance(origin: &Origin) -> Vestibule {
     };
     // Room decisions: anon, wait (re-presenting the wait token), deny, bypass, rejections.
     let resp = get("/", "198.51.100.1", None);
-    let token = resp.headers()["set-cookie"]
+    let Some(set_cookie) = resp.headers().get("set-cookie").cloned() else {
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        panic!(
+            "no wait token: {status} {headers:?} {}\nvestibule (pid {}):\n{}",
+            resp.text().unwrap_or_default(),
+            v.proc.pid(),
+            v.log_text()
+        );
+    };
+    let token = set_cookie
         .to_str()
         .unwrap()
         .split(';')
