@@ -496,11 +496,17 @@ impl Proxy {
                         Some(Some(Dec::Allow)) | None => {
                             let solution = room
                                 .solution_cookie()
-                                .and_then(|name| solution_of(req, name, &mut ctx.clear_solution));
-                            let outcome =
-                                room.decide_solving(ring, &identity, &cookies, solution, now);
-                            if !outcome.pow.solved {
-                                ctx.clear_solution = None;
+                                .and_then(|name| solution_of(req, name));
+                            let outcome = room.decide_solving(
+                                ring,
+                                &identity,
+                                &cookies,
+                                solution.map(|(s, _)| s),
+                                now,
+                            );
+                            // A solution cookie, once used, is removed.
+                            if let (Some((_, Some(name))), true) = (solution, outcome.pow.solved) {
+                                ctx.clear_solution = Some(cookie::delete_solution(name));
                             }
                             outcome
                         }
@@ -703,14 +709,13 @@ fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<
 }
 
 /// A `pow` room's solution (SPEC §14): the `Vestibule-Solution` header, else the solution
-/// cookie `cookie` (and then `clear` gets the `Set-Cookie` that removes it once used).
-fn solution_of<'r>(
+/// cookie `cookie` (whose name comes back with it, to remove it once used).
+fn solution_of<'r, 'c>(
     req: &'r RequestHeader,
-    cookie: &str,
-    clear: &mut Option<String>,
-) -> Option<&'r [u8]> {
+    cookie: &'c str,
+) -> Option<(&'r [u8], Option<&'c str>)> {
     if let Some(v) = req.headers.get(VESTIBULE_SOLUTION) {
-        return Some(v.as_bytes());
+        return Some((v.as_bytes(), None));
     }
     let values = cookie::values(
         req.headers
@@ -719,9 +724,7 @@ fn solution_of<'r>(
             .map(|v| v.as_bytes()),
         cookie,
     );
-    let first = values.first().copied()?;
-    *clear = Some(cookie::delete_solution(cookie));
-    Some(first)
+    values.first().map(|v| (*v, Some(cookie)))
 }
 
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.

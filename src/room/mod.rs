@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
 use crate::challenge::{self, Challenge, Failure};
-use crate::config::{Admission, HostPattern, OnChallengeFailure, RoomConfig};
+use crate::config::{Admission, ChallengeConfig, HostPattern, OnChallengeFailure, RoomConfig};
 use crate::controls::RoomCell;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
@@ -497,41 +497,11 @@ impl Room {
         let mut pow = PowCount::default();
         // A sold-out room lets nobody new in: no work is asked for a place that cannot move.
         if let (Some(c), None, false) = (&self.config.challenge, &presented.valid, sold_out) {
-            let failure = match solution.map(|s| challenge::check(ring, self.name(), uid, s, now)) {
-                Some(Ok(())) => None,
-                Some(Err(f)) => Some(f),
-                None => Some(Failure::Malformed),
-            };
-            pow.solved = failure.is_none() && solution.is_some();
-            pow.failed = failure.filter(|_| solution.is_some());
-            if let Some(failure) = failure {
-                // An expired challenge, or one of a key retired since, was genuinely ours: it gets
-                // a fresh one whatever the mode.
-                let stale = matches!(failure, Failure::Expired | Failure::UnknownKey);
-                let mut outcome = if c.on_failure == OnChallengeFailure::InfiniteQueue
-                    && solution.is_some()
-                    && !stale
-                {
-                    // A place that never moves, for as long as the failed solution comes back.
-                    let mut o = Outcome::new(Decision::Wait, CookieAction::Keep);
-                    o.refresh_secs = self.retry_after();
-                    o
-                } else {
-                    pow.issued = true;
-                    let mut o = Outcome::new(Decision::Challenge, CookieAction::Keep);
-                    let ttl = c.ttl.as_secs();
-                    o.challenge = Some(challenge::issue(
-                        ring,
-                        self.name(),
-                        uid,
-                        c.difficulty,
-                        ttl,
-                        now,
-                    ));
-                    o.refresh_secs = ttl;
-                    o
-                };
-                outcome.pow = pow;
+            let checked = solution.map(|s| challenge::check(ring, self.name(), uid, s, now));
+            if checked == Some(Ok(())) {
+                pow.solved = true;
+            } else {
+                let mut outcome = self.unsolved(c, checked.and_then(Result::err), ring, uid, now);
                 outcome.rejected = presented.rejected;
                 outcome.paused = held.paused;
                 outcome.message = self.controls.message();
@@ -587,6 +557,44 @@ impl Room {
                 self.pilot.count_draw(true);
             }
         }
+        outcome
+    }
+
+    /// The answer to a visitor of a `pow` room who brought no solution, or one that `failed`: a
+    /// challenge, or under `infinite_queue` a place that never moves.
+    fn unsolved(
+        &self,
+        c: &ChallengeConfig,
+        failed: Option<Failure>,
+        ring: &KeyRing,
+        uid: &Identity,
+        now: Timestamp,
+    ) -> Outcome {
+        // An expired challenge, or one of a key retired since, was genuinely ours: it gets a
+        // fresh one whatever the mode.
+        let held = c.on_failure == OnChallengeFailure::InfiniteQueue
+            && failed.is_some_and(|f| !matches!(f, Failure::Expired | Failure::UnknownKey));
+        let mut outcome = if held {
+            // A place that never moves, for as long as the failed solution comes back.
+            let mut o = Outcome::new(Decision::Wait, CookieAction::Keep);
+            o.refresh_secs = self.retry_after();
+            o
+        } else {
+            let ttl = c.ttl.as_secs();
+            let mut o = Outcome::new(Decision::Challenge, CookieAction::Keep);
+            o.challenge = Some(challenge::issue(
+                ring,
+                self.name(),
+                uid,
+                c.difficulty,
+                ttl,
+                now,
+            ));
+            o.refresh_secs = ttl;
+            o.pow.issued = true;
+            o
+        };
+        outcome.pow.failed = failed;
         outcome
     }
 
