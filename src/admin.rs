@@ -260,6 +260,11 @@ fn room_status(
             "ttl_secs": ch.ttl.as_secs(),
             "on_failure": ch.on_failure.as_str(),
         })),
+        "access": c.access.as_str(),
+        "invitations": {
+            "in_use": room.invitations_in_use(now),
+            "max": c.max_invitations,
+        },
     });
     match &c.admission {
         Admission::Lottery {

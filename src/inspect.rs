@@ -75,6 +75,9 @@ pub fn inspect(
     if let Some(v) = c.refresh {
         let _ = writeln!(out, "ref      {v} s");
     }
+    if let Some(v) = &c.room {
+        let _ = writeln!(out, "rm       {v} (only this room takes it)");
+    }
     let sig = hex::encode(token.signature());
     let _ = writeln!(out, "sig      0x{}…", &sig[..16]);
     if c.dec == Dec::Wait && c.is_lottery() {
@@ -114,6 +117,7 @@ pub fn inspect(
                 Reject::WrongUser => "it belongs to another identity",
                 Reject::Expired => "the allow token has expired",
                 Reject::Revoked => "the origin ended this session",
+                Reject::WrongRoom => "it was issued by another room",
             };
             let _ = writeln!(out, "verdict: invalid ({}): {why}", reason.as_str());
             (out, false)

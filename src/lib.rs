@@ -17,6 +17,7 @@ pub mod demo;
 pub mod i18n;
 pub mod identity;
 pub mod inspect;
+pub mod invite;
 pub mod keys;
 pub mod listen;
 pub mod logging;

@@ -66,6 +66,9 @@ enum Command {
     /// Replay simulated users through the real admission core on a simulated clock; writes a
     /// CSV and a PNG heatmap per queueing method and prints a summary.
     Simulate(SimulateArgs),
+    /// Print invitation codes for a room (SPEC §14), signed with the ring's active key, one per
+    /// line. Visitors present one with `?vestibule_invite=<code>` or `Vestibule-Invite: <code>`.
+    Invite(InviteArgs),
     /// Run only the built-in demo origin (tests and benchmarks use it).
     #[command(hide = true)]
     Origin {
@@ -89,6 +92,28 @@ enum Command {
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         model_window: std::time::Duration,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct InviteArgs {
+    /// The room the invitations are for.
+    #[arg(long)]
+    room: String,
+    /// How many codes to print (each a distinct invitation).
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// The priority lane their holders wait in.
+    #[arg(long, default_value = vestibule::invite::PUBLIC_LANE)]
+    lane: String,
+    /// How long the codes work, from now.
+    #[arg(long, default_value = "48h", value_parser = humantime::parse_duration)]
+    expires: Duration,
+    /// How many identities may join with each code.
+    #[arg(long, default_value_t = 1)]
+    uses: u32,
+    /// Print each code as a link: this URL with `vestibule_invite=<code>` added to its query.
+    #[arg(long)]
+    link: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -215,6 +240,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Simulate(args)) => simulate(args),
+        Some(Command::Invite(args)) => invite(&cli.config, &args),
         Some(Command::Origin {
             listen,
             threads,
@@ -285,6 +311,96 @@ fn check(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn invite(path: &Path, args: &InviteArgs) -> ExitCode {
+    use vestibule::invite::{self, Terms, MAX_USES};
+    let fail = |m: String| {
+        eprintln!("vestibule invite: {m}");
+        ExitCode::FAILURE
+    };
+    let now = Timestamp::now();
+    let snapshot = match Snapshot::load(path, None, &vestibule::state::State::local(), now) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(room) = snapshot.rooms.iter().find(|r| r.name() == args.room) else {
+        let names: Vec<&str> = snapshot.rooms.iter().map(|r| r.name()).collect();
+        return fail(format!(
+            "--room: no room is named \"{}\" (rooms: {})",
+            args.room,
+            names.join(", ")
+        ));
+    };
+    let Some(ring) = &snapshot.keys else {
+        return fail(format!(
+            "{}: no key ring ([keys] ring): invitations are signed with it",
+            path.display()
+        ));
+    };
+    if !invite::is_valid_lane(&args.lane) {
+        return fail(format!(
+            "--lane: \"{}\" must be 1 to {} of a-z, 0-9, '_' and '-'",
+            args.lane,
+            invite::MAX_LANE_LEN
+        ));
+    }
+    if !(1..=MAX_USES).contains(&args.uses) {
+        return fail(format!("--uses: must be between 1 and {MAX_USES}"));
+    }
+    if !(1..=100_000).contains(&args.count) {
+        return fail("--count: must be between 1 and 100000".into());
+    }
+    if args.expires.as_secs() == 0 {
+        return fail("--expires: must be at least 1s".into());
+    }
+    let link = match &args.link {
+        Some(url) => match url.parse::<http::Uri>() {
+            Ok(uri) if uri.scheme().is_some() && !url.contains('#') => Some(url.clone()),
+            _ => {
+                return fail(format!(
+                    "--link: \"{url}\" is not an absolute URL without a #fragment"
+                ))
+            }
+        },
+        None => None,
+    };
+    let terms = Terms {
+        room: room.name().to_owned(),
+        lane: args.lane.clone(),
+        exp: now.secs().saturating_add(args.expires.as_secs()),
+        uses: args.uses,
+    };
+    let mut out = String::new();
+    for _ in 0..args.count {
+        let code = invite::make(ring.active(), &terms);
+        match &link {
+            Some(url) => {
+                let join = if url.contains('?') { '&' } else { '?' };
+                out.push_str(&format!("{url}{join}{}={code}\n", invite::LINK_PARAMETER));
+            }
+            None => {
+                out.push_str(&code);
+                out.push('\n');
+            }
+        }
+    }
+    print!("{out}");
+    eprintln!(
+        "{} invitation(s) for room \"{}\", lane \"{}\", {} use(s) each, until {}: signed with key \"{}\"; keep it in the ring until then",
+        args.count,
+        room.name(),
+        args.lane,
+        args.uses,
+        Timestamp::from_secs(terms.exp).rfc3339(),
+        ring.active().id()
+    );
+    ExitCode::SUCCESS
 }
 
 fn render_page(
@@ -375,6 +491,7 @@ fn render_page(
         PageKind::QueueFull => Decision::QueueFull,
         PageKind::PreQueue => Decision::PreQueue,
         PageKind::Challenge => Decision::Challenge,
+        PageKind::Invite => Decision::Uninvited,
         PageKind::RateLimited | PageKind::Error => Decision::Wait,
     };
     let mut outcome = Outcome::new(decision, CookieAction::Keep);

@@ -28,13 +28,14 @@ pub enum PageKind {
     QueueFull,
     PreQueue,
     Challenge,
+    Invite,
 }
 
 /// Pages a set must have: sets written before the later pages existed get the built-in ones.
 const REQUIRED: usize = 5;
 
 impl PageKind {
-    pub const ALL: [PageKind; 9] = [
+    pub const ALL: [PageKind; 10] = [
         PageKind::StartWaiting,
         PageKind::KeepWaiting,
         PageKind::Deny,
@@ -44,6 +45,7 @@ impl PageKind {
         PageKind::QueueFull,
         PageKind::PreQueue,
         PageKind::Challenge,
+        PageKind::Invite,
     ];
 
     pub fn file_name(self) -> &'static str {
@@ -57,6 +59,7 @@ impl PageKind {
             PageKind::QueueFull => "queuefull.html",
             PageKind::PreQueue => "prequeue.html",
             PageKind::Challenge => "challenge.html",
+            PageKind::Invite => "invite.html",
         }
     }
 
@@ -71,6 +74,7 @@ impl PageKind {
             PageKind::QueueFull => include_str!("../pages/queuefull.html"),
             PageKind::PreQueue => include_str!("../pages/prequeue.html"),
             PageKind::Challenge => include_str!("../pages/challenge.html"),
+            PageKind::Invite => include_str!("../pages/invite.html"),
         }
     }
 }
@@ -144,6 +148,8 @@ pub struct PageContext<'a> {
     pub challenge_value: &'a str,
     pub challenge_difficulty: u8,
     pub solution_cookie: &'a str,
+    /// Invitation pages (SPEC §14): the visitor presented an invitation, and it was refused.
+    pub invitation_refused: bool,
 }
 
 /// Stands for the challenge value in a rendered challenge page: it appears where the template
@@ -271,6 +277,7 @@ impl<'a> PageContext<'a> {
             challenge_value: "",
             challenge_difficulty: 0,
             solution_cookie: "",
+            invitation_refused: false,
         }
     }
 
@@ -336,6 +343,7 @@ impl<'a> PageContext<'a> {
             challenge_value: CHALLENGE_MARK,
             challenge_difficulty: 16,
             solution_cookie: "vestibule_pow",
+            invitation_refused: true,
         }
     }
 }
@@ -364,6 +372,7 @@ struct RenderKey {
     lang: (usize, usize),
     event: Option<OwnedEventKey>,
     challenge: (Box<str>, u8, Box<str>),
+    invitation_refused: bool,
 }
 
 /// What a page's event part depends on, owned.
@@ -435,6 +444,7 @@ impl RenderKey {
                 c.challenge_difficulty,
                 c.solution_cookie.into(),
             ),
+            invitation_refused: c.invitation_refused,
         }
     }
 
@@ -460,6 +470,7 @@ impl RenderKey {
             }) == event_key(c)
             && (&*self.challenge.0, self.challenge.1, &*self.challenge.2)
                 == (c.challenge_value, c.challenge_difficulty, c.solution_cookie)
+            && self.invitation_refused == c.invitation_refused
     }
 }
 
@@ -482,6 +493,7 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
         .hash(&mut h);
     event_key(c).hash(&mut h);
     (c.challenge_value, c.challenge_difficulty, c.solution_cookie).hash(&mut h);
+    c.invitation_refused.hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
     h.finish()
 }

@@ -21,11 +21,12 @@ use smallvec::SmallVec;
 use crate::app::App;
 use crate::config::{RoomMode, Scope};
 use crate::cookie::{self, Stripped};
+use crate::invite;
 use crate::logging::AccessLine;
 use crate::pages::{self, PageContext, PageKind, WaitingJson, Wants};
 use crate::path;
 use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
-use crate::room::{CookieAction, Decision, Outcome, Room};
+use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
 use crate::token::Dec;
@@ -210,6 +211,9 @@ impl ProxyHttp for Proxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
+        if let Some(uri) = without_invitation(&upstream.uri) {
+            upstream.set_uri(uri);
+        }
         single_content_length(upstream)?;
         strip_room_cookies(upstream, ctx.snapshot.rooms.cookie_names())?;
         upstream.insert_header(
@@ -497,13 +501,13 @@ impl Proxy {
                             let solution = room
                                 .solution_cookie()
                                 .and_then(|name| solution_of(req, name));
-                            let outcome = room.decide_solving(
-                                ring,
-                                &identity,
-                                &cookies,
-                                solution.map(|(s, _)| s),
-                                now,
-                            );
+                            let invitation = invitation_of(req);
+                            let brought = Brought {
+                                solution: solution.map(|(s, _)| s),
+                                invitation: invitation.as_deref().map(str::as_bytes),
+                            };
+                            let outcome =
+                                room.decide_bringing(ring, &identity, &cookies, brought, now);
                             // A solution cookie, once used, is removed.
                             if let (Some((_, Some(name))), true) = (solution, outcome.pow.solved) {
                                 ctx.clear_solution = Some(cookie::delete_solution(name));
@@ -603,6 +607,9 @@ impl Proxy {
             }
             if let Some(reason) = outcome.rejected {
                 h.rejected[reason.index()].inc();
+            }
+            if let Some(invitation) = outcome.invitation {
+                h.invitations[usize::from(invitation.is_err())].inc();
             }
             if let Some(c) = &h.challenges {
                 let pow = &outcome.pow;
@@ -727,6 +734,31 @@ fn solution_of<'r, 'c>(
     values.first().map(|v| (*v, Some(cookie)))
 }
 
+/// An invitation (SPEC §14): the `Vestibule-Invite` header, else the link parameter
+/// `vestibule_invite` (percent-decoded).
+fn invitation_of(req: &RequestHeader) -> Option<std::borrow::Cow<'_, str>> {
+    if let Some(v) = req.headers.get(VESTIBULE_INVITE) {
+        return Some(std::borrow::Cow::Borrowed(
+            std::str::from_utf8(v.as_bytes()).unwrap_or("\u{fffd}"),
+        ));
+    }
+    invite::from_query(req.uri.query()?)
+}
+
+/// The request's target without the invitation link parameter, when it had one: the origin
+/// never sees an invitation.
+fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
+    let query = invite::strip_from_query(uri.query()?)?;
+    let mut target = uri.path().to_owned();
+    if !query.is_empty() {
+        target.push('?');
+        target.push_str(&query);
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(target.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
+}
+
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
 async fn write_room_page(
     session: &mut Session,
@@ -784,7 +816,7 @@ async fn write_room_page(
         };
         ("text/html; charset=utf-8", body)
     };
-    respond(session, room.config.wait_status, content_type, extra, body).await
+    respond(session, page.status, content_type, extra, body).await
 }
 
 /// `RateLimit-Policy` and `RateLimit` values for the token buckets that passed a request.
@@ -1000,6 +1032,7 @@ async fn write_error_page(
 const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
 const VESTIBULE_SOLUTION: http::HeaderName = http::HeaderName::from_static("vestibule-solution");
+const VESTIBULE_INVITE: http::HeaderName = http::HeaderName::from_static("vestibule-invite");
 const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
 const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");

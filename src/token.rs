@@ -62,6 +62,9 @@ pub enum Reject {
     Expired,
     /// The token belongs to a session the origin ended (`Vestibule-Command: revoke`).
     Revoked,
+    /// Issued by another room, and this one asks who may join (or it was issued by a room that
+    /// does, and this is another): SPEC §14.
+    WrongRoom,
 }
 
 impl Reject {
@@ -79,16 +82,18 @@ impl Reject {
             Reject::WrongUser => "wrong_user",
             Reject::Expired => "expired",
             Reject::Revoked => "revoked",
+            Reject::WrongRoom => "wrong_room",
         }
     }
 
-    pub const ALL: [Reject; 6] = [
+    pub const ALL: [Reject; 7] = [
         Reject::Malformed,
         Reject::UnknownKey,
         Reject::BadSignature,
         Reject::WrongUser,
         Reject::Expired,
         Reject::Revoked,
+        Reject::WrongRoom,
     ];
 }
 
@@ -110,6 +115,10 @@ pub struct Claims {
     pub chk: Option<u64>,
     /// Capacity rooms only: the jittered refresh interval granted with this token, seconds.
     pub refresh: Option<u32>,
+    /// Rooms that ask who may join (a `pow` challenge, `access = "invite"`; SPEC §14): the room
+    /// the token was issued by, so a place got elsewhere without the work or the invitation is
+    /// not one here.
+    pub room: Option<std::sync::Arc<str>>,
 }
 
 impl Claims {
@@ -124,10 +133,18 @@ impl Claims {
             acc: None,
             chk: None,
             refresh: None,
+            room: None,
         }
     }
 
-    /// Whether only the four fields of the VCL pattern are present.
+    /// These claims, bound to `room` when it is `Some`.
+    pub fn in_room(mut self, room: Option<&std::sync::Arc<str>>) -> Claims {
+        self.room = room.cloned();
+        self
+    }
+
+    /// Whether no capacity room's field is present: the four fields of the VCL pattern, and
+    /// perhaps the room that issued it.
     pub fn is_lottery(&self) -> bool {
         self.arr.is_none() && self.acc.is_none() && self.chk.is_none() && self.refresh.is_none()
     }
@@ -160,6 +177,9 @@ impl Claims {
         }
         if let Some(v) = self.refresh {
             let _ = write!(m, "&ref={v}");
+        }
+        if let Some(v) = &self.room {
+            let _ = write!(m, "&rm={v}");
         }
     }
 
@@ -207,6 +227,7 @@ impl Token {
                 "acc" => &mut fields.acc,
                 "chk" => &mut fields.chk,
                 "ref" => &mut fields.refresh,
+                "rm" => &mut fields.room,
                 _ => return Err(Reject::Malformed),
             };
             if slot.replace(v).is_some() {
@@ -233,6 +254,11 @@ impl Token {
             Some(r) => Some(u32::try_from(r).map_err(|_| Reject::Malformed)?),
             None => None,
         };
+        let room = match fields.room {
+            Some(r) if crate::keys::is_valid_key_id(r) => Some(std::sync::Arc::from(r)),
+            Some(_) => return Err(Reject::Malformed),
+            None => None,
+        };
         Ok(Token {
             claims: Claims {
                 dec,
@@ -243,6 +269,7 @@ impl Token {
                 acc: optional(fields.acc)?,
                 chk: optional(fields.chk)?,
                 refresh,
+                room,
             },
             sig,
         })
@@ -499,6 +526,7 @@ struct Fields<'a> {
     acc: Option<&'a str>,
     chk: Option<&'a str>,
     refresh: Option<&'a str>,
+    room: Option<&'a str>,
 }
 
 /// Decimal digits only: no sign, no spaces, no overflow.

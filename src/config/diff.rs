@@ -310,6 +310,8 @@ fn room_fields(r: &RoomConfig) -> Fields {
                 )
             }),
         ),
+        ("access", r.access.as_str().to_owned()),
+        ("max_invitations", r.max_invitations.to_string()),
     ];
     // Method-specific settings line up only when the method is the same; a method change is
     // reported by `admission` above.

@@ -260,6 +260,10 @@ pub struct RoomFile {
     #[serde(default, with = "humantime_serde")]
     pub challenge_ttl: Option<Duration>,
     pub on_challenge_failure: Option<String>,
+    /// Who may join (SPEC §14): `open` or `invite`.
+    pub access: Option<String>,
+    /// Invitations in use a room remembers at once.
+    pub max_invitations: Option<i64>,
     /// `[[room.event]]`: scheduled events (SPEC §13).
     #[serde(default)]
     pub event: Vec<EventFile>,

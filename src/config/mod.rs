@@ -286,7 +286,34 @@ pub struct RoomConfig {
     pub autopilot: Option<AutopilotConfig>,
     /// `challenge = "pow"`: a new arrival proves some work before it gets a place (SPEC §14).
     pub challenge: Option<ChallengeConfig>,
+    /// `access = "invite"`: only visitors holding an invitation may join (SPEC §14).
+    pub access: Access,
+    /// The most invitations in use the room remembers at once (each until it expires): a new
+    /// one beyond it is refused, a used one never forgotten early.
+    pub max_invitations: usize,
 }
+
+/// Who may join a room (SPEC §14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Access {
+    /// Everyone; an invitation only chooses a lane.
+    #[default]
+    Open,
+    /// Only visitors holding a valid invitation.
+    Invite,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Open => "open",
+            Access::Invite => "invite",
+        }
+    }
+}
+
+/// `max_invitations` unless set.
+pub const DEFAULT_MAX_INVITATIONS: usize = 100_000;
 
 /// A room's proof-of-work (SPEC §14).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

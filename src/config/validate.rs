@@ -686,6 +686,7 @@ impl Validator<'_> {
             }
             let autopilot = self.autopilot(i, r, admission.as_ref());
             let challenge = self.challenge(i, r);
+            let (access, max_invitations) = self.access(i, r);
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -711,9 +712,35 @@ impl Validator<'_> {
                 events,
                 autopilot,
                 challenge,
+                access,
+                max_invitations,
             });
         }
         out
+    }
+
+    /// `access` and `max_invitations` (SPEC §14).
+    fn access(&mut self, i: usize, r: &RoomFile) -> (Access, usize) {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let access = match r.access.as_deref().unwrap_or("open") {
+            "open" => Access::Open,
+            "invite" => Access::Invite,
+            other => {
+                self.err(
+                    k("access"),
+                    format!("must be \"open\" or \"invite\", got \"{other}\""),
+                );
+                Access::Open
+            }
+        };
+        let max = r.max_invitations.unwrap_or(DEFAULT_MAX_INVITATIONS as i64);
+        if !(1..=10_000_000).contains(&max) {
+            self.err(
+                k("max_invitations"),
+                format!("must be between 1 and 10000000 (invitations in use remembered at once), got {max}"),
+            );
+        }
+        (access, max.clamp(1, 10_000_000) as usize)
     }
 
     /// The `challenge*` keys (SPEC §14), checked whether or not `challenge` is on.

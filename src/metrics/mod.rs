@@ -35,10 +35,16 @@ pub struct Handles {
 pub struct RoomHandles {
     pub decisions: [Arc<Counter>; Decision::ALL.len()],
     pub admitted: Arc<Counter>,
-    pub rejected: [Arc<Counter>; 6],
+    pub rejected: [Arc<Counter>; Reject::ALL.len()],
     /// `pow` rooms: challenges by result (issued, solved, failed).
     pub challenges: Option<[Arc<Counter>; 3]>,
+    /// Invitations presented by visitors who needed one: accepted, refused.
+    pub invitations: [Arc<Counter>; 2],
 }
+
+/// The `result` labels of `vestibule_room_invitations_total`, in
+/// [`RoomHandles::invitations`] order.
+pub const INVITATION_RESULTS: [&str; 2] = ["accepted", "refused"];
 
 /// The `result` labels of `vestibule_room_challenges_total`, in [`RoomHandles::challenges`]
 /// order.
@@ -59,6 +65,7 @@ pub struct Metrics {
     room_decisions: sharded::CounterVec,
     room_admitted: sharded::CounterVec,
     room_challenges: sharded::CounterVec,
+    room_invitations: sharded::CounterVec,
     pub room_allow_percentage: GaugeVec,
     token_rejected: sharded::CounterVec,
     pub room_active_users: IntGaugeVec,
@@ -277,6 +284,11 @@ impl Metrics {
                 "Proof-of-work challenges of pow rooms, by room and result (issued, solved, failed).",
                 &["room", "result"],
             ),
+            room_invitations: sharded::CounterVec::new(
+                "vestibule_room_invitations_total",
+                "Invitations presented by visitors without a place, by room and result (accepted, refused).",
+                &["room", "result"],
+            ),
             room_allow_percentage: gauge_vec(
                 "vestibule_room_allow_percentage",
                 "The chance (0-100) that an eligible waiting user gets in right now.",
@@ -347,6 +359,7 @@ impl Metrics {
             Box::new(self.room_decisions.clone()),
             Box::new(self.room_admitted.clone()),
             Box::new(self.room_challenges.clone()),
+            Box::new(self.room_invitations.clone()),
             Box::new(self.room_allow_percentage.clone()),
             Box::new(self.token_rejected.clone()),
             Box::new(self.room_active_users.clone()),
@@ -440,6 +453,9 @@ impl Metrics {
                 self.token_rejected.with_label_values(&[name, r.as_str()]);
             }
             self.room_admitted.with_label_values(&[name]);
+            for result in INVITATION_RESULTS {
+                self.room_invitations.with_label_values(&[name, result]);
+            }
             if room.config.challenge.is_some() {
                 for result in CHALLENGE_RESULTS {
                     self.room_challenges.with_label_values(&[name, result]);
@@ -556,6 +572,8 @@ impl Metrics {
                         CHALLENGE_RESULTS
                             .map(|r| self.room_challenges.with_label_values(&[name, r]))
                     }),
+                    invitations: INVITATION_RESULTS
+                        .map(|r| self.room_invitations.with_label_values(&[name, r])),
                 }
             })
             .collect();

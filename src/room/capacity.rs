@@ -209,6 +209,8 @@ pub struct Capacity {
     /// New arrivals are turned away once this many wait; 0 = no limit.
     max_waiting: u64,
     queue_all: bool,
+    /// Tokens carry the room's name (rooms that ask who may join, SPEC §14).
+    bound: Option<Arc<str>>,
     store: Arc<dyn CounterStore>,
     checkins: Arc<dyn WindowCounter>,
     view: Mutex<Option<Arc<QueueView>>>,
@@ -260,10 +262,16 @@ impl Capacity {
             rejoin_grace: c.rejoin_grace,
             max_waiting: u64::from(c.max_waiting_users),
             queue_all,
+            bound: None,
             store,
             checkins,
             view: Mutex::new(None),
         }
+    }
+
+    /// Binds the tokens this room issues to `room` (SPEC §14).
+    pub fn bind_to(&mut self, room: Arc<str>) {
+        self.bound = Some(room);
     }
 
     /// Admits at the pace `pilot` sets while it runs.
@@ -797,7 +805,8 @@ impl Capacity {
         now: Timestamp,
     ) -> Arc<str> {
         let key = ring.active();
-        let mut claims = Claims::new(Dec::Wait, now.secs() + interval, uid, key.id());
+        let mut claims = Claims::new(Dec::Wait, now.secs() + interval, uid, key.id())
+            .in_room(self.bound.as_ref());
         claims.arr = Some(arrival_secs);
         claims.chk = Some(now.secs());
         claims.refresh = Some(interval as u32);
@@ -818,7 +827,8 @@ impl Capacity {
             (minute + self.session_minutes + 1) * 60,
             uid,
             kid,
-        );
+        )
+        .in_room(self.bound.as_ref());
         claims.arr = arrival_secs;
         claims.acc = Some(accepted_ms);
         claims.chk = Some(now.secs());
@@ -1018,7 +1028,8 @@ impl Capacity {
                 let place = prequeue_place(ring.active(), event, uid, arrival);
                 let due = event.start + (place * self.refresh_secs() as f64) as u64;
                 let key = ring.active();
-                let mut claims = Claims::new(Dec::Wait, due, uid, key.id());
+                let mut claims =
+                    Claims::new(Dec::Wait, due, uid, key.id()).in_room(self.bound.as_ref());
                 claims.arr = Some(arrival);
                 claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
                 (CookieAction::Set(claims.sign(key).into()), due)

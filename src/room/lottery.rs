@@ -16,6 +16,7 @@
 //! visitors in line: their wait token is renewed whenever it has come due, never deleted, so
 //! they are eligible the moment the room opens again. Admitted users keep access.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::autopilot::pilot::PilotHandle;
@@ -39,6 +40,8 @@ pub struct Lottery {
     pub queue_all: bool,
     /// The autopilot that sets the percentage while it runs (SPEC §10).
     pub pilot: PilotHandle,
+    /// Tokens carry the room's name (rooms that ask who may join, SPEC §14).
+    pub bound: Option<Arc<str>>,
 }
 
 /// `(floor(now / d) + 2) * d`: the second period boundary after `now`.
@@ -73,6 +76,7 @@ impl Lottery {
             closed_refresh: closed_refresh.as_secs().max(1),
             queue_all,
             pilot: PilotHandle::default(),
+            bound: None,
         }
     }
 
@@ -193,7 +197,9 @@ impl Lottery {
                 let offset = (place * self.wait_period as f64) as u64;
                 let due = event.start + offset.min(self.wait_period - 1);
                 let key = ring.active();
-                let token = ring.sign_cached(Claims::new(Dec::Wait, due, uid, key.id()));
+                let token = ring.sign_cached(
+                    Claims::new(Dec::Wait, due, uid, key.id()).in_room(self.bound.as_ref()),
+                );
                 (CookieAction::Set(token), due)
             }
         };
@@ -246,7 +252,9 @@ impl Lottery {
         let cookie = if unchanged {
             CookieAction::Keep
         } else {
-            CookieAction::Set(ring.sign_cached(Claims::new(Dec::Allow, exp, uid, key.id())))
+            CookieAction::Set(ring.sign_cached(
+                Claims::new(Dec::Allow, exp, uid, key.id()).in_room(self.bound.as_ref()),
+            ))
         };
         let mut outcome = Outcome::new(Decision::Allow, cookie);
         outcome.admitted = admitted;
@@ -256,7 +264,8 @@ impl Lottery {
     fn start_waiting(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Outcome {
         let exp = bucket_exp(now.secs(), self.wait_period);
         let key = ring.active();
-        let value = ring.sign_cached(Claims::new(Dec::Wait, exp, uid, key.id()));
+        let value = ring
+            .sign_cached(Claims::new(Dec::Wait, exp, uid, key.id()).in_room(self.bound.as_ref()));
         let mut outcome = Outcome::new(Decision::Anon, CookieAction::Set(value));
         outcome.refresh_secs = exp.saturating_sub(now.secs()).max(1);
         outcome

@@ -15,12 +15,15 @@ use std::sync::Arc;
 
 use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
 use crate::challenge::{self, Challenge, Failure};
-use crate::config::{Admission, ChallengeConfig, HostPattern, OnChallengeFailure, RoomConfig};
+use crate::config::{
+    Access, Admission, ChallengeConfig, HostPattern, OnChallengeFailure, RoomConfig,
+};
 use crate::controls::RoomCell;
 use crate::identity::Identity;
+use crate::invite::{self, Refusal};
 use crate::keys::KeyRing;
 use crate::pages::{Estimates, PageContext, PageKind, Pages};
-use crate::store::{CounterStore, Mark, MarkKind};
+use crate::store::{CounterStore, Invited, Mark, MarkKind, Ticket};
 use crate::time::Timestamp;
 use crate::token::{Reject, Token};
 
@@ -50,10 +53,13 @@ pub enum Decision {
     PreQueue,
     /// A new arrival in a `pow` room (SPEC §14): show `challenge`, no token until it is solved.
     Challenge,
+    /// A visitor without a valid invitation in an `invite` room (SPEC §14): show `invite` with
+    /// status 403, no token.
+    Uninvited,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 10] = [
+    pub const ALL: [Decision; 11] = [
         Decision::Allow,
         Decision::Anon,
         Decision::Wait,
@@ -64,6 +70,7 @@ impl Decision {
         Decision::QueueFull,
         Decision::PreQueue,
         Decision::Challenge,
+        Decision::Uninvited,
     ];
 
     /// Position in [`Decision::ALL`].
@@ -84,6 +91,7 @@ impl Decision {
             Decision::QueueFull => "queue_full",
             Decision::PreQueue => "prequeue",
             Decision::Challenge => "challenge",
+            Decision::Uninvited => "uninvited",
         }
     }
 
@@ -100,6 +108,7 @@ impl Decision {
             Decision::QueueFull => PageKind::QueueFull,
             Decision::PreQueue => PageKind::PreQueue,
             Decision::Challenge => PageKind::Challenge,
+            Decision::Uninvited => PageKind::Invite,
             Decision::Wait | Decision::Lost => PageKind::KeepWaiting,
             _ => PageKind::StartWaiting,
         }
@@ -138,6 +147,18 @@ pub struct Outcome {
     pub challenge: Option<Challenge>,
     /// `pow` rooms: what this request did with a challenge.
     pub pow: PowCount,
+    /// The invitation this request presented, if it needed one: accepted, or why not.
+    pub invitation: Option<Result<(), Refusal>>,
+}
+
+/// What a request brings besides its cookies (SPEC §14). Only a visitor without a valid token
+/// needs either.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Brought<'a> {
+    /// A proof-of-work solution, `value:nonce`.
+    pub solution: Option<&'a [u8]>,
+    /// An invitation code.
+    pub invitation: Option<&'a [u8]>,
 }
 
 /// What one request did with a room's proof-of-work, for
@@ -203,6 +224,7 @@ impl Outcome {
             message: None,
             challenge: None,
             pow: PowCount::default(),
+            invitation: None,
         }
     }
 }
@@ -218,14 +240,45 @@ pub struct Presented {
     pub rejected: Option<Reject>,
 }
 
+/// Which tokens a room takes: those issued by no room in particular, or by this one; and only
+/// its own when it asks who may join (SPEC §14).
+#[derive(Clone, Copy, Debug)]
+pub struct Binding<'a> {
+    pub room: &'a str,
+    pub required: bool,
+}
+
+impl Binding<'_> {
+    /// Tokens of no room in particular (tests).
+    pub const ANY: Binding<'static> = Binding {
+        room: "",
+        required: false,
+    };
+
+    fn takes(&self, token: &Token) -> Result<(), Reject> {
+        match token.claims.room.as_deref() {
+            Some(r) if r == self.room => Ok(()),
+            None if !self.required => Ok(()),
+            _ => Err(Reject::WrongRoom),
+        }
+    }
+}
+
 impl Presented {
-    pub fn check(ring: &KeyRing, uid: &Identity, values: &[&[u8]], now: Timestamp) -> Presented {
+    pub fn check(
+        ring: &KeyRing,
+        uid: &Identity,
+        values: &[&[u8]],
+        binding: Binding,
+        now: Timestamp,
+    ) -> Presented {
         let mut rejected = None;
         for value in values {
-            match ring
-                .check(value)
-                .and_then(|t| t.check_binding(uid, now).map(|()| t))
-            {
+            match ring.check(value).and_then(|t| {
+                t.check_binding(uid, now)?;
+                binding.takes(&t)?;
+                Ok(t)
+            }) {
                 Ok(token) => {
                     return Presented {
                         any: true,
@@ -285,26 +338,35 @@ impl Room {
     /// Builds a room. Capacity rooms keep their counters in `store` (under the room's name), so
     /// a rebuilt room with the same name carries on counting.
     pub fn new(config: RoomConfig, pages: Arc<Pages>, store: &Arc<dyn CounterStore>) -> Room {
+        // A room that asks who may join takes only the tokens it issued itself (SPEC §14).
+        let bound: Option<Arc<str>> = (config.challenge.is_some()
+            || config.access == Access::Invite)
+            .then(|| Arc::from(config.name.as_str()));
         let policy_of = |admission: &Admission| match admission {
             Admission::Lottery {
                 allow_percentage,
                 wait_period,
                 allow_period,
                 closed_refresh,
-            } => Policy::Lottery(Lottery::new(
-                *allow_percentage,
-                *wait_period,
-                *allow_period,
-                *closed_refresh,
-                config.queue_all,
-            )),
+            } => {
+                let mut l = Lottery::new(
+                    *allow_percentage,
+                    *wait_period,
+                    *allow_period,
+                    *closed_refresh,
+                    config.queue_all,
+                );
+                l.bound = bound.clone();
+                Policy::Lottery(l)
+            }
             // An event's policy counts in the room's counters: the same people, other limits.
-            Admission::Capacity(c) => Policy::Capacity(Capacity::new(
-                &config.name,
-                c,
-                config.queue_all,
-                store.clone(),
-            )),
+            Admission::Capacity(c) => {
+                let mut c = Capacity::new(&config.name, c, config.queue_all, store.clone());
+                if let Some(room) = &bound {
+                    c.bind_to(room.clone());
+                }
+                Policy::Capacity(c)
+            }
         };
         let policy = policy_of(&config.admission);
         let events = config
@@ -418,6 +480,14 @@ impl Room {
         &self.pilot
     }
 
+    /// Which tokens this room takes.
+    fn binding(&self) -> Binding<'_> {
+        Binding {
+            room: &self.config.name,
+            required: self.config.challenge.is_some() || self.config.access == Access::Invite,
+        }
+    }
+
     /// `pow` rooms: the name of the cookie a solution may come back in.
     pub fn solution_cookie(&self) -> Option<&str> {
         self.solution_cookie.as_deref()
@@ -475,34 +545,52 @@ impl Room {
         cookies: &[&[u8]],
         now: Timestamp,
     ) -> Outcome {
-        self.decide_solving(ring, uid, cookies, None, now)
+        self.decide_bringing(ring, uid, cookies, Brought::default(), now)
     }
 
-    /// Decides one request that may carry a proof-of-work `solution` (`value:nonce`, SPEC
-    /// §14). In a `pow` room a visitor without a valid token joins only with a correct one.
-    pub fn decide_solving(
+    /// Decides one request that may bring a proof-of-work solution or an invitation (SPEC
+    /// §14). A visitor without a valid token joins an `invite` room only with a valid
+    /// invitation, and a `pow` room only with a correct solution.
+    pub fn decide_bringing(
         &self,
         ring: &KeyRing,
         uid: &Identity,
         cookies: &[&[u8]],
-        solution: Option<&[u8]>,
+        brought: Brought,
         now: Timestamp,
     ) -> Outcome {
         if !self.config.enabled {
             return Outcome::new(Decision::Bypass, CookieAction::Keep);
         }
-        let presented = Presented::check(ring, uid, cookies, now);
+        let presented = Presented::check(ring, uid, cookies, self.binding(), now);
         let held = self.controls.held();
         let sold_out = self.sold_out_under(held);
+        // Who may join: an invitation first (no work is asked of someone who may not join).
+        let mut invitation = None;
+        if presented.valid.is_none() {
+            invitation = brought
+                .invitation
+                .map(|code| self.use_invitation(ring, uid, code, now));
+            if self.config.access == Access::Invite && invitation != Some(Ok(())) {
+                let mut outcome = Outcome::new(Decision::Uninvited, CookieAction::Keep);
+                outcome.rejected = presented.rejected;
+                outcome.invitation = invitation;
+                outcome.message = self.controls.message();
+                return outcome;
+            }
+        }
         let mut pow = PowCount::default();
         // A sold-out room lets nobody new in: no work is asked for a place that cannot move.
         if let (Some(c), None, false) = (&self.config.challenge, &presented.valid, sold_out) {
-            let checked = solution.map(|s| challenge::check(ring, self.name(), uid, s, now));
+            let checked = brought
+                .solution
+                .map(|s| challenge::check(ring, self.name(), uid, s, now));
             if checked == Some(Ok(())) {
                 pow.solved = true;
             } else {
                 let mut outcome = self.unsolved(c, checked.and_then(Result::err), ring, uid, now);
                 outcome.rejected = presented.rejected;
+                outcome.invitation = invitation;
                 outcome.paused = held.paused;
                 outcome.message = self.controls.message();
                 return outcome;
@@ -543,6 +631,7 @@ impl Room {
         }
         outcome.rejected = outcome.rejected.or(presented.rejected);
         outcome.pow = pow;
+        outcome.invitation = invitation;
         if let (Policy::Lottery(l), true, Some(t)) = (policy, outcome.admitted, &presented.valid) {
             outcome.admitted = self.first_win(l, t, now);
         }
@@ -558,6 +647,30 @@ impl Room {
             }
         }
         outcome
+    }
+
+    /// Checks an invitation `code` and lets `uid` join with it if it has a use left for them:
+    /// one HMAC, and the store's memory of who joined with it.
+    fn use_invitation(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        code: &[u8],
+        now: Timestamp,
+    ) -> Result<(), Refusal> {
+        let invitation = invite::check(ring, self.name(), code, now)?;
+        let ticket = Ticket {
+            invite: invitation.id,
+            holder: invitation.holder(uid),
+            uses: invitation.uses,
+            until: Timestamp::from_secs(invitation.exp),
+            cap: self.config.max_invitations,
+        };
+        match self.store.invite(self.name(), &ticket, now) {
+            Invited::First | Invited::Again => Ok(()),
+            Invited::UsedUp => Err(Refusal::UsedUp),
+            Invited::Full => Err(Refusal::Full),
+        }
     }
 
     /// The answer to a visitor of a `pow` room who brought no solution, or one that `failed`: a
@@ -621,7 +734,7 @@ impl Room {
         cookies: &[&[u8]],
         now: Timestamp,
     ) -> Option<crate::token::Dec> {
-        let token = Presented::check(ring, uid, cookies, now).valid?;
+        let token = Presented::check(ring, uid, cookies, self.binding(), now).valid?;
         if let (Policy::Capacity(c), crate::token::Dec::Allow) =
             (self.policy_at(now), token.claims.dec)
         {
@@ -681,6 +794,12 @@ impl Room {
         }
     }
 
+    /// How many invitations are remembered as in use in this room now (against
+    /// `max_invitations`).
+    pub fn invitations_in_use(&self, now: Timestamp) -> usize {
+        self.store.invitations_in_use(self.name(), now)
+    }
+
     /// Live figures of a capacity room (`None` for lottery rooms, which keep no counts).
     pub fn figures(&self, now: Timestamp) -> Option<Figures> {
         match self.policy_at(now) {
@@ -709,7 +828,12 @@ impl Room {
             &self.config.name,
             outcome.decision.as_str(),
             outcome.refresh_secs,
-            self.config.wait_status,
+            // Nobody without an invitation may join: a refusal, not a wait.
+            if outcome.decision == Decision::Uninvited {
+                403
+            } else {
+                self.config.wait_status
+            },
         )
         .with_wait(outcome.estimates)
         .in_language(
@@ -723,6 +847,7 @@ impl Room {
         ctx.users_ahead = outcome.users_ahead;
         ctx.paused = outcome.paused;
         ctx.message = outcome.message.as_deref().map(String::as_str);
+        ctx.invitation_refused = matches!(outcome.invitation, Some(Err(_)));
         if let (Some(c), Some(cookie)) = (&outcome.challenge, &self.solution_cookie) {
             ctx.challenge_value = crate::pages::CHALLENGE_MARK;
             ctx.challenge_difficulty = c.difficulty;
@@ -871,7 +996,7 @@ pub(crate) mod tests {
         now: Timestamp,
     ) -> Presented {
         let values: Vec<&[u8]> = value.map(str::as_bytes).into_iter().collect();
-        Presented::check(ring, uid, &values, now)
+        Presented::check(ring, uid, &values, Binding::ANY, now)
     }
 
     fn rooms(toml: &str) -> RoomSet {
@@ -963,5 +1088,128 @@ pub(crate) mod tests {
         assert_eq!(o.rejected, Some(Reject::WrongUser));
         let o = room.decide(&ring, &alice(), &[b"junk"], now);
         assert_eq!(o.rejected, Some(Reject::Malformed));
+    }
+
+    fn code(ring: &KeyRing, room: &str, uses: u32) -> String {
+        crate::invite::make(
+            ring.active(),
+            &crate::invite::Terms {
+                room: room.into(),
+                lane: "public".into(),
+                exp: 10_000,
+                uses,
+            },
+        )
+    }
+
+    fn bringing(code: &str) -> Brought<'_> {
+        Brought {
+            solution: None,
+            invitation: Some(code.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn an_invite_room_lets_in_only_the_invited_and_as_many_as_invited() {
+        let set = rooms(
+            "[[room]]\nname = \"presale\"\naccess = \"invite\"\nallow_percentage = 0\n\
+             [[room]]\nname = \"shop\"\npaths = [\"/shop\"]\ncookie_name = \"shop\"\nallow_percentage = 0\n",
+        );
+        let (presale, shop) = (set.get(0).unwrap(), set.get(1).unwrap());
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let uninvited = presale.decide(&ring, &alice(), &[], now);
+        assert_eq!(
+            (uninvited.decision, &uninvited.cookie, uninvited.invitation),
+            (Decision::Uninvited, &CookieAction::Keep, None)
+        );
+        assert_eq!(presale.page_context(&uninvited, 0, now).status, 403);
+
+        let one = code(&ring, "presale", 1);
+        let o = presale.decide_bringing(&ring, &alice(), &[], bringing(&one), now);
+        assert_eq!((o.decision, o.invitation), (Decision::Deny, Some(Ok(()))));
+        let CookieAction::Set(token) = o.cookie else {
+            panic!("no token for an invited visitor: {o:?}")
+        };
+        assert!(token.contains("&rm=presale&"), "{token}");
+        // The token is the place from then on.
+        let o = presale.decide(&ring, &alice(), &[token.as_bytes()], now);
+        assert_eq!((o.decision, o.rejected), (Decision::Deny, None));
+        // Its one use is taken: another identity is refused, the same one joins again.
+        let o = presale.decide_bringing(&ring, &bob(), &[], bringing(&one), now);
+        assert_eq!(
+            (o.decision, o.invitation),
+            (Decision::Uninvited, Some(Err(Refusal::UsedUp)))
+        );
+        assert!(presale.page_context(&o, 0, now).invitation_refused);
+        let o = presale.decide_bringing(&ring, &alice(), &[], bringing(&one), now);
+        assert_eq!(o.invitation, Some(Ok(())));
+        assert_eq!(presale.invitations_in_use(now), 1);
+
+        // A code of another room, and a place got in another room, are no way in.
+        let other = code(&ring, "shop", 5);
+        let o = presale.decide_bringing(&ring, &bob(), &[], bringing(&other), now);
+        assert_eq!(o.invitation, Some(Err(Refusal::BadSignature)));
+        let CookieAction::Set(shop_token) = shop.decide(&ring, &bob(), &[], now).cookie else {
+            panic!("the open room gives a token")
+        };
+        let o = presale.decide(&ring, &bob(), &[shop_token.as_bytes()], now);
+        assert_eq!(
+            (o.decision, o.rejected),
+            (Decision::Uninvited, Some(Reject::WrongRoom))
+        );
+        // Nor is the presale's token a place in the shop.
+        let o = shop.decide(&ring, &alice(), &[token.as_bytes()], now);
+        assert_eq!(
+            (o.decision, o.rejected),
+            (Decision::Deny, Some(Reject::WrongRoom))
+        );
+        assert_ne!(
+            o.cookie,
+            CookieAction::Keep,
+            "a new place in the shop's own line"
+        );
+    }
+
+    #[test]
+    fn an_open_room_takes_anyone_and_counts_refused_invitations() {
+        let set = rooms("[[room]]\nname = \"shop\"\nallow_percentage = 100\n");
+        let shop = set.get(0).unwrap();
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let o = shop.decide_bringing(&ring, &alice(), &[], bringing("i1~junk"), now);
+        assert_eq!(
+            (o.decision, o.invitation),
+            (Decision::Allow, Some(Err(Refusal::Malformed)))
+        );
+        let expired = code(&ring, "shop", 1);
+        let later = Timestamp::from_secs(10_000);
+        let o = shop.decide_bringing(&ring, &alice(), &[], bringing(&expired), later);
+        assert_eq!(o.invitation, Some(Err(Refusal::Expired)));
+        // A visitor holding a place needs no invitation: it is not looked at.
+        let CookieAction::Set(token) = shop.decide(&ring, &bob(), &[], now).cookie else {
+            panic!("a token")
+        };
+        let o = shop.decide_bringing(&ring, &bob(), &[token.as_bytes()], bringing("x"), now);
+        assert_eq!(o.invitation, None);
+    }
+
+    #[test]
+    fn a_full_memory_refuses_new_invitations_and_keeps_used_ones() {
+        let set = rooms("[[room]]\nname = \"presale\"\naccess = \"invite\"\nmax_invitations = 1\n");
+        let presale = set.get(0).unwrap();
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let (a, b) = (code(&ring, "presale", 2), code(&ring, "presale", 2));
+        let o = presale.decide_bringing(&ring, &alice(), &[], bringing(&a), now);
+        assert_eq!(o.invitation, Some(Ok(())));
+        let o = presale.decide_bringing(&ring, &bob(), &[], bringing(&b), now);
+        assert_eq!(o.invitation, Some(Err(Refusal::Full)));
+        let o = presale.decide_bringing(&ring, &bob(), &[], bringing(&a), now);
+        assert_eq!(
+            o.invitation,
+            Some(Ok(())),
+            "a remembered one still has a use"
+        );
     }
 }

@@ -513,12 +513,13 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                     i,
                 )));
             }
-            // Simulated rooms ask no proof-of-work.
+            // Simulated rooms ask no proof-of-work and no invitation.
             Decision::Deny
             | Decision::Bypass
             | Decision::SoldOut
             | Decision::QueueFull
-            | Decision::Challenge => {}
+            | Decision::Challenge
+            | Decision::Uninvited => {}
         }
     }
 

@@ -40,7 +40,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pingora_limits::estimator::Estimator;
 
-use super::{CounterKey, CounterKind, CounterStore, Mark, WindowCounter, WindowSample, WindowSpec};
+use super::{
+    CounterKey, CounterKind, CounterStore, Invited, Mark, Ticket, WindowCounter, WindowSample,
+    WindowSpec,
+};
 use crate::time::Timestamp;
 
 const HASHES: usize = 4;
@@ -146,6 +149,48 @@ pub struct LocalStore {
     exact: Mutex<HashMap<CounterKey, Exact>>,
     /// (scope, mark) -> when it may be forgotten, in ms.
     marks: Mutex<HashMap<(Arc<str>, Mark), u64>>,
+    /// Per scope: the invitations in use, by id.
+    invites: Mutex<HashMap<Arc<str>, HashMap<u64, Used>>>,
+}
+
+/// An invitation in use: who joined with it, and until when it matters.
+#[derive(Debug)]
+struct Used {
+    until_ms: u64,
+    holders: Vec<u64>,
+}
+
+impl LocalStore {
+    /// Notes that `holder` joined with `invite` of `scope` on another node: it counts here too,
+    /// whatever its uses and the cap (that node checked them).
+    pub fn remember_invite(
+        &self,
+        scope: &str,
+        invite: u64,
+        holder: u64,
+        until: Timestamp,
+        now: Timestamp,
+    ) {
+        if until <= now {
+            return;
+        }
+        let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
+        let used = invites
+            .entry(Arc::from(scope))
+            .or_default()
+            .entry(invite)
+            .or_insert(Used {
+                until_ms: until.millis(),
+                holders: Vec::new(),
+            });
+        if used.until_ms <= now.millis() {
+            used.holders.clear();
+        }
+        used.until_ms = used.until_ms.max(until.millis());
+        if !used.holders.contains(&holder) {
+            used.holders.push(holder);
+        }
+    }
 }
 
 impl LocalStore {
@@ -222,6 +267,51 @@ impl CounterStore for LocalStore {
         true
     }
 
+    fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {
+        let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
+        if !invites.contains_key(scope) {
+            invites.insert(Arc::from(scope), HashMap::new());
+        }
+        let Some(room) = invites.get_mut(scope) else {
+            return Invited::Full;
+        };
+        let now_ms = now.millis();
+        if let Some(used) = room.get_mut(&ticket.invite).filter(|u| u.until_ms > now_ms) {
+            if used.holders.contains(&ticket.holder) {
+                return Invited::Again;
+            }
+            if used.holders.len() >= ticket.uses as usize {
+                return Invited::UsedUp;
+            }
+            used.holders.push(ticket.holder);
+            return Invited::First;
+        }
+        if room.len() >= ticket.cap {
+            room.retain(|_, u| u.until_ms > now_ms);
+            if room.len() >= ticket.cap {
+                return Invited::Full;
+            }
+        }
+        if ticket.uses == 0 {
+            return Invited::UsedUp;
+        }
+        room.insert(
+            ticket.invite,
+            Used {
+                until_ms: ticket.until.millis(),
+                holders: vec![ticket.holder],
+            },
+        );
+        Invited::First
+    }
+
+    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> usize {
+        let invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
+        invites.get(scope).map_or(0, |room| {
+            room.values().filter(|u| u.until_ms > now.millis()).count()
+        })
+    }
+
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
         let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         if marks.is_empty() {
@@ -240,6 +330,12 @@ impl CounterStore for LocalStore {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         marks.retain(|_, &mut at| at > now.millis());
         drop(marks);
+        let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
+        for room in invites.values_mut() {
+            room.retain(|_, u| u.until_ms > now.millis());
+        }
+        invites.retain(|_, room| !room.is_empty());
+        drop(invites);
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         windows.retain(|_, w| w.strong_count() > 0);
     }
@@ -393,6 +489,55 @@ mod tests {
         // The marks closest to expiry went first.
         assert!(!marks.contains_key(&(Arc::from("room"), mark(0))));
         assert!(marks.contains_key(&(Arc::from("room"), mark(MAX_MARKS as u64 + 9))));
+    }
+
+    #[test]
+    fn an_invitation_admits_its_uses_until_it_expires() {
+        use crate::store::{Invited, Ticket};
+        let store = LocalStore::new();
+        let ticket = |invite, holder| Ticket {
+            invite,
+            holder,
+            uses: 2,
+            until: at(60_000),
+            cap: 2,
+        };
+        assert_eq!(store.invite("room", &ticket(1, 10), at(0)), Invited::First);
+        assert_eq!(store.invite("room", &ticket(1, 10), at(1)), Invited::Again);
+        assert_eq!(store.invite("room", &ticket(1, 11), at(2)), Invited::First);
+        assert_eq!(store.invite("room", &ticket(1, 12), at(3)), Invited::UsedUp);
+        assert_eq!(store.invite("room", &ticket(1, 11), at(4)), Invited::Again);
+        assert_eq!(
+            store.invite("other", &ticket(1, 12), at(5)),
+            Invited::First,
+            "rooms are apart"
+        );
+        // The cap counts invitations, not holders: a second fits, a third does not.
+        assert_eq!(store.invite("room", &ticket(2, 10), at(6)), Invited::First);
+        assert_eq!(store.invite("room", &ticket(3, 10), at(7)), Invited::Full);
+        assert_eq!(
+            store.invite("room", &ticket(1, 10), at(8)),
+            Invited::Again,
+            "used ones stay"
+        );
+        // Another node's holder counts here, beyond the cap and the uses.
+        store.remember_invite("room", 2, 20, at(60_000), at(9));
+        store.remember_invite("room", 2, 21, at(60_000), at(9));
+        assert_eq!(
+            store.invite("room", &ticket(2, 22), at(10)),
+            Invited::UsedUp
+        );
+        assert_eq!(store.invite("room", &ticket(2, 21), at(10)), Invited::Again);
+        // Expired invitations are forgotten, and make room.
+        let later = Ticket {
+            until: at(120_000),
+            ..ticket(3, 10)
+        };
+        assert_eq!(store.invite("room", &later, at(60_000)), Invited::First);
+        assert_eq!(store.invitations_in_use("room", at(60_000)), 1);
+        assert_eq!(store.invitations_in_use("other", at(0)), 1);
+        store.sweep(at(120_000));
+        assert!(store.invites.lock().unwrap().is_empty());
     }
 
     #[test]

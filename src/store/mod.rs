@@ -116,6 +116,34 @@ pub enum MarkKind {
     Penalty,
 }
 
+/// One visitor presenting one invitation (SPEC §14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    /// The invitation's id.
+    pub invite: u64,
+    /// Who presents it: a digest of the invitation and the identity, the same on every node.
+    pub holder: u64,
+    /// How many holders it admits.
+    pub uses: u32,
+    /// When it expires: it is forgotten then.
+    pub until: Timestamp,
+    /// The most invitations the scope remembers at once (`max_invitations`).
+    pub cap: usize,
+}
+
+/// What the store said to a [`Ticket`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invited {
+    /// A new holder, within the invitation's uses.
+    First,
+    /// A holder who joined with it before.
+    Again,
+    /// Every use is taken by other holders.
+    UsedUp,
+    /// The scope remembers `cap` invitations in use already; a new one cannot be counted.
+    Full,
+}
+
 pub trait CounterStore: Send + Sync {
     /// The window counter for `spec`. Calling again with an equal spec returns the same counter.
     fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter>;
@@ -139,6 +167,15 @@ pub trait CounterStore: Send + Sync {
 
     /// Until when `mark` is set in `scope`, if it is (and has not expired).
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp>;
+
+    /// Lets `ticket.holder` join with invitation `ticket.invite` of `scope` (SPEC §14): the
+    /// first `uses` holders are let in, each of them again as often as they come back, and the
+    /// invitation is remembered until `ticket.until`. A shared store tells the other nodes
+    /// at its next sync: until then, two nodes may each let in a last holder.
+    fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited;
+
+    /// How many invitations of `scope` are remembered as in use now (against its cap).
+    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> usize;
 
     /// Whether `mark` is set in `scope` (and has not expired).
     fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {

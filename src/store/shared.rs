@@ -30,8 +30,8 @@ use arc_swap::ArcSwap;
 
 use super::local::LocalStore;
 use super::{
-    Allotment, ClusterStatus, CounterKey, CounterKind, CounterStore, Mark, MarkKind, WindowCounter,
-    WindowSpec,
+    Allotment, ClusterStatus, CounterKey, CounterKind, CounterStore, Invited, Mark, MarkKind,
+    Ticket, WindowCounter, WindowSpec,
 };
 use crate::config::OnStoreFailure;
 use crate::time::Timestamp;
@@ -68,7 +68,7 @@ pub struct SyncRequest {
     pub controls_seen: u64,
     /// The counters pushed, decoded, and the marks (kept to retry them after a failure).
     pushed: Vec<(CounterKey, i64)>,
-    outbox: Vec<(Arc<str>, Mark, Timestamp)>,
+    outbox: Vec<(Arc<str>, Note, Timestamp)>,
 }
 
 impl SyncRequest {
@@ -233,6 +233,32 @@ pub fn decode_key(s: &str) -> Option<CounterKey> {
     })
 }
 
+/// What a node tells the others through the stream of marks: a mark, or a holder who joined
+/// with an invitation (SPEC §14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Note {
+    Mark(Mark),
+    Invite { invite: u64, holder: u64 },
+}
+
+/// A mark as [`encode_mark`]; an invitation's holder as `u|invite|holder|scope`.
+pub fn encode_note(scope: &str, note: Note) -> String {
+    match note {
+        Note::Mark(m) => encode_mark(scope, m),
+        Note::Invite { invite, holder } => format!("u|{invite}|{holder}|{scope}"),
+    }
+}
+
+pub fn decode_note(s: &str) -> Option<(String, Note)> {
+    if let Some(rest) = s.strip_prefix("u|") {
+        let mut parts = rest.splitn(3, '|');
+        let invite = parts.next()?.parse().ok()?;
+        let holder = parts.next()?.parse().ok()?;
+        return Some((parts.next()?.to_owned(), Note::Invite { invite, holder }));
+    }
+    decode_mark(s).map(|(scope, m)| (scope, Note::Mark(m)))
+}
+
 /// `m|kind|id|scope`.
 pub fn encode_mark(scope: &str, m: Mark) -> String {
     let kind = match m.kind {
@@ -325,7 +351,8 @@ pub struct SharedStore {
     seed: arc_swap::ArcSwapOption<[u64; 4]>,
     /// This node's candidate for the seed, should the store have none.
     seed_candidate: String,
-    outbox: Mutex<Vec<(Arc<str>, Mark, Timestamp)>>,
+    /// Marks and invitation uses set here since the last sync.
+    outbox: Mutex<Vec<(Arc<str>, Note, Timestamp)>>,
     demand: Mutex<HashMap<Arc<str>, Demand>>,
     health: Mutex<Health>,
     controls: Mutex<ControlSync>,
@@ -431,7 +458,7 @@ impl SharedStore {
         let outbox = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()));
         let marks = outbox
             .iter()
-            .map(|(scope, m, until)| (encode_mark(scope, *m), until.millis()))
+            .map(|(scope, n, until)| (encode_note(scope, *n), until.millis()))
             .collect();
         SyncRequest {
             member: self.member.clone(),
@@ -488,9 +515,16 @@ impl SharedStore {
             );
         }
         for (m, until) in &reply.marks {
-            if let Some((scope, mark)) = decode_mark(m) {
-                self.local
-                    .mark(&scope, mark, Timestamp::from_millis(*until), now);
+            let until = Timestamp::from_millis(*until);
+            match decode_note(m) {
+                Some((scope, Note::Mark(mark))) => {
+                    self.local.mark(&scope, mark, until, now);
+                }
+                Some((scope, Note::Invite { invite, holder })) => {
+                    self.local
+                        .remember_invite(&scope, invite, holder, until, now);
+                }
+                None => {}
             }
         }
         let figures = SyncFigures {
@@ -733,11 +767,31 @@ impl CounterStore for SharedStore {
         if !self.local.mark(scope, mark, until, now) {
             return false;
         }
-        self.outbox
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((Arc::from(scope), mark, until));
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner()).push((
+            Arc::from(scope),
+            Note::Mark(mark),
+            until,
+        ));
         true
+    }
+
+    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> usize {
+        self.local.invitations_in_use(scope, now)
+    }
+
+    fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {
+        let invited = self.local.invite(scope, ticket, now);
+        if invited == Invited::First {
+            self.outbox.lock().unwrap_or_else(|p| p.into_inner()).push((
+                Arc::from(scope),
+                Note::Invite {
+                    invite: ticket.invite,
+                    holder: ticket.holder,
+                },
+                ticket.until,
+            ));
+        }
+        invited
     }
 
     fn sweep(&self, now: Timestamp) {
@@ -1003,6 +1057,19 @@ mod tests {
             decode_mark(&encode_mark("x|y", m)),
             Some(("x|y".to_owned(), m))
         );
+        let n = Note::Invite {
+            invite: u64::MAX,
+            holder: 3,
+        };
+        assert_eq!(
+            decode_note(&encode_note("x|y", n)),
+            Some(("x|y".to_owned(), n))
+        );
+        assert_eq!(
+            decode_note(&encode_note("r", Note::Mark(m))),
+            Some(("r".to_owned(), Note::Mark(m)))
+        );
+        assert_eq!(decode_note("u|1|x|r"), None);
         assert_eq!(decode_key("c|z|1|2|s"), None);
         assert_eq!(decode_key("garbage"), None);
     }
