@@ -236,6 +236,7 @@ fn room_status(
     now: crate::time::Timestamp,
 ) -> Value {
     let c = &room.config;
+    let in_use = room.invitations_in_use(now);
     let mut v = json!({
         "name": c.name,
         "enabled": c.enabled,
@@ -262,7 +263,8 @@ fn room_status(
         })),
         "access": c.access.as_str(),
         "invitations": {
-            "in_use": room.invitations_in_use(now),
+            "in_use": in_use.invitations,
+            "holders": in_use.holders,
             "max": c.max_invitations,
         },
     });

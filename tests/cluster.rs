@@ -576,3 +576,69 @@ fn operator_actions_reach_every_node() {
     );
     assert_eq!(User::new(3).decision(&nodes[1]).0, "allow");
 }
+
+/// An invitation's uses are remembered in the store (SPEC §14): once node a's acceptance has
+/// reached node b (one sync), node b refuses another identity and takes the same one again.
+#[test]
+fn an_invitation_used_on_one_node_is_used_on_every_node() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let room = "[[room]]\nname = \"presale\"\npages = \"pages\"\nallow_percentage = 100\naccess = \"invite\"\n";
+    let a = node(&origin, &redis.url(), "a", room, "");
+    let b = node(&origin, &redis.url(), "b", room, "");
+    wait_nodes(&[&a, &b], 2);
+    let config = a.config_path();
+    let (status, out, err) = run_cli(&[
+        "invite",
+        "--config",
+        config.to_str().unwrap(),
+        "--room",
+        "presale",
+        "--uses",
+        "2",
+    ]);
+    assert_eq!(status, 0, "{err}");
+    let code = out.trim();
+    let present = |node: &Vestibule, ip: &str| {
+        client()
+            .get(node.url("/__echo"))
+            .header("X-Forwarded-For", ip)
+            .header("Vestibule-Invite", code)
+            .send()
+            .expect("the proxy answers")
+            .status()
+            .as_u16()
+    };
+    let holders = |node: &Vestibule| node.status()["rooms"][0]["invitations"]["holders"].clone();
+    assert_eq!(
+        hit(&b, "/__echo", "10.11.0.1"),
+        403,
+        "no invitation, no place"
+    );
+
+    // Two uses: one on each node, each seen by the other within a sync.
+    assert_eq!(present(&a, "10.11.0.1"), 200);
+    let sent = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(5), || holders(&b) == 1),
+        "node b learns of the use: {}",
+        b.status()
+    );
+    let window = sent.elapsed();
+    assert_eq!(present(&b, "10.11.0.2"), 200);
+    assert!(
+        eventually(Duration::from_secs(5), || holders(&a) == 2),
+        "node a learns of b's use: {}",
+        a.status()
+    );
+    // Both uses are taken everywhere; the holders keep their places on either node.
+    for node in [&a, &b] {
+        assert_eq!(present(node, "10.11.0.4"), 403);
+        assert_eq!(present(node, "10.11.0.1"), 200);
+        assert_eq!(present(node, "10.11.0.2"), 200);
+    }
+    eprintln!(
+        "an invitation's use reached the other node in {} ms (sync_interval 250 ms)",
+        window.as_millis()
+    );
+}

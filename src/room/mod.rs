@@ -796,7 +796,7 @@ impl Room {
 
     /// How many invitations are remembered as in use in this room now (against
     /// `max_invitations`).
-    pub fn invitations_in_use(&self, now: Timestamp) -> usize {
+    pub fn invitations_in_use(&self, now: Timestamp) -> crate::store::InUse {
         self.store.invitations_in_use(self.name(), now)
     }
 
@@ -1144,7 +1144,8 @@ pub(crate) mod tests {
         assert!(presale.page_context(&o, 0, now).invitation_refused);
         let o = presale.decide_bringing(&ring, &alice(), &[], bringing(&one), now);
         assert_eq!(o.invitation, Some(Ok(())));
-        assert_eq!(presale.invitations_in_use(now), 1);
+        assert_eq!(presale.invitations_in_use(now).invitations, 1);
+        assert_eq!(presale.invitations_in_use(now).holders, 1);
 
         // A code of another room, and a place got in another room, are no way in.
         let other = code(&ring, "shop", 5);

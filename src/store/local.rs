@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, Weak};
 use pingora_limits::estimator::Estimator;
 
 use super::{
-    CounterKey, CounterKind, CounterStore, Invited, Mark, Ticket, WindowCounter, WindowSample,
-    WindowSpec,
+    CounterKey, CounterKind, CounterStore, InUse, Invited, Mark, Ticket, WindowCounter,
+    WindowSample, WindowSpec,
 };
 use crate::time::Timestamp;
 
@@ -305,11 +305,20 @@ impl CounterStore for LocalStore {
         Invited::First
     }
 
-    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> usize {
+    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> InUse {
         let invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
-        invites.get(scope).map_or(0, |room| {
-            room.values().filter(|u| u.until_ms > now.millis()).count()
-        })
+        let mut in_use = InUse::default();
+        for used in invites
+            .get(scope)
+            .into_iter()
+            .flat_map(|room| room.values())
+        {
+            if used.until_ms > now.millis() {
+                in_use.invitations += 1;
+                in_use.holders += used.holders.len();
+            }
+        }
+        in_use
     }
 
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
@@ -528,14 +537,19 @@ mod tests {
             Invited::UsedUp
         );
         assert_eq!(store.invite("room", &ticket(2, 21), at(10)), Invited::Again);
+        let in_use = |scope, t| {
+            let n = store.invitations_in_use(scope, at(t));
+            (n.invitations, n.holders)
+        };
+        assert_eq!(in_use("room", 10), (2, 5));
+        assert_eq!(in_use("other", 10), (1, 1));
         // Expired invitations are forgotten, and make room.
         let later = Ticket {
             until: at(120_000),
             ..ticket(3, 10)
         };
         assert_eq!(store.invite("room", &later, at(60_000)), Invited::First);
-        assert_eq!(store.invitations_in_use("room", at(60_000)), 1);
-        assert_eq!(store.invitations_in_use("other", at(0)), 1);
+        assert_eq!(in_use("room", 60_000), (1, 1));
         store.sweep(at(120_000));
         assert!(store.invites.lock().unwrap().is_empty());
     }

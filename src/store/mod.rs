@@ -131,6 +131,13 @@ pub struct Ticket {
     pub cap: usize,
 }
 
+/// Invitations in use in a scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InUse {
+    pub invitations: usize,
+    pub holders: usize,
+}
+
 /// What the store said to a [`Ticket`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Invited {
@@ -174,8 +181,9 @@ pub trait CounterStore: Send + Sync {
     /// at its next sync: until then, two nodes may each let in a last holder.
     fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited;
 
-    /// How many invitations of `scope` are remembered as in use now (against its cap).
-    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> usize;
+    /// The invitations of `scope` remembered as in use now (against its cap), and how many
+    /// holders joined with them.
+    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> InUse;
 
     /// Whether `mark` is set in `scope` (and has not expired).
     fn is_marked(&self, scope: &str, mark: Mark, now: Timestamp) -> bool {

@@ -775,7 +775,7 @@ impl CounterStore for SharedStore {
         true
     }
 
-    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> usize {
+    fn invitations_in_use(&self, scope: &str, now: Timestamp) -> super::InUse {
         self.local.invitations_in_use(scope, now)
     }
 
