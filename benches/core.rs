@@ -104,6 +104,48 @@ fn challenges(c: &mut Criterion) {
     });
 }
 
+/// Invitations (SPEC §14): checking a code (one HMAC), refusing a forged one, and a whole
+/// decision of an invite room for a visitor presenting theirs again (the check and the store's
+/// memory of its holders).
+fn invitations(c: &mut Criterion) {
+    use vestibule::invite::{self, Terms};
+    use vestibule::room::Brought;
+    let ring = ring();
+    let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
+    let now = Timestamp::from_secs(1_700_000_000);
+    let terms = Terms {
+        room: "default".into(),
+        lane: "members".into(),
+        exp: now.secs() + 86_400,
+        uses: 5,
+    };
+    let code = invite::make(ring.active(), &terms);
+    c.bench_function("invite/check a code", |b| {
+        b.iter(|| invite::check(&ring, "default", black_box(code.as_bytes()), now).expect("valid"))
+    });
+    let forged = code.replacen("~5~members~", "~6~members~", 1);
+    c.bench_function("invite/refuse a forged code", |b| {
+        b.iter(|| {
+            invite::check(&ring, "default", black_box(forged.as_bytes()), now).expect_err("forged")
+        })
+    });
+    c.bench_function("invite/make a code", |b| {
+        b.iter(|| black_box(invite::make(ring.active(), &terms)))
+    });
+    let set = rooms("[[room]]\nallow_percentage = 50\naccess = \"invite\"\n");
+    let room = set.iter().next().expect("room");
+    let brought = Brought {
+        solution: None,
+        invitation: Some(code.as_bytes()),
+    };
+    c.bench_function("room/decide no cookie, invite room, a holder again", |b| {
+        b.iter(|| black_box(room.decide_bringing(&ring, &uid, &[], brought, now)))
+    });
+    c.bench_function("room/decide no cookie, invite room, no invitation", |b| {
+        b.iter(|| black_box(room.decide(&ring, &uid, &[], now)))
+    });
+}
+
 fn decisions(c: &mut Criterion) {
     let ring = ring();
     let set = rooms("[[room]]\nallow_percentage = 50\n");
@@ -279,6 +321,7 @@ criterion_group!(
     benches,
     tokens,
     challenges,
+    invitations,
     decisions,
     rate_limits,
     pages,

@@ -618,6 +618,49 @@ mod tests {
     }
 
     #[test]
+    fn a_room_bound_token_signs_its_room() {
+        let ring = ring();
+        let room: std::sync::Arc<str> = "presale".into();
+        let claims = Claims::new(Dec::Wait, 1_700_000_060, &alice(), "key1").in_room(Some(&room));
+        assert!(claims.is_lottery(), "still a lottery token");
+        let value = claims.sign(ring.active());
+        assert!(value.contains("&kid=key1&rm=presale&sig=0x"), "{value}");
+        let token = Token::parse(value.as_bytes()).unwrap();
+        assert_eq!(token.claims.room.as_deref(), Some("presale"));
+        assert_eq!(
+            token.verify(&ring, &alice(), Timestamp::from_secs(0)),
+            Ok(())
+        );
+        // Moved to another room, or stripped of its room: the signature fails.
+        let moved = value.replace("rm=presale", "rm=shop");
+        assert_eq!(
+            Token::parse(moved.as_bytes()).unwrap().verify(
+                &ring,
+                &alice(),
+                Timestamp::from_secs(0)
+            ),
+            Err(Reject::BadSignature)
+        );
+        let stripped = value.replace("&rm=presale", "");
+        assert_eq!(
+            Token::parse(stripped.as_bytes()).unwrap().verify(
+                &ring,
+                &alice(),
+                Timestamp::from_secs(0)
+            ),
+            Err(Reject::BadSignature)
+        );
+        for bad in ["rm=", "rm=a~b", "rm=pré"] {
+            let odd = value.replace("rm=presale", bad);
+            assert_eq!(
+                Token::parse(odd.as_bytes()),
+                Err(Reject::Malformed),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn field_order_does_not_matter_but_duplicates_do() {
         let ring = ring();
         let value = Claims::new(Dec::Allow, 2_000_000_000, &alice(), "key1").sign(ring.active());

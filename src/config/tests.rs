@@ -656,3 +656,33 @@ fn challenge_keys_are_read_and_checked() {
         "names the file and line:\n{e}"
     );
 }
+
+#[test]
+fn access_keys_are_read_and_checked() {
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\naccess = \"invite\"\nmax_invitations = 5000\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        (c.rooms[0].access, c.rooms[0].max_invitations),
+        (Access::Invite, 5000)
+    );
+    assert_eq!(
+        (c.rooms[1].access, c.rooms[1].max_invitations),
+        (Access::Open, DEFAULT_MAX_INVITATIONS),
+        "the defaults"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\naccess = \"members\"\nmax_invitations = 0\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nmax_invitations = 10000001\n"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("room[0].access: must be \"open\" or \"invite\", got \"members\"");
+    has("room[0].max_invitations: must be between 1 and 10000000 (invitations in use remembered at once), got 0");
+    has("room[1].max_invitations: must be between 1 and 10000000");
+    assert!(
+        e.contains("vestibule.toml:"),
+        "names the file and line:\n{e}"
+    );
+}
