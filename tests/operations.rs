@@ -213,6 +213,8 @@ fn every_dashboard_query_uses_metrics_that_exist() {
         "latency",
         "reloads",
         "generation",
+        "Proof-of-work challenges",
+        "Invitations",
     ] {
         assert!(
             titles.iter().any(|t| t.contains(wanted)),
