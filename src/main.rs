@@ -516,11 +516,11 @@ fn render_page(
         }
         "unknown" | "prequeue" => {}
         "paused" => outcome.paused = true,
-        other => {
-            return fail(format!(
-                "no state \"{other}\" (states: wait, soon, front, unknown, paused, prequeue)"
-            ))
-        }
+        // The invite page after a code was refused.
+        "refused" => outcome.invitation = Some(Err(vestibule::invite::Refusal::UsedUp)),
+        other => return fail(format!(
+            "no state \"{other}\" (states: wait, soon, front, unknown, paused, prequeue, refused)"
+        )),
     }
     if let Some(text) = message {
         match vestibule::controls::check_message(&text) {

@@ -269,6 +269,22 @@ fn the_cli_prints_links_and_names_its_mistakes() {
 
     let config = v.config_path();
     let config = config.to_str().unwrap();
+    // The page can be previewed, refused or not, in any language.
+    let render = |state: &str| {
+        let (code, out, err) = run_cli(&[
+            "pages", "render", "--config", config, "--room", "presale", "--page", "invite",
+            "--lang", "ja", "--state", state,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    assert!(render("refused").contains("role=\"alert\""));
+    let page = render("unknown");
+    assert!(!page.contains("role=\"alert\""), "{page}");
+    assert!(
+        page.contains("lang=\"ja\"") && page.contains("招待コード"),
+        "{page}"
+    );
     for (args, says) in [
         (
             vec!["--room", "nope"],
