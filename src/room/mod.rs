@@ -338,35 +338,26 @@ impl Room {
     /// Builds a room. Capacity rooms keep their counters in `store` (under the room's name), so
     /// a rebuilt room with the same name carries on counting.
     pub fn new(config: RoomConfig, pages: Arc<Pages>, store: &Arc<dyn CounterStore>) -> Room {
-        // A room that asks who may join takes only the tokens it issued itself (SPEC §14).
-        let bound: Option<Arc<str>> = (config.challenge.is_some()
-            || config.access == Access::Invite)
-            .then(|| Arc::from(config.name.as_str()));
         let policy_of = |admission: &Admission| match admission {
             Admission::Lottery {
                 allow_percentage,
                 wait_period,
                 allow_period,
                 closed_refresh,
-            } => {
-                let mut l = Lottery::new(
-                    *allow_percentage,
-                    *wait_period,
-                    *allow_period,
-                    *closed_refresh,
-                    config.queue_all,
-                );
-                l.bound = bound.clone();
-                Policy::Lottery(l)
-            }
+            } => Policy::Lottery(Lottery::new(
+                *allow_percentage,
+                *wait_period,
+                *allow_period,
+                *closed_refresh,
+                config.queue_all,
+            )),
             // An event's policy counts in the room's counters: the same people, other limits.
-            Admission::Capacity(c) => {
-                let mut c = Capacity::new(&config.name, c, config.queue_all, store.clone());
-                if let Some(room) = &bound {
-                    c.bind_to(room.clone());
-                }
-                Policy::Capacity(c)
-            }
+            Admission::Capacity(c) => Policy::Capacity(Capacity::new(
+                &config.name,
+                c,
+                config.queue_all,
+                store.clone(),
+            )),
         };
         let policy = policy_of(&config.admission);
         let events = config
@@ -374,7 +365,7 @@ impl Room {
             .iter()
             .map(|e| (policy_of(&e.admission(&config.admission)), pages.clone(), 0))
             .collect();
-        Room {
+        let mut room = Room {
             pages,
             policy,
             events,
@@ -386,7 +377,12 @@ impl Room {
                 .challenge
                 .map(|_| format!("{}_pow", config.cookie.name)),
             config,
+        };
+        // A room that asks who may join takes only the tokens it issued itself (SPEC §14).
+        if room.binding().required {
+            room.bind_tokens();
         }
+        room
     }
 
     /// Pages speak catalog `language` unless the visitor asks for another.
@@ -478,6 +474,20 @@ impl Room {
 
     pub fn pilot(&self) -> &PilotCell {
         &self.pilot
+    }
+
+    /// Signs the room's name into every token it issues from now on (`rm=`): a room that asks
+    /// who may join, and every room of a set of several (see [`RoomSet::new`]).
+    fn bind_tokens(&mut self) {
+        let room: Arc<str> = Arc::from(self.config.name.as_str());
+        let policies =
+            std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
+        for policy in policies {
+            match policy {
+                Policy::Lottery(l) => l.bound = Some(room.clone()),
+                Policy::Capacity(c) => c.bind_to(room.clone()),
+            }
+        }
     }
 
     /// Which tokens this room takes.
@@ -892,7 +902,15 @@ pub struct RoomSet {
 }
 
 impl RoomSet {
-    pub fn new(rooms: Vec<Room>) -> RoomSet {
+    /// Rooms of a set of several sign their names into their tokens, so none takes another's
+    /// place for its own (their tokens without a name, issued before a reload added a room,
+    /// are still taken until they expire). A set of one keeps the VCL's four fields.
+    pub fn new(mut rooms: Vec<Room>) -> RoomSet {
+        if rooms.len() > 1 {
+            for room in &mut rooms {
+                room.bind_tokens();
+            }
+        }
         let mut routes = Vec::new();
         for (i, room) in rooms.iter().enumerate() {
             for prefix in &room.config.paths {
@@ -1211,6 +1229,45 @@ pub(crate) mod tests {
             o.invitation,
             Some(Ok(())),
             "a remembered one still has a use"
+        );
+    }
+
+    #[test]
+    fn rooms_of_a_set_of_several_take_only_their_own_places() {
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let token = |room: &Room, uid: &Identity| match room.decide(&ring, uid, &[], now).cookie {
+            CookieAction::Set(t) => t,
+            other => panic!("no token: {other:?}"),
+        };
+        // One open room: the VCL's four fields.
+        let one = rooms("[[room]]\nallow_percentage = 100\n");
+        let vcl = token(one.get(0).unwrap(), &alice());
+        assert!(!vcl.contains("rm="), "{vcl}");
+        // Several: each names itself, and refuses another's.
+        let set = rooms(
+            "[[room]]\nname = \"site\"\nallow_percentage = 100\n\
+             [[room]]\nname = \"checkout\"\npaths = [\"/checkout\"]\ncookie_name = \"c\"\nallow_percentage = 0\n",
+        );
+        let (site, checkout) = (set.get(0).unwrap(), set.get(1).unwrap());
+        let easy = token(site, &alice());
+        assert!(easy.contains("&rm=site&"), "{easy}");
+        let o = checkout.decide(&ring, &alice(), &[easy.as_bytes()], now);
+        assert_eq!(
+            (o.decision, o.rejected),
+            (Decision::Deny, Some(Reject::WrongRoom))
+        );
+        assert!(matches!(&o.cookie, CookieAction::Set(t) if t.contains("&rm=checkout&")));
+        // A token naming no room (from before a second room was added) is still taken.
+        let o = site.decide(&ring, &alice(), &[vcl.as_bytes()], now);
+        assert_eq!((o.decision, o.rejected), (Decision::Allow, None));
+        assert_eq!(
+            site.holding(&ring, &alice(), &[easy.as_bytes()], now),
+            Some(crate::token::Dec::Allow)
+        );
+        assert_eq!(
+            checkout.holding(&ring, &alice(), &[easy.as_bytes()], now),
+            None
         );
     }
 }
