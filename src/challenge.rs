@@ -15,7 +15,6 @@
 //! `difficulty` zero bits, and sends `value:nonce` back. Checking it costs one HMAC and one
 //! SHA-256: parse, key known, signature (constant time), not expired, then the work.
 
-use hmac::Mac;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -137,23 +136,17 @@ fn mac(
     difficulty: u8,
     salt: &str,
 ) -> [u8; MAC_BYTES] {
-    let mut m = key.mac();
-    m.update(b"vestibule pow v1");
-    for part in [
-        room.as_bytes(),
-        uid.as_str().as_bytes(),
-        key.id().as_bytes(),
-        &exp.to_be_bytes(),
-        &[difficulty],
-        salt.as_bytes(),
-    ] {
-        m.update(&(part.len() as u32).to_be_bytes());
-        m.update(part);
-    }
-    let full = m.finalize().into_bytes();
-    let mut out = [0u8; MAC_BYTES];
-    out.copy_from_slice(&full[..MAC_BYTES]);
-    out
+    key.short_mac(
+        b"vestibule pow v1",
+        &[
+            room.as_bytes(),
+            uid.as_str().as_bytes(),
+            key.id().as_bytes(),
+            &exp.to_be_bytes(),
+            &[difficulty],
+            salt.as_bytes(),
+        ],
+    )
 }
 
 /// A solution taken apart, nothing yet trusted.
@@ -176,16 +169,7 @@ fn parse(solution: &[u8]) -> Option<Parsed<'_>> {
         return None;
     }
     let text = std::str::from_utf8(value).ok()?;
-    let mut parts = text.split('~');
-    let (Some(PREFIX), Some(kid), Some(exp), Some(difficulty), Some(salt), Some(mac), None) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
+    let [PREFIX, kid, exp, difficulty, salt, mac] = crate::keys::split_exact(text, '~')? else {
         return None;
     };
     let digits = |s: &str, max: usize| {

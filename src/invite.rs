@@ -21,7 +21,6 @@
 //! Checking a code costs one HMAC: length and ASCII, format, key known, signature (constant time),
 //! expiry. How many identities already joined with it is the store's answer.
 
-use hmac::Mac;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -141,23 +140,17 @@ fn make_with_id(key: &SigningKey, terms: &Terms, id: u64) -> String {
 }
 
 fn mac(key: &SigningKey, room: &str, id: &str, exp: u64, uses: u32, lane: &str) -> [u8; MAC_BYTES] {
-    let mut m = key.mac();
-    m.update(b"vestibule invite v1");
-    for part in [
-        room.as_bytes(),
-        key.id().as_bytes(),
-        id.as_bytes(),
-        &exp.to_be_bytes(),
-        &uses.to_be_bytes(),
-        lane.as_bytes(),
-    ] {
-        m.update(&(part.len() as u32).to_be_bytes());
-        m.update(part);
-    }
-    let full = m.finalize().into_bytes();
-    let mut out = [0u8; MAC_BYTES];
-    out.copy_from_slice(&full[..MAC_BYTES]);
-    out
+    key.short_mac(
+        b"vestibule invite v1",
+        &[
+            room.as_bytes(),
+            key.id().as_bytes(),
+            id.as_bytes(),
+            &exp.to_be_bytes(),
+            &uses.to_be_bytes(),
+            lane.as_bytes(),
+        ],
+    )
 }
 
 /// A code taken apart, nothing yet trusted.
@@ -176,17 +169,7 @@ fn parse(code: &[u8]) -> Option<Parsed<'_>> {
         return None;
     }
     let text = std::str::from_utf8(code).ok()?;
-    let mut parts = text.split('~');
-    let (Some(PREFIX), Some(kid), Some(id), Some(exp), Some(uses), Some(lane), Some(mac), None) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
+    let [PREFIX, kid, id, exp, uses, lane, mac] = crate::keys::split_exact(text, '~')? else {
         return None;
     };
     let digits = |s: &str, max: usize| {
@@ -302,6 +285,7 @@ pub fn strip_from_query(query: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmac::Mac;
     use proptest::prelude::*;
 
     fn ring() -> KeyRing {

@@ -76,6 +76,33 @@ impl SigningKey {
     pub fn mac(&self) -> HmacSha512 {
         self.mac.clone()
     }
+
+    /// The first 16 bytes of HMAC-SHA512 over `domain` and then each of `parts` prefixed with
+    /// its length (4 bytes, big-endian): the signature of challenges and invitations (SPEC
+    /// §14), where every field is a part and no two messages can be spelled alike.
+    pub fn short_mac(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 16] {
+        use hmac::Mac;
+        let mut m = self.mac.clone();
+        m.update(domain);
+        for part in parts {
+            m.update(&(part.len() as u32).to_be_bytes());
+            m.update(part);
+        }
+        let full = m.finalize().into_bytes();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        out
+    }
+}
+
+/// `text` split at every `sep` into exactly `N` parts; `None` for more or fewer.
+pub fn split_exact<const N: usize>(text: &str, sep: char) -> Option<[&str; N]> {
+    let mut parts = text.split(sep);
+    let mut out = [""; N];
+    for slot in &mut out {
+        *slot = parts.next()?;
+    }
+    parts.next().is_none().then_some(out)
 }
 
 impl fmt::Debug for SigningKey {

@@ -518,9 +518,11 @@ fn render_page(
         "paused" => outcome.paused = true,
         // The invite page after a code was refused.
         "refused" => outcome.invitation = Some(Err(vestibule::invite::Refusal::UsedUp)),
-        other => return fail(format!(
+        other => {
+            return fail(format!(
             "no state \"{other}\" (states: wait, soon, front, unknown, paused, prequeue, refused)"
-        )),
+        ))
+        }
     }
     if let Some(text) = message {
         match vestibule::controls::check_message(&text) {

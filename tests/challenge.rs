@@ -342,14 +342,9 @@ fn a_reload_changes_the_difficulty_of_new_challenges() {
         "{status}"
     );
     assert_eq!(status["rooms"][0]["challenge"]["on_failure"], "retry");
-    let generation = v.generation();
-    let text = std::fs::read_to_string(v.config_path()).unwrap();
-    std::fs::write(
-        v.config_path(),
-        text.replacen("challenge_difficulty = 12", "challenge_difficulty = 13", 1),
-    )
-    .unwrap();
-    v.wait_generation_above(generation);
+    v.wait_generation_above(
+        v.edit_config("challenge_difficulty = 12", "challenge_difficulty = 13"),
+    );
     assert_eq!(v.status()["rooms"][0]["challenge"]["difficulty"], 13);
     let (_, _, after) = ask(&v, "10.6.0.2", "/sale/__echo", &[]);
     assert_eq!(after["challenge"]["difficulty"], 13, "{after}");

@@ -342,6 +342,16 @@ impl Vestibule {
             .expect("generation is a number")
     }
 
+    /// Replaces the first `from` in the config file with `to` (which the watcher then reloads),
+    /// and returns the generation before the edit.
+    pub fn edit_config(&self, from: &str, to: &str) -> u64 {
+        let generation = self.generation();
+        let text = std::fs::read_to_string(self.config_path()).expect("the config");
+        assert!(text.contains(from), "{from:?} is not in the config");
+        std::fs::write(self.config_path(), text.replacen(from, to, 1)).expect("the config");
+        generation
+    }
+
     /// Waits (up to 5 s) for a generation above `previous`, and returns it.
     pub fn wait_generation_above(&self, previous: u64) -> u64 {
         let mut g = previous;
