@@ -492,3 +492,41 @@ fn clients_that_hang_up_do_not_fill_the_log() {
     // The proxy still answers.
     assert_eq!(client().get(v.url("/__echo")).send().unwrap().status(), 200);
 }
+
+/// With several rooms on one key ring, a place let in by the easy room was a place in the closed
+/// one: its cookie copied under the other room's name was taken. Each room now signs its name
+/// into its tokens and refuses another's.
+#[test]
+fn a_place_in_one_room_is_no_place_in_another() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(VIP_AND_SITE)
+        .start();
+    let resp = client()
+        .get(v.url("/__echo"))
+        .header("X-Forwarded-For", "10.12.0.1")
+        .send()
+        .unwrap();
+    let site = room_cookie(&resp, "waiting_room").expect("the open room lets in");
+    assert!(site.contains("&rm=site&"), "{site}");
+    let before = origin.served();
+    let resp = client()
+        .get(v.url("/__echo"))
+        .header("Host", "vip.example")
+        .header("X-Forwarded-For", "10.12.0.1")
+        .header("Cookie", format!("wr_vip={site}"))
+        .send()
+        .unwrap();
+    let vip = room_cookie(&resp, "wr_vip").expect("a place in the vip room's own line");
+    assert!(
+        vip.contains("dec=wait") && vip.contains("&rm=vip&"),
+        "{vip}"
+    );
+    assert!(resp.text().unwrap().contains("closed right now"));
+    assert_eq!(origin.served(), before, "the origin never saw it");
+    assert_eq!(
+        v.metric("vestibule_token_rejected_total{reason=\"wrong_room\",room=\"vip\"}"),
+        1.0
+    );
+}
