@@ -398,3 +398,78 @@ fn the_rooms_the_browser_visits_answer() {
         assert!(html.contains(text), "{path}: {html}");
     }
 }
+
+/// An invite-only room in a real browser with JavaScript off: the page's form takes a code, a
+/// wrong one is refused on the page, the right one lets the visitor in, and the place holds
+/// without the code afterwards.
+#[test]
+fn a_visitor_types_an_invitation_into_the_page() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = match driver_ready(&dir) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!(
+                "\n!!!!!!!!\n!!! SKIPPED a_visitor_types_an_invitation_into_the_page: {why}\n!!! .ci/run installs it; this test proves the invite page works in a real browser.\n!!!!!!!!\n"
+            );
+            return;
+        }
+    };
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(
+            "[[room]]\nname = \"presale\"\ntitle = \"Fan club presale\"\npaths = [\"/presale\"]\n\
+             cookie_name = \"wr_presale\"\npages = \"pages\"\nallow_percentage = 100\naccess = \"invite\"\n",
+        )
+        .start();
+    let config = v.config_path();
+    let (status, out, err) = run_cli(&[
+        "invite",
+        "--config",
+        config.to_str().unwrap(),
+        "--room",
+        "presale",
+    ]);
+    assert_eq!(status, 0, "{err}");
+    let arg = serde_json::json!({
+        "base": format!("http://{}", v.proxy),
+        "path": "/presale/__echo",
+        "code": out.trim(),
+    });
+    let found = drive(&dir, "invite.mjs", &chromium, &arg, &v);
+    let visits = found["visits"].as_array().unwrap();
+    let (first, wrong, right, later) = (&visits[0], &visits[1], &visits[2], &visits[3]);
+    assert_eq!(
+        (first["status"].as_u64(), first["form"].as_bool()),
+        (Some(403), Some(true)),
+        "{found}"
+    );
+    assert_eq!(first["refused"], false, "{found}");
+    assert_eq!(
+        (wrong["status"].as_u64(), wrong["refused"].as_bool()),
+        (Some(403), Some(true)),
+        "{found}"
+    );
+    assert_eq!(right["status"], 200, "{found}");
+    assert_eq!(right["origin"], true, "let in: {found}");
+    assert_eq!(
+        right["origin_query"], "",
+        "the code never reached the origin: {found}"
+    );
+    assert!(
+        right["url"].as_str().unwrap().contains("vestibule_invite="),
+        "{found}"
+    );
+    assert_eq!(
+        (later["status"].as_u64(), later["origin"].as_bool()),
+        (Some(200), Some(true)),
+        "the place holds: {found}"
+    );
+    assert!(
+        found["cookies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "wr_presale"),
+        "{found}"
+    );
+}
