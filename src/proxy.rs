@@ -148,6 +148,21 @@ impl ProxyHttp for Proxy {
                 write_room_page(session, room, &outcome, ctx.secure, clear, now).await?;
                 Ok(true)
             }
+            Answer::Invited { location, cookies } => {
+                ctx.slots.clear();
+                let mut extra = Vec::with_capacity(1 + cookies.len());
+                if let Ok(v) = HeaderValue::from_str(&location) {
+                    extra.push((header::LOCATION, v));
+                }
+                for value in cookies.into_iter().chain(ctx.clear_solution.take()) {
+                    if let Ok(v) = HeaderValue::try_from(value) {
+                        extra.push((header::SET_COOKIE, v));
+                    }
+                }
+                let body = Bytes::from_static(b"Invitation accepted.\n");
+                respond(session, 303, "text/plain; charset=utf-8", extra, body).await?;
+                Ok(true)
+            }
             Answer::Held(retry_after) => {
                 ctx.slots.clear();
                 let extra = vec![(header::RETRY_AFTER, HeaderValue::from(retry_after))];
@@ -429,6 +444,13 @@ enum Answer {
     RateLimited(Limited),
     /// A held subresource: a short 503 asking to retry after this many seconds.
     Held(u64),
+    /// A page opened by an invitation's link got a place: `303` to the same target without
+    /// the code, with the place's cookies, so the code leaves the address bar (and the
+    /// `Referer` of the origin's page).
+    Invited {
+        location: String,
+        cookies: Vec<String>,
+    },
 }
 
 /// A blocking verdict, with what the 429 needs.
@@ -479,6 +501,7 @@ impl Proxy {
         }
         if let Some(route) = route {
             let room = route.room;
+            let mut invited_by_link = false;
             let outcome = match (&snapshot.keys, route.bypass || !room.config.enabled) {
                 (Some(ring), false) => {
                     let cookies = cookie::values(
@@ -504,10 +527,15 @@ impl Proxy {
                             let invitation = invitation_of(req);
                             let brought = Brought {
                                 solution: solution.map(|(s, _)| s),
-                                invitation: invitation.as_deref().map(str::as_bytes),
+                                invitation: invitation.as_ref().map(|(code, _)| code.as_bytes()),
                             };
                             let outcome =
                                 room.decide_bringing(ring, &identity, &cookies, brought, now);
+                            invited_by_link = invitation.is_some_and(|(_, link)| link)
+                                && wants == Wants::Page
+                                && matches!(req.method, http::Method::GET | http::Method::HEAD)
+                                && outcome.invitation == Some(Ok(()))
+                                && matches!(outcome.cookie, CookieAction::Set(_));
                             // A solution cookie, once used, is removed.
                             if let (Some((_, Some(name))), true) = (solution, outcome.pow.solved) {
                                 ctx.clear_solution = Some(cookie::delete_solution(name));
@@ -536,6 +564,15 @@ impl Proxy {
             };
             self.record(snapshot, route.index, &outcome);
             ctx.decision = Some(outcome.decision);
+            if invited_by_link && room.config.mode == RoomMode::Enforce {
+                if let Some(location) = invitation_free_target(&req.uri) {
+                    let cookies = set_cookie_value(room, &outcome.cookie, ctx.secure);
+                    return Answer::Invited {
+                        location,
+                        cookies: cookies.into_iter().collect(),
+                    };
+                }
+            }
             // A shadow room decides, sets its cookie and counts like any other, and forwards.
             if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
                 return Answer::RoomPage(route.index, outcome);
@@ -735,27 +772,31 @@ fn solution_of<'r, 'c>(
 }
 
 /// An invitation (SPEC §14): the `Vestibule-Invite` header, else the link parameter
-/// `vestibule_invite` (percent-decoded).
-fn invitation_of(req: &RequestHeader) -> Option<std::borrow::Cow<'_, str>> {
+/// `vestibule_invite` (percent-decoded); and whether it came by the link.
+fn invitation_of(req: &RequestHeader) -> Option<(std::borrow::Cow<'_, str>, bool)> {
     if let Some(v) = req.headers.get(VESTIBULE_INVITE) {
-        return Some(std::borrow::Cow::Borrowed(
-            std::str::from_utf8(v.as_bytes()).unwrap_or("\u{fffd}"),
-        ));
+        let code = std::str::from_utf8(v.as_bytes()).unwrap_or("\u{fffd}");
+        return Some((std::borrow::Cow::Borrowed(code), false));
     }
-    invite::from_query(req.uri.query()?)
+    invite::from_query(req.uri.query()?).map(|code| (code, true))
 }
 
-/// The request's target without the invitation link parameter, when it had one: the origin
-/// never sees an invitation.
-fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
+/// The request's path and query without the invitation link parameter, when it had one.
+fn invitation_free_target(uri: &http::Uri) -> Option<String> {
     let query = invite::strip_from_query(uri.query()?)?;
     let mut target = uri.path().to_owned();
     if !query.is_empty() {
         target.push('?');
         target.push_str(&query);
     }
+    Some(target)
+}
+
+/// The request's target without the invitation link parameter, when it had one: the origin
+/// never sees an invitation.
+fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
     let mut parts = uri.clone().into_parts();
-    parts.path_and_query = Some(target.parse().ok()?);
+    parts.path_and_query = Some(invitation_free_target(uri)?.parse().ok()?);
     http::Uri::from_parts(parts).ok()
 }
 

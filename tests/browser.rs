@@ -456,8 +456,8 @@ fn a_visitor_types_an_invitation_into_the_page() {
         "the code never reached the origin: {found}"
     );
     assert!(
-        right["url"].as_str().unwrap().contains("vestibule_invite="),
-        "{found}"
+        !right["url"].as_str().unwrap().contains("vestibule_invite"),
+        "the code left the address bar: {found}"
     );
     assert_eq!(
         (later["status"].as_u64(), later["origin"].as_bool()),

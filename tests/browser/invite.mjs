@@ -1,9 +1,9 @@
 // A visitor meets an invite-only room (SPEC §14) in a real browser: Debian's chromium, headless,
 // through playwright-core, with JavaScript off (the page's form needs none). Run with one JSON
-// argument: {"base": "http://127.0.0.1:PORT", "path": "/presale/__echo", "code": "<code>",
-// "cookie": "<room cookie name>"}. Types a wrong code, then the right one, into the page's form,
-// and comes back later without it. Prints one JSON object of findings and exits 0; the caller
-// asserts on them. Every wait here is bounded.
+// argument: {"base": "http://127.0.0.1:PORT", "path": "/presale/__echo", "code": "<code>"}.
+// Types a wrong code, then the right one, into the page's form, and comes back later without it.
+// Prints one JSON object of findings and exits 0; the caller asserts on them. Every wait here is
+// bounded.
 import { launch } from "./launch.mjs";
 
 const args = JSON.parse(process.argv[2]);
