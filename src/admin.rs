@@ -266,6 +266,7 @@ fn room_status(
             "in_use": in_use.invitations,
             "holders": in_use.holders,
             "max": c.max_invitations,
+            "revoked": c.revoked_invitations.len(),
         },
     });
     match &c.admission {

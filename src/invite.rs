@@ -58,6 +58,8 @@ pub enum Refusal {
     /// The room remembers `max_invitations` in use already: a new one cannot be counted, so it
     /// is refused rather than let a used one be forgotten.
     Full,
+    /// Listed in the room's `revoked_invitations`.
+    Revoked,
 }
 
 impl Refusal {
@@ -69,6 +71,7 @@ impl Refusal {
             Refusal::Expired => "expired",
             Refusal::UsedUp => "used_up",
             Refusal::Full => "full",
+            Refusal::Revoked => "revoked",
         }
     }
 }
@@ -151,6 +154,21 @@ fn mac(key: &SigningKey, room: &str, id: &str, exp: u64, uses: u32, lane: &str) 
             lane.as_bytes(),
         ],
     )
+}
+
+/// The invitation id an operator names: its 16 hex digits, or a whole code (whose third field
+/// it is). Nothing is checked but the form: a revocation needs no signature.
+pub fn id_of(entry: &str) -> Option<u64> {
+    let entry = entry.trim();
+    let hex = match crate::keys::split_exact::<7>(entry, '~') {
+        Some([PREFIX, _, id, ..]) => id,
+        Some(_) => return None,
+        None => entry,
+    };
+    if hex.len() != 16 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
 }
 
 /// A code taken apart, nothing yet trusted.
@@ -465,6 +483,25 @@ mod tests {
         let link = include_str!("../fuzz/seeds/invite/link");
         let code = from_query(link).unwrap();
         assert!(check(&fuzz, "presale", code.as_bytes(), at).is_ok());
+    }
+
+    #[test]
+    fn an_operator_names_an_invitation_by_id_or_code() {
+        let ring = ring();
+        let code = make(ring.active(), &terms("public", 1));
+        let id = check(&ring, "presale", code.as_bytes(), at(1)).unwrap().id;
+        assert_eq!(id_of(&code), Some(id));
+        assert_eq!(id_of(&format!(" {id:016x} ")), Some(id));
+        for bad in [
+            "",
+            "xyz",
+            "00112233AABBCCDD",
+            "0011223344",
+            "p1~a~b~c~d~e~f",
+            "i1~a~b",
+        ] {
+            assert_eq!(id_of(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -332,10 +332,40 @@ fn the_cli_prints_links_and_names_its_mistakes() {
 }
 
 #[test]
-fn a_reload_opens_an_invite_room_and_tokens_stay_bound() {
+fn a_reload_revokes_an_invitation_and_opens_the_room() {
     let (_origin, v) = start();
     let (status, _, _) = get(&v, "10.10.0.1", "/presale/__echo", &[]);
     assert_eq!(status, 403);
+
+    // A link that leaked: revoked by its id (the code's third field) in the config. Whoever
+    // joined with it keeps their place; nobody else gets in with it.
+    let leaked = codes(&v, "presale", &["--uses", "100"]).remove(0);
+    let (_, holder) = open_link(
+        &v,
+        "10.10.1.1",
+        &format!("/presale/?vestibule_invite={leaked}"),
+    );
+    let id = leaked.split('~').nth(2).unwrap();
+    v.wait_generation_above(v.edit_config(
+        "access = \"invite\"",
+        &format!("access = \"invite\"\nrevoked_invitations = [\"{id}\"]"),
+    ));
+    let (status, _, body) = get(
+        &v,
+        "10.10.1.2",
+        "/presale/",
+        &[("Vestibule-Invite", &leaked)],
+    );
+    assert_eq!(status, 403);
+    assert!(body.contains("role=\"alert\""), "{body}");
+    let (_, _, body) = get(
+        &v,
+        "10.10.1.1",
+        "/presale/__echo",
+        &[("Cookie", &format!("presale_room={holder}"))],
+    );
+    assert!(through(&body), "the holder keeps their place: {body}");
+    assert_eq!(v.status()["rooms"][0]["invitations"]["revoked"], 1);
     v.wait_generation_above(v.edit_config("access = \"invite\"", "access = \"open\""));
     let (status, cookie, body) = get(&v, "10.10.0.1", "/presale/__echo", &[]);
     assert_eq!(status, 200, "{body}");

@@ -312,6 +312,10 @@ fn room_fields(r: &RoomConfig) -> Fields {
         ),
         ("access", r.access.as_str().to_owned()),
         ("max_invitations", r.max_invitations.to_string()),
+        (
+            "revoked_invitations",
+            format!("{} revoked", r.revoked_invitations.len()),
+        ),
     ];
     // Method-specific settings line up only when the method is the same; a method change is
     // reported by `admission` above.

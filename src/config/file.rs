@@ -264,6 +264,8 @@ pub struct RoomFile {
     pub access: Option<String>,
     /// Invitations in use a room remembers at once.
     pub max_invitations: Option<i64>,
+    /// Invitations no longer taken: their ids, or whole codes.
+    pub revoked_invitations: Option<Vec<String>>,
     /// `[[room.event]]`: scheduled events (SPEC §13).
     #[serde(default)]
     pub event: Vec<EventFile>,

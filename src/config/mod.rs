@@ -291,6 +291,8 @@ pub struct RoomConfig {
     /// The most invitations in use the room remembers at once (each until it expires): a new
     /// one beyond it is refused, a used one never forgotten early.
     pub max_invitations: usize,
+    /// Invitations refused from now on (a leaked link), by id; their holders keep their places.
+    pub revoked_invitations: std::collections::BTreeSet<u64>,
 }
 
 /// Who may join a room (SPEC §14).

@@ -661,6 +661,7 @@ fn challenge_keys_are_read_and_checked() {
 fn access_keys_are_read_and_checked() {
     let c = parse(&format!(
         "{MINIMAL}[[room]]\naccess = \"invite\"\nmax_invitations = 5000\n\
+         revoked_invitations = [\"00112233aabbccdd\", \"i1~k~0000000000000001~1~1~public~00\"]\n\
          [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\n"
     ))
     .unwrap();
@@ -669,18 +670,27 @@ fn access_keys_are_read_and_checked() {
         (Access::Invite, 5000)
     );
     assert_eq!(
+        c.rooms[0]
+            .revoked_invitations
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        [1, 0x00112233aabbccdd]
+    );
+    assert_eq!(
         (c.rooms[1].access, c.rooms[1].max_invitations),
         (Access::Open, DEFAULT_MAX_INVITATIONS),
         "the defaults"
     );
     let e = errors(&format!(
-        "{MINIMAL}[[room]]\naccess = \"members\"\nmax_invitations = 0\n\
+        "{MINIMAL}[[room]]\naccess = \"members\"\nmax_invitations = 0\nrevoked_invitations = [\"0011\"]\n\
          [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nmax_invitations = 10000001\n"
     ));
     let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
     has("room[0].access: must be \"open\" or \"invite\", got \"members\"");
     has("room[0].max_invitations: must be between 1 and 10000000 (invitations in use remembered at once), got 0");
     has("room[1].max_invitations: must be between 1 and 10000000");
+    has("room[0].revoked_invitations[0]: \"0011\" is neither an invitation's id (16 hex digits) nor a code");
     assert!(
         e.contains("vestibule.toml:"),
         "names the file and line:\n{e}"

@@ -687,6 +687,7 @@ impl Validator<'_> {
             let autopilot = self.autopilot(i, r, admission.as_ref());
             let challenge = self.challenge(i, r);
             let (access, max_invitations) = self.access(i, r);
+            let revoked_invitations = self.revoked_invitations(i, r);
             let Some(admission) = admission else { continue };
             out.push(RoomConfig {
                 name,
@@ -714,7 +715,29 @@ impl Validator<'_> {
                 challenge,
                 access,
                 max_invitations,
+                revoked_invitations,
             });
+        }
+        out
+    }
+
+    /// `revoked_invitations`: each an invitation's id (its third field, 16 hex digits) or a
+    /// whole code.
+    fn revoked_invitations(&mut self, i: usize, r: &RoomFile) -> std::collections::BTreeSet<u64> {
+        let mut out = std::collections::BTreeSet::new();
+        for (j, entry) in r.revoked_invitations.iter().flatten().enumerate() {
+            match crate::invite::id_of(entry) {
+                Some(id) => {
+                    out.insert(id);
+                }
+                None => self.err(
+                    format!("room[{i}].revoked_invitations[{j}]"),
+                    format!(
+                        "\"{}\" is neither an invitation's id (16 hex digits) nor a code",
+                        entry.chars().take(40).collect::<String>()
+                    ),
+                ),
+            }
         }
         out
     }

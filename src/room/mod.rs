@@ -669,6 +669,9 @@ impl Room {
         now: Timestamp,
     ) -> Result<(), Refusal> {
         let invitation = invite::check(ring, self.name(), code, now)?;
+        if self.config.revoked_invitations.contains(&invitation.id) {
+            return Err(Refusal::Revoked);
+        }
         let ticket = Ticket {
             invite: invitation.id,
             holder: invitation.holder(uid),
@@ -1211,6 +1214,35 @@ pub(crate) mod tests {
         };
         let o = shop.decide_bringing(&ring, &bob(), &[token.as_bytes()], bringing("x"), now);
         assert_eq!(o.invitation, None);
+    }
+
+    #[test]
+    fn a_revoked_invitation_is_refused_and_its_holders_keep_their_places() {
+        let ring = ring();
+        let now = Timestamp::from_secs(1_000);
+        let before =
+            rooms("[[room]]\nname = \"presale\"\naccess = \"invite\"\nallow_percentage = 100\n");
+        let shared = code(&ring, "presale", 10);
+        let o =
+            before
+                .get(0)
+                .unwrap()
+                .decide_bringing(&ring, &alice(), &[], bringing(&shared), now);
+        let CookieAction::Set(token) = o.cookie else {
+            panic!("a place: {o:?}")
+        };
+        let id = crate::invite::id_of(&shared).unwrap();
+        let after = rooms(&format!(
+            "[[room]]\nname = \"presale\"\naccess = \"invite\"\nallow_percentage = 100\nrevoked_invitations = [\"{id:016x}\"]\n"
+        ));
+        let presale = after.get(0).unwrap();
+        let o = presale.decide_bringing(&ring, &bob(), &[], bringing(&shared), now);
+        assert_eq!(
+            (o.decision, o.invitation),
+            (Decision::Uninvited, Some(Err(Refusal::Revoked)))
+        );
+        let o = presale.decide(&ring, &alice(), &[token.as_bytes()], now);
+        assert_eq!(o.decision, Decision::Allow, "a holder keeps their place");
     }
 
     #[test]
