@@ -759,6 +759,11 @@ pub struct WaitingJson<'a> {
     /// `decision = "challenge"` (SPEC §14): what to solve; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub challenge: Option<ChallengeJson<'a>>,
+    /// Why the invitation this request presented was refused (SPEC §14: `malformed`,
+    /// `unknown_key`, `bad_signature`, `expired`, `used_up`, `full`, `revoked`); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invitation_refused: Option<&'static str>,
 }
 
 /// The proof-of-work in a JSON answer (SPEC §14).
@@ -793,6 +798,7 @@ impl<'a> From<&'a PageContext<'a>> for WaitingJson<'a> {
                 ends_at: ctx.ends_at.as_deref().unwrap_or(""),
             }),
             challenge: None,
+            invitation_refused: None,
         }
     }
 }

@@ -847,6 +847,10 @@ async fn write_room_page(
             value: &c.value,
             expires_in: c.expires_in,
         });
+        answer.invitation_refused = outcome
+            .invitation
+            .and_then(Result::err)
+            .map(invite::Refusal::as_str);
         ("application/json", pages::json(&answer))
     } else {
         language_headers(&mut extra, &page);

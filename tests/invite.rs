@@ -104,6 +104,10 @@ fn only_the_invited_join_and_each_invitation_as_often_as_it_allows() {
         (status, answer["decision"].as_str()),
         (403, Some("uninvited"))
     );
+    assert!(
+        answer.get("invitation_refused").is_none(),
+        "nothing was presented: {answer}"
+    );
 
     // A link: let in, and the origin never sees the parameter.
     let single = codes(&v, "presale", &["--count", "2"]);
@@ -135,6 +139,19 @@ fn only_the_invited_join_and_each_invitation_as_often_as_it_allows() {
     );
     let (status, _, _) = get(&v, "10.7.0.1", &target, &[]);
     assert_eq!(status, 303);
+
+    // An app is told why.
+    let (status, _, body) = get(&v, "10.7.0.2", &target, &json);
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            status,
+            answer["decision"].as_str(),
+            answer["invitation_refused"].as_str()
+        ),
+        (403, Some("uninvited"), Some("used_up")),
+        "{answer}"
+    );
 
     // A header works as the link does (no redirect: an app asked), and never reaches the
     // origin either; nor does a link's code when an app follows it asking for JSON.
@@ -185,9 +202,9 @@ fn only_the_invited_join_and_each_invitation_as_often_as_it_allows() {
     );
     assert_eq!(status, 403);
 
-    // Accepted: 2 by link (the same visitor twice), 1 by header, 3 shared. Refused: 2.
+    // Accepted: 2 by link (the same visitor twice), 1 by header, 3 shared. Refused: 3.
     assert_eq!(invitations(&v, "presale", "accepted"), 6.0);
-    assert_eq!(invitations(&v, "presale", "refused"), 2.0);
+    assert_eq!(invitations(&v, "presale", "refused"), 3.0);
     let status = v.status();
     let room = status["rooms"]
         .as_array()
