@@ -421,19 +421,11 @@ fn a_visitor_types_an_invitation_into_the_page() {
              cookie_name = \"wr_presale\"\npages = \"pages\"\nallow_percentage = 100\naccess = \"invite\"\n",
         )
         .start();
-    let config = v.config_path();
-    let (status, out, err) = run_cli(&[
-        "invite",
-        "--config",
-        config.to_str().unwrap(),
-        "--room",
-        "presale",
-    ]);
-    assert_eq!(status, 0, "{err}");
+    let code = v.invite_codes("presale", &[]).remove(0);
     let arg = serde_json::json!({
         "base": format!("http://{}", v.proxy),
         "path": "/presale/__echo",
-        "code": out.trim(),
+        "code": code,
     });
     let found = drive(&dir, "invite.mjs", &chromium, &arg, &v);
     let visits = found["visits"].as_array().unwrap();

@@ -587,18 +587,8 @@ fn an_invitation_used_on_one_node_is_used_on_every_node() {
     let a = node(&origin, &redis.url(), "a", room, "");
     let b = node(&origin, &redis.url(), "b", room, "");
     wait_nodes(&[&a, &b], 2);
-    let config = a.config_path();
-    let (status, out, err) = run_cli(&[
-        "invite",
-        "--config",
-        config.to_str().unwrap(),
-        "--room",
-        "presale",
-        "--uses",
-        "2",
-    ]);
-    assert_eq!(status, 0, "{err}");
-    let code = out.trim();
+    let code = a.invite_codes("presale", &["--uses", "2"]).remove(0);
+    let code = code.as_str();
     let present = |node: &Vestibule, ip: &str| {
         client()
             .get(node.url("/__echo"))

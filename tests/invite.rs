@@ -28,22 +28,6 @@ fn start() -> (Origin, Vestibule) {
     (origin, v)
 }
 
-/// Codes from the CLI, for `room` of the running proxy's config.
-fn codes(v: &Vestibule, room: &str, args: &[&str]) -> Vec<String> {
-    let config = v.config_path();
-    let mut all = vec![
-        "invite",
-        "--config",
-        config.to_str().unwrap(),
-        "--room",
-        room,
-    ];
-    all.extend_from_slice(args);
-    let (code, out, err) = run_cli(&all);
-    assert_eq!(code, 0, "vestibule invite: {err}");
-    out.lines().map(str::to_owned).collect()
-}
-
 /// A request from `ip` with these headers: (status, room cookie set, body).
 fn get(
     v: &Vestibule,
@@ -110,7 +94,7 @@ fn only_the_invited_join_and_each_invitation_as_often_as_it_allows() {
     );
 
     // A link: let in, and the origin never sees the parameter.
-    let single = codes(&v, "presale", &["--count", "2"]);
+    let single = v.invite_codes("presale", &["--count", "2"]);
     assert_eq!(single.len(), 2);
     assert_ne!(single[0], single[1]);
     // A browser is sent on to the same target without the code, which so leaves the address
@@ -167,7 +151,7 @@ fn only_the_invited_join_and_each_invitation_as_often_as_it_allows() {
         header_values(&headers, "vestibule-invite").is_empty(),
         "{headers:?}"
     );
-    let shared = codes(&v, "presale", &["--uses", "3", "--lane", "members"]);
+    let shared = v.invite_codes("presale", &["--uses", "3", "--lane", "members"]);
     let escaped = shared[0].replace('~', "%7E");
     for ip in ["10.7.1.1", "10.7.1.2"] {
         let target = format!("/presale/__echo?vestibule_invite={escaped}");
@@ -223,8 +207,8 @@ fn only_the_invited_join_and_each_invitation_as_often_as_it_allows() {
 #[test]
 fn bad_invitations_are_refused_plainly() {
     let (_origin, v) = start();
-    let good = codes(&v, "presale", &[]).remove(0);
-    let other_room = codes(&v, "shop", &[]).remove(0);
+    let good = v.invite_codes("presale", &[]).remove(0);
+    let other_room = v.invite_codes("shop", &[]).remove(0);
     let huge = format!("{good}{}", "~".repeat(6_000));
     let separators = "~".repeat(60);
     let truncated = &good[..good.len() - 3];
@@ -271,8 +255,7 @@ fn bad_invitations_are_refused_plainly() {
 #[test]
 fn the_cli_prints_links_and_names_its_mistakes() {
     let (_origin, v) = start();
-    let links = codes(
-        &v,
+    let links = v.invite_codes(
         "presale",
         &[
             "--count",
@@ -356,7 +339,7 @@ fn a_reload_revokes_an_invitation_and_opens_the_room() {
 
     // A link that leaked: revoked by its id (the code's third field) in the config. Whoever
     // joined with it keeps their place; nobody else gets in with it.
-    let leaked = codes(&v, "presale", &["--uses", "100"]).remove(0);
+    let leaked = v.invite_codes("presale", &["--uses", "100"]).remove(0);
     let (_, holder) = open_link(
         &v,
         "10.10.1.1",

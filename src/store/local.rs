@@ -161,6 +161,10 @@ struct Used {
 }
 
 impl LocalStore {
+    pub fn new() -> LocalStore {
+        LocalStore::default()
+    }
+
     /// Notes that `holder` joined with `invite` of `scope` on another node: it counts here too,
     /// whatever its uses and the cap (that node checked them).
     pub fn remember_invite(
@@ -190,12 +194,6 @@ impl LocalStore {
         if !used.holders.contains(&holder) {
             used.holders.push(holder);
         }
-    }
-}
-
-impl LocalStore {
-    pub fn new() -> LocalStore {
-        LocalStore::default()
     }
 }
 
@@ -269,12 +267,7 @@ impl CounterStore for LocalStore {
 
     fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {
         let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
-        if !invites.contains_key(scope) {
-            invites.insert(Arc::from(scope), HashMap::new());
-        }
-        let Some(room) = invites.get_mut(scope) else {
-            return Invited::Full;
-        };
+        let room = invites.entry(Arc::from(scope)).or_default();
         let now_ms = now.millis();
         if let Some(used) = room.get_mut(&ticket.invite).filter(|u| u.until_ms > now_ms) {
             if used.holders.contains(&ticket.holder) {

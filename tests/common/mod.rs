@@ -352,6 +352,23 @@ impl Vestibule {
         generation
     }
 
+    /// Invitation codes for `room` from `vestibule invite` on this proxy's config (SPEC §14),
+    /// one per line printed; `args` are more of its flags.
+    pub fn invite_codes(&self, room: &str, args: &[&str]) -> Vec<String> {
+        let config = self.config_path();
+        let mut all = vec![
+            "invite",
+            "--config",
+            config.to_str().expect("path"),
+            "--room",
+            room,
+        ];
+        all.extend_from_slice(args);
+        let (code, out, err) = run_cli(&all);
+        assert_eq!(code, 0, "vestibule invite: {err}");
+        out.lines().map(str::to_owned).collect()
+    }
+
     /// Waits (up to 5 s) for a generation above `previous`, and returns it.
     pub fn wait_generation_above(&self, previous: u64) -> u64 {
         let mut g = previous;
