@@ -322,6 +322,21 @@ fn room_status(
         v["free_slots"] = json!(f.free_slots);
         v["admitted_last_minute"] = json!(f.admitted_last_minute);
         v["wait_estimate_minutes"] = json!(f.estimates);
+        if f.lanes.len() > 1 {
+            let lanes: serde_json::Map<String, serde_json::Value> = f
+                .lanes
+                .iter()
+                .map(|l| {
+                    let lane = json!({
+                        "weight": l.weight,
+                        "waiting_users": l.waiting,
+                        "admitted_last_minute": l.admitted_last_minute,
+                    });
+                    (l.name.to_string(), lane)
+                })
+                .collect();
+            v["lanes"] = json!(lanes);
+        }
     }
     v
 }

@@ -78,6 +78,9 @@ pub fn inspect(
     if let Some(v) = &c.room {
         let _ = writeln!(out, "rm       {v} (only this room takes it)");
     }
+    if let Some(v) = &c.lane {
+        let _ = writeln!(out, "ln       {v} (the priority lane it waits in)");
+    }
     let sig = hex::encode(token.signature());
     let _ = writeln!(out, "sig      0x{}…", &sig[..16]);
     if c.dec == Dec::Wait && c.is_lottery() {

@@ -119,6 +119,9 @@ pub struct Claims {
     /// the token was issued by, so a place got elsewhere without the work or the invitation is
     /// not one here.
     pub room: Option<std::sync::Arc<str>>,
+    /// Capacity rooms with priority lanes (SPEC §14): the lane a waiting visitor waits in, when
+    /// not `public` (an invitation's lane).
+    pub lane: Option<std::sync::Arc<str>>,
 }
 
 impl Claims {
@@ -134,6 +137,7 @@ impl Claims {
             chk: None,
             refresh: None,
             room: None,
+            lane: None,
         }
     }
 
@@ -180,6 +184,9 @@ impl Claims {
         }
         if let Some(v) = &self.room {
             let _ = write!(m, "&rm={v}");
+        }
+        if let Some(v) = &self.lane {
+            let _ = write!(m, "&ln={v}");
         }
     }
 
@@ -228,6 +235,7 @@ impl Token {
                 "chk" => &mut fields.chk,
                 "ref" => &mut fields.refresh,
                 "rm" => &mut fields.room,
+                "ln" => &mut fields.lane,
                 _ => return Err(Reject::Malformed),
             };
             if slot.replace(v).is_some() {
@@ -259,6 +267,11 @@ impl Token {
             Some(_) => return Err(Reject::Malformed),
             None => None,
         };
+        let lane = match fields.lane {
+            Some(l) if crate::invite::is_valid_lane(l) => Some(std::sync::Arc::from(l)),
+            Some(_) => return Err(Reject::Malformed),
+            None => None,
+        };
         Ok(Token {
             claims: Claims {
                 dec,
@@ -270,6 +283,7 @@ impl Token {
                 chk: optional(fields.chk)?,
                 refresh,
                 room,
+                lane,
             },
             sig,
         })
@@ -527,6 +541,7 @@ struct Fields<'a> {
     chk: Option<&'a str>,
     refresh: Option<&'a str>,
     room: Option<&'a str>,
+    lane: Option<&'a str>,
 }
 
 /// Decimal digits only: no sign, no spaces, no overflow.
@@ -652,6 +667,39 @@ mod tests {
         );
         for bad in ["rm=", "rm=a~b", "rm=pré"] {
             let odd = value.replace("rm=presale", bad);
+            assert_eq!(
+                Token::parse(odd.as_bytes()),
+                Err(Reject::Malformed),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_signs_its_lane() {
+        let ring = ring();
+        let mut claims = Claims::new(Dec::Wait, 1_700_000_060, &alice(), "key1");
+        claims.arr = Some(1_700_000_000);
+        claims.lane = Some("members".into());
+        let value = claims.sign(ring.active());
+        assert!(
+            value.contains("&arr=1700000000&ln=members&sig=0x"),
+            "{value}"
+        );
+        let token = Token::parse(value.as_bytes()).unwrap();
+        assert_eq!(token.claims.lane.as_deref(), Some("members"));
+        let now = Timestamp::from_secs(0);
+        assert_eq!(token.verify(&ring, &alice(), now), Ok(()));
+        // Moved to another lane, or out of it: the signature fails.
+        for forged in [
+            value.replace("ln=members", "ln=vip"),
+            value.replace("&ln=members", ""),
+        ] {
+            let t = Token::parse(forged.as_bytes()).unwrap();
+            assert_eq!(t.verify(&ring, &alice(), now), Err(Reject::BadSignature));
+        }
+        for bad in ["ln=", "ln=VIP", "ln=a b", "ln=members&ln=members"] {
+            let odd = value.replace("ln=members", bad);
             assert_eq!(
                 Token::parse(odd.as_bytes()),
                 Err(Reject::Malformed),

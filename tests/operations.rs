@@ -264,7 +264,7 @@ fn metrics_are_valid_exposition_with_help_and_type() {
         "vestibule_room_decisions_total{decision=\"bypass\",mode=\"enforce\",room=\"shop\"}",
         "vestibule_token_rejected_total{reason=\"malformed\",room=\"shop\"}",
         "vestibule_room_admitted_total{room=\"sale\"}",
-        "vestibule_room_waiting_users{room=\"sale\"}",
+        "vestibule_room_waiting_users{lane=\"public\",room=\"sale\"}",
         "vestibule_ratelimit_decisions_total{outcome=\"limited\",rule=\"burst\"}",
         "vestibule_ratelimit_decisions_total{outcome=\"dry_run\",rule=\"watch\"}",
         "vestibule_ratelimit_penalty_box_entries{rule=\"burst\"}",

@@ -337,6 +337,12 @@ fn room_fields(r: &RoomConfig) -> Fields {
             f.push(("session_duration", duration(c.session_duration)));
             f.push(("refresh", duration(c.refresh)));
             f.push(("rejoin_grace", duration(c.rejoin_grace)));
+            let lanes: Vec<String> = c
+                .lanes
+                .iter()
+                .map(|l| format!("{} = {}", l.name, l.weight))
+                .collect();
+            f.push(("lanes", format!("{{{}}}", lanes.join(", "))));
         }
     }
     f

@@ -266,6 +266,8 @@ pub struct RoomFile {
     pub max_invitations: Option<i64>,
     /// Invitations no longer taken: their ids, or whole codes.
     pub revoked_invitations: Option<Vec<String>>,
+    /// Priority lanes (SPEC §14): lane name → weight in the split of the free slots.
+    pub lanes: Option<std::collections::BTreeMap<String, i64>>,
     /// `[[room.event]]`: scheduled events (SPEC §13).
     #[serde(default)]
     pub event: Vec<EventFile>,

@@ -408,7 +408,22 @@ pub struct CapacityConfig {
     pub rejoin_grace: Duration,
     /// New arrivals get `queuefull.html` once this many wait; 0 = no limit.
     pub max_waiting_users: u32,
+    /// Priority lanes (SPEC §14), `public` first, then by name; empty: one line for everyone.
+    pub lanes: Vec<Lane>,
 }
+
+/// A priority lane of a capacity room: while several lanes have visitors waiting, the free
+/// slots are split by weight (SPEC §14).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lane {
+    pub name: std::sync::Arc<str>,
+    pub weight: u32,
+}
+
+/// The most a lane may weigh against another.
+pub const MAX_LANE_WEIGHT: u32 = 1_000;
+/// Lanes a room may have.
+pub const MAX_LANES: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueOrder {

@@ -696,3 +696,45 @@ fn access_keys_are_read_and_checked() {
         "names the file and line:\n{e}"
     );
 }
+
+#[test]
+fn lanes_are_read_and_checked() {
+    let cap = "admission = \"fifo\"\nnew_users_per_minute = 10\n";
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\n{cap}lanes = {{ members = 3, public = 1, a-z_0 = 1000 }}\n"
+    ))
+    .unwrap();
+    let Admission::Capacity(capacity) = &c.rooms[0].admission else {
+        panic!("a capacity room")
+    };
+    let lanes: Vec<(&str, u32)> = capacity
+        .lanes
+        .iter()
+        .map(|l| (&*l.name, l.weight))
+        .collect();
+    assert_eq!(lanes, [("public", 1), ("a-z_0", 1000), ("members", 3)]);
+    let c = parse(&format!("{MINIMAL}[[room]]\n{cap}lanes = {{}}\n")).unwrap();
+    let Admission::Capacity(capacity) = &c.rooms[0].admission else {
+        panic!("a capacity room")
+    };
+    assert!(capacity.lanes.is_empty(), "no lanes: one line");
+
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\n{cap}lanes = {{ members = 0, Gold = 2, vip = 1001 }}\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\ncookie_name = \"b\"\nlanes = {{ public = 1 }}\n"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("room[0].lanes.members: a lane's weight must be between 1 and 1000, got 0");
+    has("room[0].lanes.vip: a lane's weight must be between 1 and 1000, got 1001");
+    has("room[0].lanes.Gold: a lane's name is 1-32 of a-z, 0-9, '_' and '-'");
+    has("room[0].lanes: needs a \"public\" lane");
+    has("room[1].lanes: only applies when admission is \"random\" or \"fifo\" (this room uses \"lottery\")");
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\n{cap}lanes = {{ public = \"high\" }}\n"
+    ));
+    // A weight that is no number: named by its file and line.
+    assert!(
+        e.contains("vestibule.toml:6:") && e.contains("expected i64"),
+        "{e}"
+    );
+}

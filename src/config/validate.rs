@@ -742,6 +742,52 @@ impl Validator<'_> {
         out
     }
 
+    /// `lanes` (SPEC §14): names as invitations write them, weights 1 to [`MAX_LANE_WEIGHT`],
+    /// and `public` among them, the lane of everyone without an invitation's lane.
+    fn lanes(&mut self, i: usize, r: &RoomFile) -> Vec<Lane> {
+        let k = |field: &str| format!("room[{i}].lanes{field}");
+        let Some(lanes) = r.lanes.as_ref().filter(|l| !l.is_empty()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (name, weight) in lanes {
+            if !crate::invite::is_valid_lane(name) {
+                self.err(
+                    k(&format!(".{name}")),
+                    "a lane's name is 1-32 of a-z, 0-9, '_' and '-' (as `vestibule invite --lane` takes it)",
+                );
+                continue;
+            }
+            if !(1..=i64::from(MAX_LANE_WEIGHT)).contains(weight) {
+                self.err(
+                    k(&format!(".{name}")),
+                    format!(
+                        "a lane's weight must be between 1 and {MAX_LANE_WEIGHT}, got {weight}"
+                    ),
+                );
+                continue;
+            }
+            out.push(Lane {
+                name: std::sync::Arc::from(name.as_str()),
+                weight: *weight as u32,
+            });
+        }
+        if lanes.len() > MAX_LANES {
+            self.err(
+                k(""),
+                format!("at most {MAX_LANES} lanes, got {}", lanes.len()),
+            );
+        }
+        if !lanes.contains_key(crate::invite::PUBLIC_LANE) {
+            self.err(
+                k(""),
+                "needs a \"public\" lane: visitors without an invitation's lane wait in it",
+            );
+        }
+        out.sort_by_key(|l| (&*l.name != crate::invite::PUBLIC_LANE, l.name.clone()));
+        out
+    }
+
     /// `access` and `max_invitations` (SPEC §14).
     fn access(&mut self, i: usize, r: &RoomFile) -> (Access, usize) {
         let k = |field: &str| format!("room[{i}].{field}");
@@ -939,6 +985,7 @@ impl Validator<'_> {
             ("refresh", r.refresh.is_some()),
             ("rejoin_grace", r.rejoin_grace.is_some()),
             ("max_waiting_users", r.max_waiting_users.is_some()),
+            ("lanes", r.lanes.is_some()),
         ];
         match method {
             "lottery" => {
@@ -1039,6 +1086,7 @@ impl Validator<'_> {
                     refresh,
                     rejoin_grace,
                     max_waiting_users,
+                    lanes: self.lanes(i, r),
                 }))
             }
             other => {

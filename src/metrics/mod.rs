@@ -306,8 +306,8 @@ impl Metrics {
             ),
             room_waiting_users: int_gauge_vec(
                 "vestibule_room_waiting_users",
-                "Users waiting and still checking in (capacity rooms).",
-                &["room"],
+                "Users waiting and still checking in (capacity rooms), by priority lane.",
+                &["room", "lane"],
             ),
             room_wait_estimate: gauge_vec(
                 "vestibule_room_wait_estimate_seconds",
@@ -510,9 +510,11 @@ impl Metrics {
                 self.room_active_users
                     .with_label_values(&[name])
                     .set(f.active as i64);
-                self.room_waiting_users
-                    .with_label_values(&[name])
-                    .set(f.waiting as i64);
+                for lane in &f.lanes {
+                    self.room_waiting_users
+                        .with_label_values(&[name, &lane.name])
+                        .set(lane.waiting as i64);
+                }
                 let e = f.estimates;
                 for (q, v) in [("25", e.p25), ("50", e.p50), ("75", e.p75)] {
                     if let Some(minutes) = v {

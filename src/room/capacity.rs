@@ -101,6 +101,10 @@ const RANDOM_BOOST: f64 = 1.2;
 const RECLAIM_FROM_MS: u64 = 50_000;
 /// Minutes over which the share of arrivals that come back is measured.
 const RETURN_MINUTES: u64 = 3;
+/// How long before the end of a minute the lanes' parts of its slots stop holding, seconds.
+const LANES_OPEN_SECS: f64 = 10.0;
+/// The id of a lane's count of admissions in a minute (the room's own count is id 0).
+const LANE_ADMITTED: u64 = 1;
 
 /// A token time field in seconds, whichever unit it was written in.
 fn token_secs(v: u64) -> u64 {
@@ -135,6 +139,9 @@ pub struct QueueView {
     /// minutes (1 before there is any history).
     pub return_rate: f64,
     pub admitted_last_minute: u64,
+    /// The lane's share of the slots while every lane that has visitors waiting takes its
+    /// weight's share (1 without lanes): its pace before it has any history.
+    pub share: f64,
 }
 
 impl Default for QueueView {
@@ -147,6 +154,7 @@ impl Default for QueueView {
             arrived: BTreeMap::new(),
             return_rate: 1.0,
             admitted_last_minute: 0,
+            share: 1.0,
         }
     }
 }
@@ -177,6 +185,47 @@ impl QueueView {
     }
 }
 
+/// The queue of every lane at one moment (one lane, `public`, in a room without lanes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Views {
+    pub at_ms: u64,
+    /// In the order of [`Capacity`]'s lanes: `public` first.
+    pub lanes: Vec<Arc<QueueView>>,
+}
+
+impl Views {
+    /// Visitors expected to be waiting, in every lane.
+    pub fn expected_waiting(&self) -> f64 {
+        self.lanes.iter().map(|v| v.expected_waiting()).sum()
+    }
+
+    /// Whether nobody waits, not even a recent arrival who has not come back yet.
+    pub fn is_empty(&self) -> bool {
+        self.lanes
+            .iter()
+            .all(|v| v.waiting_total == 0 && v.arrived.is_empty())
+    }
+}
+
+/// One priority lane of a room (SPEC §14). Lane 0 is `public`, counted in the room's own scope,
+/// so a room without lanes counts as it always did.
+#[derive(Debug)]
+struct LaneCounters {
+    name: Arc<str>,
+    weight: u32,
+    /// Where its queue is counted: the room's name, or `room/lane`.
+    scope: Arc<str>,
+}
+
+/// A lane's figures for `/status` and the metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaneFigures {
+    pub name: Arc<str>,
+    pub weight: u32,
+    pub waiting: u64,
+    pub admitted_last_minute: u64,
+}
+
 /// Live figures of a capacity room, for `/status` and metrics.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Figures {
@@ -188,6 +237,8 @@ pub struct Figures {
     pub admit_chance: f64,
     /// The estimate for a user joining now.
     pub estimates: Estimates,
+    /// Each lane, `public` first (only `public` in a room without lanes).
+    pub lanes: Vec<LaneFigures>,
 }
 
 pub struct Capacity {
@@ -212,8 +263,11 @@ pub struct Capacity {
     /// Tokens carry the room's name (rooms that ask who may join, SPEC §14).
     bound: Option<Arc<str>>,
     store: Arc<dyn CounterStore>,
+    /// Check-ins of the last [`CHECKIN_WINDOW`], by lane.
     checkins: Arc<dyn WindowCounter>,
-    view: Mutex<Option<Arc<QueueView>>>,
+    /// `public` first; more than one when the room has priority lanes.
+    lanes: Vec<LaneCounters>,
+    views: Mutex<Option<Arc<Views>>>,
 }
 
 impl std::fmt::Debug for Capacity {
@@ -242,10 +296,26 @@ impl Capacity {
         queue_all: bool,
         store: Arc<dyn CounterStore>,
     ) -> Capacity {
+        let mut lanes = vec![LaneCounters {
+            name: Arc::from(crate::invite::PUBLIC_LANE),
+            weight: 1,
+            scope: Arc::from(room),
+        }];
+        for lane in &c.lanes {
+            if &*lane.name == crate::invite::PUBLIC_LANE {
+                lanes[0].weight = lane.weight;
+            } else {
+                lanes.push(LaneCounters {
+                    name: lane.name.clone(),
+                    weight: lane.weight,
+                    scope: Arc::from(format!("{room}/{}", lane.name)),
+                });
+            }
+        }
         let checkins = store.window(&WindowSpec {
             name: format!("room:{room}:checkins"),
             interval_ms: CHECKIN_WINDOW.as_millis() as u64,
-            max_keys: 1,
+            max_keys: lanes.len(),
             shared: None,
         });
         let live_secs = c.refresh.as_secs_f64() * 1.2 + CHECKIN_SLACK_SECS;
@@ -265,7 +335,8 @@ impl Capacity {
             bound: None,
             store,
             checkins,
-            view: Mutex::new(None),
+            lanes,
+            views: Mutex::new(None),
         }
     }
 
@@ -323,15 +394,60 @@ impl Capacity {
     }
 
     fn key(&self, kind: CounterKind, slot: u64, id: u64) -> CounterKey {
+        self.key_in(&self.scope, kind, slot, id)
+    }
+
+    fn key_in(&self, scope: &Arc<str>, kind: CounterKind, slot: u64, id: u64) -> CounterKey {
         CounterKey {
-            scope: self.scope.clone(),
+            scope: scope.clone(),
             kind,
             slot,
             id,
         }
     }
 
+    /// Whether the room has priority lanes.
+    fn laned(&self) -> bool {
+        self.lanes.len() > 1
+    }
+
+    /// The lane named `name` (`public` when it is none of the room's).
+    fn lane_of(&self, name: Option<&str>) -> usize {
+        name.and_then(|n| self.lanes.iter().position(|l| &*l.name == n))
+            .unwrap_or(0)
+    }
+
+    /// The name a token carries for `lane`: none for `public`.
+    fn lane_claim(&self, lane: usize) -> Option<Arc<str>> {
+        (lane > 0).then(|| self.lanes[lane].name.clone())
+    }
+
     fn add(&self, kind: CounterKind, slot: u64, id: u64, delta: i64, now: Timestamp) -> i64 {
+        self.add_in(&self.scope, kind, slot, id, delta, now)
+    }
+
+    /// Adds to a counter of a lane's queue.
+    fn add_lane(
+        &self,
+        lane: usize,
+        kind: CounterKind,
+        slot: u64,
+        id: u64,
+        delta: i64,
+        now: Timestamp,
+    ) -> i64 {
+        self.add_in(&self.lanes[lane].scope, kind, slot, id, delta, now)
+    }
+
+    fn add_in(
+        &self,
+        scope: &Arc<str>,
+        kind: CounterKind,
+        slot: u64,
+        id: u64,
+        delta: i64,
+        now: Timestamp,
+    ) -> i64 {
         let expire = match kind {
             CounterKind::Active => (slot + self.session_minutes + 2) * 60,
             CounterKind::Waiting | CounterKind::Arrived => (slot + self.live_ticks + 2) * TICK_SECS,
@@ -341,7 +457,7 @@ impl Capacity {
             CounterKind::Window | CounterKind::Granted | CounterKind::GrantUsed => (slot + 2) * 60,
         };
         self.store.add(
-            &self.key(kind, slot, id),
+            &self.key_in(scope, kind, slot, id),
             delta,
             now,
             Timestamp::from_secs(expire),
@@ -356,22 +472,27 @@ impl Capacity {
         now_tick.saturating_sub(self.live_ticks)
     }
 
-    fn compute_view(&self, now: Timestamp) -> QueueView {
+    /// The queue of `lane` now; the room's active users with lane 0's.
+    fn compute_view(&self, lane: usize, now: Timestamp) -> QueueView {
+        let scope = &self.lanes[lane].scope;
         let minute = now.minute();
         let first_active = self.first_active_minute(minute);
-        let active: i64 = self
-            .store
-            .scan(&self.scope, CounterKind::Active, now)
-            .iter()
-            .filter(|(m, _, _)| (first_active..=minute).contains(m))
-            .map(|(_, _, v)| v)
-            .sum();
+        let active: i64 = if lane == 0 {
+            self.store
+                .scan(&self.scope, CounterKind::Active, now)
+                .iter()
+                .filter(|(m, _, _)| (first_active..=minute).contains(m))
+                .map(|(_, _, v)| v)
+                .sum()
+        } else {
+            0
+        };
         let tick = now.secs() / TICK_SECS;
         let first_live = self.first_live_tick(tick);
         let len_tag = self.bucket_secs << 40;
         let by_bucket = |kind| {
             let mut out = BTreeMap::new();
-            for (t, id, v) in self.store.scan(&self.scope, kind, now) {
+            for (t, id, v) in self.store.scan(scope, kind, now) {
                 if (first_live..=tick).contains(&t) && id & !((1 << 40) - 1) == len_tag {
                     *out.entry(id & ((1 << 40) - 1)).or_insert(0i64) += v;
                 }
@@ -387,7 +508,7 @@ impl Capacity {
         // check-in comes a refresh after its arrival, so the newest minute is left out).
         let sum = |kind, from: u64, to: u64| -> i64 {
             (from..=to)
-                .map(|m| self.store.get(&self.key(kind, m, 0), now).max(0))
+                .map(|m| self.store.get(&self.key_in(scope, kind, m, 0), now).max(0))
                 .sum()
         };
         let first = minute.saturating_sub(RETURN_MINUTES);
@@ -398,13 +519,7 @@ impl Capacity {
         } else {
             (returned as f64 / arrivals as f64).clamp(0.05, 1.0)
         };
-        let admitted_last_minute = self
-            .store
-            .get(
-                &self.key(CounterKind::Admitted, minute.saturating_sub(1), 0),
-                now,
-            )
-            .max(0) as u64;
+        let admitted_last_minute = self.admitted(lane, minute.saturating_sub(1), now);
         QueueView {
             at_ms: now.millis(),
             active: active.max(0) as u64,
@@ -413,12 +528,29 @@ impl Capacity {
             arrived,
             return_rate,
             admitted_last_minute,
+            share: 1.0,
         }
     }
 
-    /// The queue as of at most a second ago (recomputed in a new minute straight away).
-    pub fn view(&self, now: Timestamp) -> Arc<QueueView> {
-        let mut cached = self.view.lock().unwrap_or_else(|p| p.into_inner());
+    /// Visitors let in during `minute`: from `lane` in a room with lanes, else all of them.
+    fn admitted(&self, lane: usize, minute: u64, now: Timestamp) -> u64 {
+        let key = if self.laned() {
+            self.key_in(
+                &self.lanes[lane].scope,
+                CounterKind::Admitted,
+                minute,
+                LANE_ADMITTED,
+            )
+        } else {
+            self.key(CounterKind::Admitted, minute, 0)
+        };
+        self.store.get(&key, now).max(0) as u64
+    }
+
+    /// Every lane's queue as of at most a second ago (recomputed in a new minute straight
+    /// away), each with its share of the slots.
+    pub fn views(&self, now: Timestamp) -> Arc<Views> {
+        let mut cached = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = cached.as_ref() {
             let fresh = now.millis().saturating_sub(v.at_ms) < VIEW_TTL_MS
                 && v.at_ms / 60_000 == now.minute()
@@ -427,14 +559,42 @@ impl Capacity {
                 return v.clone();
             }
         }
-        let v = Arc::new(self.compute_view(now));
+        let mut lanes: Vec<QueueView> = (0..self.lanes.len())
+            .map(|lane| self.compute_view(lane, now))
+            .collect();
+        if self.laned() {
+            // A lane's share among the lanes with visitors waiting, itself included.
+            let busy: u64 = lanes
+                .iter()
+                .zip(&self.lanes)
+                .filter(|(v, _)| v.expected_waiting() > 0.0)
+                .map(|(_, l)| u64::from(l.weight))
+                .sum();
+            for (view, lane) in lanes.iter_mut().zip(&self.lanes) {
+                let others = if view.expected_waiting() > 0.0 {
+                    busy - u64::from(lane.weight)
+                } else {
+                    busy
+                };
+                view.share = f64::from(lane.weight) / (others + u64::from(lane.weight)) as f64;
+            }
+        }
+        let v = Arc::new(Views {
+            at_ms: now.millis(),
+            lanes: lanes.into_iter().map(Arc::new).collect(),
+        });
         *cached = Some(v.clone());
         v
     }
 
-    /// Forgets the cached view (after an admission or a departure changes the counts).
+    /// The `public` lane's queue (the whole queue in a room without lanes), as [`Capacity::views`].
+    pub fn view(&self, now: Timestamp) -> Arc<QueueView> {
+        self.views(now).lanes[0].clone()
+    }
+
+    /// Forgets the cached views (after an admission or a departure changes the counts).
     fn invalidate(&self) {
-        *self.view.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// The free slots: the cluster's (for the order of the queue and the estimates) and this
@@ -447,6 +607,41 @@ impl Capacity {
         Slots {
             cluster: cluster.map(|c| c.max(0) as u64),
             here: here.map(|h| h.max(0) as u64),
+        }
+    }
+
+    /// The free slots `lane` may take now (SPEC §14). With lanes, the minute's slots (those
+    /// given so far and those free) are split by weight among the lanes with visitors waiting,
+    /// none given more than it let in plus those waiting in it (what it leaves goes to the
+    /// others, so a lane nobody waits in gives its share away); a lane takes what is left of its
+    /// part. In the minute's last [`LANES_OPEN_SECS`] (or its last check-in interval, if
+    /// shorter) the parts no longer hold: liveness first, the slots nobody took go to whoever
+    /// checks in.
+    fn lane_slots(&self, views: &Views, lane: usize, slots: Slots, now: Timestamp) -> Slots {
+        let Some(free) = slots.cluster.filter(|_| self.laned()) else {
+            return slots;
+        };
+        let second = (now.millis() % 60_000) as f64 / 1000.0;
+        if second >= 60.0 - (1.2 * self.refresh.as_secs_f64()).min(LANES_OPEN_SECS) {
+            return slots;
+        }
+        let minute = now.minute();
+        let given: Vec<u64> = (0..self.lanes.len())
+            .map(|l| self.admitted(l, minute, now))
+            .collect();
+        let total = given.iter().sum::<u64>() + free;
+        let asks: Vec<(f64, f64)> = self
+            .lanes
+            .iter()
+            .zip(&views.lanes)
+            .zip(&given)
+            .map(|((l, v), g)| (f64::from(l.weight), *g as f64 + v.expected_waiting()))
+            .collect();
+        let parts = apportion(total as f64, &asks);
+        let left = (parts[lane] - given[lane] as f64).max(0.0).ceil() as u64;
+        Slots {
+            cluster: Some(free.min(left)),
+            here: slots.here.map(|h| h.min(left)),
         }
     }
 
@@ -495,9 +690,9 @@ impl Capacity {
         (cluster, here)
     }
 
-    /// Reserves a slot for one admission now; false (and nothing changed) when a limit would
-    /// be exceeded, in the cluster as this node last saw it or in this node's part.
-    fn try_admit(&self, now: Timestamp) -> bool {
+    /// Reserves a slot for one admission from `lane` now; false (and nothing changed) when a
+    /// limit would be exceeded, in the cluster as this node last saw it or in this node's part.
+    fn try_admit(&self, lane: usize, now: Timestamp) -> bool {
         let minute = now.minute();
         self.add(CounterKind::Admitted, minute, 0, 1, now);
         self.add(CounterKind::Active, minute, 0, 1, now);
@@ -508,8 +703,17 @@ impl Capacity {
             self.add(CounterKind::Admitted, minute, 0, -1, now);
             return false;
         }
-        self.invalidate();
+        self.count_lane_admission(lane, now);
         true
+    }
+
+    /// Counts an admission from `lane` (in a room with lanes, for the split of the slots).
+    fn count_lane_admission(&self, lane: usize, now: Timestamp) {
+        if self.laned() {
+            let minute = now.minute();
+            self.add_lane(lane, CounterKind::Admitted, minute, LANE_ADMITTED, 1, now);
+        }
+        self.invalidate();
     }
 
     /// Moves an active user's count to this minute (`counted`: the minute they were counted in).
@@ -523,43 +727,50 @@ impl Capacity {
 
     /// Counts a waiting user of `bucket` at this tick; `counted` is the tick they were counted
     /// at before (their count moves).
-    fn touch_waiting(&self, bucket: u64, counted: Option<u64>, now: Timestamp) {
+    fn touch_waiting(&self, lane: usize, bucket: u64, counted: Option<u64>, now: Timestamp) {
         let tick = now.secs() / TICK_SECS;
         if counted == Some(tick) {
             return;
         }
         let id = bucket_id(bucket, self.bucket_secs);
-        self.add(CounterKind::Waiting, tick, id, 1, now);
+        self.add_lane(lane, CounterKind::Waiting, tick, id, 1, now);
         if let Some(c) = counted.filter(|c| *c < tick && *c >= self.first_live_tick(tick)) {
-            self.add(CounterKind::Waiting, c, id, -1, now);
+            self.add_lane(lane, CounterKind::Waiting, c, id, -1, now);
         }
     }
 
     /// A waiting user leaves the queue (admitted).
-    fn leave_queue(&self, bucket: u64, counted: Option<u64>, now: Timestamp) {
+    fn leave_queue(&self, lane: usize, bucket: u64, counted: Option<u64>, now: Timestamp) {
         let tick = now.secs() / TICK_SECS;
         if let Some(c) = counted.filter(|c| *c >= self.first_live_tick(tick)) {
             let id = bucket_id(bucket, self.bucket_secs);
-            self.add(CounterKind::Waiting, c, id, -1, now);
+            self.add_lane(lane, CounterKind::Waiting, c, id, -1, now);
         }
     }
 
     /// A new arrival joins the queue: counted apart until they come back.
-    fn join(&self, bucket: u64, now: Timestamp) {
+    fn join(&self, lane: usize, bucket: u64, now: Timestamp) {
         let id = bucket_id(bucket, self.bucket_secs);
-        self.add(CounterKind::Arrived, now.secs() / TICK_SECS, id, 1, now);
-        self.add(CounterKind::Arrivals, now.minute(), 0, 1, now);
+        self.add_lane(
+            lane,
+            CounterKind::Arrived,
+            now.secs() / TICK_SECS,
+            id,
+            1,
+            now,
+        );
+        self.add_lane(lane, CounterKind::Arrivals, now.minute(), 0, 1, now);
     }
 
     /// A new arrival's first check-in: no longer counted apart (`arrived`: the tick they
     /// arrived at). They then hold a place (`touch_waiting`), or leave with a slot.
-    fn came_back(&self, bucket: u64, arrived: u64, now: Timestamp) {
+    fn came_back(&self, lane: usize, bucket: u64, arrived: u64, now: Timestamp) {
         let tick = now.secs() / TICK_SECS;
         if arrived >= self.first_live_tick(tick) {
             let id = bucket_id(bucket, self.bucket_secs);
-            self.add(CounterKind::Arrived, arrived, id, -1, now);
+            self.add_lane(lane, CounterKind::Arrived, arrived, id, -1, now);
         }
-        self.add(CounterKind::Returned, now.minute(), 0, 1, now);
+        self.add_lane(lane, CounterKind::Returned, now.minute(), 0, 1, now);
     }
 
     /// Ends an admitted user's session (origin said `Vestibule-Command: revoke`). The place is
@@ -580,13 +791,15 @@ impl Capacity {
         }
     }
 
-    /// The chance that an eligible check-in gets in now (random queueing).
-    fn random_chance(&self, free: Option<u64>, now: Timestamp) -> f64 {
+    /// The chance that an eligible check-in of `lane` gets in now (random queueing), `free`
+    /// being the slots the lane may take.
+    fn random_chance(&self, lane: usize, free: Option<u64>, now: Timestamp) -> f64 {
         let Some(free) = free else { return 1.0 };
         if free == 0 {
             return 0.0;
         }
-        let per_sec = self.checkins.peek(0, now).weighted() / CHECKIN_WINDOW.as_secs_f64();
+        let per_sec =
+            self.checkins.peek(lane as u64, now).weighted() / CHECKIN_WINDOW.as_secs_f64();
         let secs_left = (60 - now.secs() % 60) as f64;
         // A little more than the even share: the rate is an estimate, a check-in that finds no
         // slot left just waits, and slots not given this minute are lost.
@@ -639,7 +852,9 @@ impl Capacity {
 
     /// The users one check-in interval (1.2 × refresh) takes at the admission pace.
     fn front(&self, view: &QueueView) -> u64 {
-        let pace = self.admission_rate(view).max(self.new_per_minute() as f64);
+        let pace = self
+            .admission_rate(view)
+            .max(self.new_per_minute() as f64 * view.share);
         (pace * 1.2 * self.refresh.as_secs_f64() / 60.0).ceil() as u64
     }
 
@@ -659,7 +874,7 @@ impl Capacity {
             return 0.0;
         }
         match self.order {
-            QueueOrder::Random => self.random_chance(slots.here, now),
+            QueueOrder::Random => self.random_chance(0, slots.here, now),
             QueueOrder::Fifo => match slots.cluster {
                 None => 1.0,
                 Some(_) if view.waiting_total == 0 => 1.0,
@@ -668,13 +883,13 @@ impl Capacity {
         }
     }
 
-    /// Admissions per minute to expect: last minute's, or before there is any history, the
-    /// configured pace.
+    /// Admissions per minute to expect (from a lane, with lanes): last minute's, or before
+    /// there is any history, the configured pace (the lane's share of it).
     fn admission_rate(&self, view: &QueueView) -> f64 {
         if view.admitted_last_minute > 0 {
             view.admitted_last_minute as f64
         } else {
-            self.new_per_minute() as f64
+            self.new_per_minute() as f64 * view.share
         }
     }
 
@@ -776,16 +991,35 @@ impl Capacity {
         }
     }
 
+    /// The room's figures; the chance and the estimate are the `public` lane's.
     pub fn figures(&self, now: Timestamp) -> Figures {
-        let view = self.view(now);
+        let views = self.views(now);
+        let view = &views.lanes[0];
         let slots = self.slots(now);
+        let public = self.lane_slots(&views, 0, slots, now);
+        let lanes = self
+            .lanes
+            .iter()
+            .zip(&views.lanes)
+            .map(|(l, v)| LaneFigures {
+                name: l.name.clone(),
+                weight: l.weight,
+                waiting: v.expected_waiting().round() as u64,
+                admitted_last_minute: v.admitted_last_minute,
+            })
+            .collect();
+        let last_minute = now.minute().saturating_sub(1);
         Figures {
             active: view.active,
-            waiting: view.expected_waiting().round() as u64,
+            waiting: views.expected_waiting().round() as u64,
             free_slots: slots.cluster,
-            admitted_last_minute: view.admitted_last_minute,
-            admit_chance: self.admit_chance(&view, slots, now),
-            estimates: self.estimates(&view, now.secs(), slots.cluster, now).1,
+            admitted_last_minute: self
+                .store
+                .get(&self.key(CounterKind::Admitted, last_minute, 0), now)
+                .max(0) as u64,
+            admit_chance: self.admit_chance(view, public, now),
+            estimates: self.estimates(view, now.secs(), public.cluster, now).1,
+            lanes,
         }
     }
 
@@ -800,13 +1034,14 @@ impl Capacity {
         &self,
         ring: &KeyRing,
         uid: &Identity,
-        arrival_secs: u64,
+        (lane, arrival_secs): (usize, u64),
         interval: u64,
         now: Timestamp,
     ) -> Arc<str> {
         let key = ring.active();
         let mut claims = Claims::new(Dec::Wait, now.secs() + interval, uid, key.id())
             .in_room(self.bound.as_ref());
+        claims.lane = self.lane_claim(lane);
         claims.arr = Some(arrival_secs);
         claims.chk = Some(now.secs());
         claims.refresh = Some(interval as u32);
@@ -839,15 +1074,15 @@ impl Capacity {
         &self,
         decision: Decision,
         cookie: CookieAction,
-        view: &QueueView,
-        arrival: u64,
+        views: &Views,
+        (lane, arrival): (usize, u64),
         refresh_secs: u64,
         now: Timestamp,
     ) -> Outcome {
         let mut outcome = Outcome::new(decision, cookie);
         outcome.refresh_secs = refresh_secs.max(1);
-        let free = self.slots(now).cluster;
-        let (ahead, estimates) = self.estimates(view, arrival, free, now);
+        let free = self.lane_slots(views, lane, self.slots(now), now).cluster;
+        let (ahead, estimates) = self.estimates(&views.lanes[lane], arrival, free, now);
         outcome.users_ahead = ahead;
         outcome.estimates = estimates;
         outcome
@@ -922,35 +1157,37 @@ impl Capacity {
         self.arrive(ring, uid, hold, now)
     }
 
-    /// A new arrival: straight in while there are free slots and nobody waits, else the queue.
+    /// A new arrival: straight in while there are free slots and nobody waits (in any lane),
+    /// else the queue of their lane (`hold.lane`: an invitation's).
     fn arrive(&self, ring: &KeyRing, uid: &Identity, hold: &Hold, now: Timestamp) -> Outcome {
         self.store.demand(&self.scope, 1, now);
-        let view = self.view(now);
+        let lane = self.lane_of(hold.lane);
+        let views = self.views(now);
         // Nobody waiting, not even a recent arrival who has not come back yet: straight in.
         if !self.queue_all
             && !hold.held
-            && !self.prequeue_first(hold.event, &view, now)
-            && view.waiting_total == 0
-            && view.arrived.is_empty()
+            && !self.prequeue_first(hold.event, &views, now)
+            && views.is_empty()
             && self.slots(now).here != Some(0)
-            && self.try_admit(now)
+            && self.try_admit(lane, now)
         {
             return self.admit(ring, uid, Some(now.secs()), now);
         }
         // The line is full: no place in it, and those in it keep theirs.
-        if self.max_waiting > 0 && view.expected_waiting() >= self.max_waiting as f64 {
+        if self.max_waiting > 0 && views.expected_waiting() >= self.max_waiting as f64 {
             let mut outcome = Outcome::new(Decision::QueueFull, CookieAction::Keep);
             outcome.refresh_secs = self.refresh_secs();
             return outcome;
         }
         let bucket = self.bucket(now.secs());
         let interval = self.interval(arrival_draw(uid, now));
-        self.join(bucket, now);
+        self.join(lane, bucket, now);
         self.invalidate();
-        let cookie = CookieAction::Set(self.wait_token(ring, uid, now.secs(), interval, now));
+        let place = (lane, now.secs());
+        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, interval, now));
         // The estimate counts this user in their bucket.
-        let view = self.view(now);
-        self.waiting_outcome(Decision::Anon, cookie, &view, now.secs(), interval, now)
+        let views = self.views(now);
+        self.waiting_outcome(Decision::Anon, cookie, &views, place, interval, now)
     }
 
     fn keep_active(
@@ -1000,7 +1237,7 @@ impl Capacity {
         ring: &KeyRing,
         uid: &Identity,
         presented: &Presented,
-        event: &EventConfig,
+        (event, lane): (&EventConfig, Option<&str>),
         now: Timestamp,
     ) -> Outcome {
         let valid = presented.valid.as_ref();
@@ -1030,6 +1267,9 @@ impl Capacity {
                 let key = ring.active();
                 let mut claims =
                     Claims::new(Dec::Wait, due, uid, key.id()).in_room(self.bound.as_ref());
+                // The lane of the token they hold, else the invitation's they bring.
+                let lane = waiting.map_or(lane, |t| t.claims.lane.as_deref());
+                claims.lane = self.lane_claim(self.lane_of(lane));
                 claims.arr = Some(arrival);
                 claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
                 (CookieAction::Set(claims.sign(key).into()), due)
@@ -1064,22 +1304,17 @@ impl Capacity {
     /// Whether the pre-queued visitors of the running `event` still go first: until all of
     /// them can have checked in (their first check-in falls within a refresh interval of the
     /// start, then the liveness window), and while any of them waits.
-    fn prequeue_first(
-        &self,
-        event: Option<&EventConfig>,
-        view: &QueueView,
-        now: Timestamp,
-    ) -> bool {
+    fn prequeue_first(&self, event: Option<&EventConfig>, views: &Views, now: Timestamp) -> bool {
         let Some(event) = event.filter(|e| e.prequeue_start.is_some()) else {
             return false;
         };
         let settle = event.start + self.refresh_secs() + self.live_window().as_secs();
+        let head_of_start = self.bucket(event.start);
         now.secs() < settle
-            || view
-                .waiting
-                .range(..self.bucket(event.start))
-                .next()
-                .is_some()
+            || views
+                .lanes
+                .iter()
+                .any(|v| v.waiting.range(..head_of_start).next().is_some())
     }
 
     fn check_in(
@@ -1097,9 +1332,13 @@ impl Capacity {
             arrival = self.prequeued_place(ring, uid, event, arrival);
         }
         let bucket = self.bucket(arrival);
+        // Their lane is the one their token names (`public` if the room has no such lane now).
+        let lane = self.lane_of(c.lane.as_deref());
+        let views = self.views(now);
+        let view = &views.lanes[lane];
         // Arrived after the start of an event whose pre-queued visitors still go first.
         let behind = hold.event.is_some_and(|e| arrival >= e.start)
-            && self.prequeue_first(hold.event, &self.view(now), now);
+            && self.prequeue_first(hold.event, &views, now);
         // Pre-queued: let in in the pre-queue's order (drawn, or of arrival), whatever the method.
         let prequeued = hold
             .event
@@ -1107,19 +1346,18 @@ impl Capacity {
         // The token of an arrival: counted apart, and back now for the first time.
         let first = c.chk.is_some() && c.chk == c.arr;
         let counted = c.chk.map(|v| token_secs(v) / TICK_SECS);
-        let view = self.view(now);
         // Too early: no chance, nothing counted, the cookie stands.
         if now.secs() < c.exp {
             return self.waiting_outcome(
                 Decision::Wait,
                 CookieAction::Keep,
-                &view,
-                arrival,
+                &views,
+                (lane, arrival),
                 c.exp - now.secs(),
                 now,
             );
         }
-        self.checkins.observe(0, 1, now);
+        self.checkins.observe(lane as u64, 1, now);
         self.store.demand(&self.scope, 1, now);
         let Some(mut rng) = token.rng(ring) else {
             // Its key left the ring since it was checked: not trusted.
@@ -1128,11 +1366,11 @@ impl Capacity {
         let draw = unit_interval(rng.next_u64());
         let jitter = unit_interval(rng.next_u64());
         let leave = || match (first, counted) {
-            (true, Some(arrived)) => self.came_back(bucket, arrived, now),
-            _ => self.leave_queue(bucket, counted, now),
+            (true, Some(arrived)) => self.came_back(lane, bucket, arrived, now),
+            _ => self.leave_queue(lane, bucket, counted, now),
         };
         if !self.queue_all && !hold.held && !behind {
-            let slots = self.slots(now);
+            let slots = self.lane_slots(&views, lane, self.slots(now), now);
             let eligible = match self.order {
                 // The pre-queue's order was settled at the start and everyone in it is
                 // waiting: the first in it that a check-in interval takes may go, rather than
@@ -1140,12 +1378,12 @@ impl Capacity {
                 // lost while people are still checking in.
                 _ if prequeued => {
                     let ahead = view.ahead_of(bucket);
-                    slots.cluster.is_none_or(|f| ahead < f) && ahead < self.front(&view)
+                    slots.cluster.is_none_or(|f| ahead < f) && ahead < self.front(view)
                 }
-                QueueOrder::Fifo => self.fifo_reserved(&view, arrival, slots.cluster, now),
-                QueueOrder::Random => draw < self.random_chance(slots.here, now),
+                QueueOrder::Fifo => self.fifo_reserved(view, arrival, slots.cluster, now),
+                QueueOrder::Random => draw < self.random_chance(lane, slots.here, now),
             };
-            if eligible && slots.here != Some(0) && self.try_admit(now) {
+            if eligible && slots.here != Some(0) && self.try_admit(lane, now) {
                 leave();
                 return self.admit(ring, uid, Some(arrival), now);
             }
@@ -1169,21 +1407,54 @@ impl Capacity {
             };
         if at_head && (hold.grant)() {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
-            self.invalidate();
+            self.count_lane_admission(lane, now);
             leave();
             return self.admit(ring, uid, Some(arrival), now);
         }
         match (first, counted) {
             (true, Some(arrived)) => {
-                self.came_back(bucket, arrived, now);
-                self.touch_waiting(bucket, None, now);
+                self.came_back(lane, bucket, arrived, now);
+                self.touch_waiting(lane, bucket, None, now);
             }
-            _ => self.touch_waiting(bucket, counted, now),
+            _ => self.touch_waiting(lane, bucket, counted, now),
         }
         let interval = self.interval(jitter);
-        let cookie = CookieAction::Set(self.wait_token(ring, uid, arrival, interval, now));
-        self.waiting_outcome(Decision::Wait, cookie, &view, arrival, interval, now)
+        let place = (lane, arrival);
+        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, interval, now));
+        self.waiting_outcome(Decision::Wait, cookie, &views, place, interval, now)
     }
+}
+
+/// Splits `total` by weight among parties asking for at most so much each (`(weight, asks)`):
+/// a party whose share would be more than it asks gets what it asks, and what it leaves goes
+/// to the others by their weights. A party asking nothing gets nothing. The parts never add
+/// up to more than `total`.
+pub fn apportion(total: f64, parties: &[(f64, f64)]) -> Vec<f64> {
+    let mut out = vec![0.0; parties.len()];
+    let mut open: Vec<usize> = (0..parties.len())
+        .filter(|&i| parties[i].0 > 0.0 && parties[i].1 > 0.0)
+        .collect();
+    let mut left = total.max(0.0);
+    while !open.is_empty() && left > 0.0 {
+        let weights: f64 = open.iter().map(|&i| parties[i].0).sum();
+        let sated: Vec<usize> = open
+            .iter()
+            .copied()
+            .filter(|&i| parties[i].1 <= left * parties[i].0 / weights)
+            .collect();
+        if sated.is_empty() {
+            for &i in &open {
+                out[i] = left * parties[i].0 / weights;
+            }
+            break;
+        }
+        for &i in &sated {
+            out[i] = parties[i].1;
+            left -= parties[i].1;
+        }
+        open.retain(|i| !sated.contains(i));
+    }
+    out
 }
 
 /// `n = ln(1 − p) / ln(1 − P)`: the minutes within which a share `p` of waiting users get in,

@@ -179,6 +179,8 @@ pub struct Hold<'a> {
     pub grant: &'a dyn Fn() -> bool,
     /// The event running now, if any: those who pre-queued for it go before later arrivals.
     pub event: Option<&'a crate::config::EventConfig>,
+    /// The priority lane a new arrival waits in: their invitation's (SPEC §14).
+    pub lane: Option<&'a str>,
 }
 
 impl Hold<'_> {
@@ -187,6 +189,7 @@ impl Hold<'_> {
         held: false,
         grant: &|| false,
         event: None,
+        lane: None,
     };
 }
 
@@ -576,18 +579,27 @@ impl Room {
         let held = self.controls.held();
         let sold_out = self.sold_out_under(held);
         // Who may join: an invitation first (no work is asked of someone who may not join).
-        let mut invitation = None;
+        let mut used = None;
         if presented.valid.is_none() {
-            invitation = brought
+            used = brought
                 .invitation
                 .map(|code| self.use_invitation(ring, uid, code, now));
-            if self.config.access == Access::Invite && invitation != Some(Ok(())) {
-                let mut outcome = Outcome::new(Decision::Uninvited, CookieAction::Keep);
-                outcome.rejected = presented.rejected;
-                outcome.invitation = invitation;
-                outcome.message = self.controls.message();
-                return outcome;
-            }
+        }
+        let invitation = used
+            .as_ref()
+            .map(|u| u.as_ref().map(|_| ()).map_err(|r| *r));
+        // The lane a new arrival waits in: their invitation's.
+        let lane = match &used {
+            Some(Ok(i)) => Some(i.lane),
+            _ => None,
+        };
+        let uninvited = self.config.access == Access::Invite && invitation != Some(Ok(()));
+        if presented.valid.is_none() && uninvited {
+            let mut outcome = Outcome::new(Decision::Uninvited, CookieAction::Keep);
+            outcome.rejected = presented.rejected;
+            outcome.invitation = invitation;
+            outcome.message = self.controls.message();
+            return outcome;
         }
         let mut pow = PowCount::default();
         // A sold-out room lets nobody new in: no work is asked for a place that cannot move.
@@ -613,6 +625,7 @@ impl Room {
             // An operator's `admit`: not while sold out.
             grant: &|| !sold_out && self.controls.take_grant(&*self.store, self.name(), now),
             event: running.map(|p| p.event),
+            lane,
         };
         let policy = match running {
             Some(p) => &self.events[p.index].0,
@@ -623,7 +636,7 @@ impl Room {
                 l.prequeue(ring, uid, &presented, p.event, now)
             }
             (Policy::Capacity(c), Some(p)) if p.state == event::EventState::PreQueue => {
-                c.prequeue(ring, uid, &presented, p.event, now)
+                c.prequeue(ring, uid, &presented, (p.event, lane), now)
             }
             (Policy::Lottery(l), _) => l.decide_held(ring, uid, &presented, &hold, now),
             (Policy::Capacity(c), _) => c.decide_held(ring, uid, &presented, &hold, now),
@@ -661,13 +674,13 @@ impl Room {
 
     /// Checks an invitation `code` and lets `uid` join with it if it has a use left for them:
     /// one HMAC, and the store's memory of who joined with it.
-    fn use_invitation(
+    fn use_invitation<'c>(
         &self,
         ring: &KeyRing,
         uid: &Identity,
-        code: &[u8],
+        code: &'c [u8],
         now: Timestamp,
-    ) -> Result<(), Refusal> {
+    ) -> Result<invite::Invitation<'c>, Refusal> {
         let invitation = invite::check(ring, self.name(), code, now)?;
         if self.config.revoked_invitations.contains(&invitation.id) {
             return Err(Refusal::Revoked);
@@ -680,7 +693,7 @@ impl Room {
             cap: self.config.max_invitations,
         };
         match self.store.invite(self.name(), &ticket, now) {
-            Invited::First | Invited::Again => Ok(()),
+            Invited::First | Invited::Again => Ok(invitation),
             Invited::UsedUp => Err(Refusal::UsedUp),
             Invited::Full => Err(Refusal::Full),
         }

@@ -14,6 +14,7 @@ fn capacity(order: QueueOrder, new_per_minute: u32, total: u32) -> Capacity {
             refresh: Duration::from_secs(20),
             rejoin_grace: Duration::from_secs(300),
             max_waiting_users: 0,
+            lanes: Vec::new(),
         },
         false,
         store(),
@@ -322,6 +323,7 @@ fn queue_all_holds_everyone_but_the_admitted() {
         refresh: Duration::from_secs(20),
         rejoin_grace: Duration::from_secs(300),
         max_waiting_users: 0,
+        lanes: Vec::new(),
     };
     let open = Capacity::new("r", &cfg, false, store.clone());
     let mut admitted = Client::new(1);
@@ -483,6 +485,7 @@ fn switching_methods_keeps_arrival_order() {
         refresh: Duration::from_secs(20),
         rejoin_grace: Duration::from_secs(300),
         max_waiting_users: 0,
+        lanes: Vec::new(),
     };
     let fifo = Capacity::new("r", &cfg(QueueOrder::Fifo), false, s.clone());
     let random = Capacity::new("r", &cfg(QueueOrder::Random), false, s);
@@ -500,4 +503,181 @@ fn switching_methods_keeps_arrival_order() {
     let admitted = run_until(&fifo, &mut both, T0 + 22, T0 + 119);
     assert!(admitted[0].is_some_and(|t| t >= T0 + 60), "{admitted:?}");
     assert_eq!(admitted[1], None, "{admitted:?}");
+}
+
+#[test]
+fn apportion_splits_by_weight_and_passes_on_what_is_not_asked() {
+    let close = |a: Vec<f64>, b: &[f64]| {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9),
+            "{a:?} != {b:?}"
+        );
+    };
+    let all = f64::INFINITY;
+    close(apportion(60.0, &[(3.0, all), (1.0, all)]), &[45.0, 15.0]);
+    // A lane asking less than its share gives the rest to the others.
+    close(apportion(60.0, &[(3.0, 10.0), (1.0, all)]), &[10.0, 50.0]);
+    // A lane nobody waits in gives all of it.
+    close(apportion(60.0, &[(3.0, 0.0), (1.0, all)]), &[0.0, 60.0]);
+    close(
+        apportion(100.0, &[(5.0, all), (3.0, 6.0), (2.0, all)]),
+        &[94.0 * 5.0 / 7.0, 6.0, 94.0 * 2.0 / 7.0],
+    );
+    // Everyone asks less than there is: everyone gets what they ask.
+    close(apportion(60.0, &[(3.0, 4.0), (1.0, 7.0)]), &[4.0, 7.0]);
+    close(apportion(0.0, &[(3.0, 4.0), (1.0, 7.0)]), &[0.0, 0.0]);
+}
+
+proptest::proptest! {
+    #[test]
+    fn apportion_never_gives_more_than_there_is_or_than_is_asked(
+        total in 0.0f64..10_000.0,
+        parties in proptest::collection::vec((1u32..1000, 0u32..5000), 1..8),
+    ) {
+        let parties: Vec<(f64, f64)> =
+            parties.iter().map(|(w, a)| (f64::from(*w), f64::from(*a))).collect();
+        let parts = apportion(total, &parties);
+        let given: f64 = parts.iter().sum();
+        proptest::prop_assert!(given <= total + 1e-6);
+        for (part, (_, ask)) in parts.iter().zip(&parties) {
+            proptest::prop_assert!(*part >= 0.0 && *part <= ask + 1e-6);
+        }
+        // Nothing is left over while someone asks for more.
+        let asked: f64 = parties.iter().map(|p| p.1).sum();
+        proptest::prop_assert!((given - total.min(asked)).abs() < 1e-6);
+    }
+}
+
+fn laned(order: QueueOrder, new_per_minute: u32) -> Capacity {
+    let lane = |name: &str, weight| crate::config::Lane {
+        name: Arc::from(name),
+        weight,
+    };
+    Capacity::new(
+        "r",
+        &CapacityConfig {
+            order,
+            new_users_per_minute: new_per_minute,
+            total_active_users: 0,
+            session_duration: Duration::from_secs(300),
+            refresh: Duration::from_secs(20),
+            rejoin_grace: Duration::from_secs(300),
+            max_waiting_users: 0,
+            lanes: vec![lane("public", 1), lane("members", 3)],
+        },
+        false,
+        store(),
+    )
+}
+
+/// Lets a full minute in at `T0`, then `members` members and `public` others arrive; every one
+/// checks in when their token says, until `until`. Returns, by minute from `T0`, who got in:
+/// (members, others).
+fn run_lanes(c: &Capacity, members: u32, public: u32, until: u64) -> BTreeMap<u64, (u32, u32)> {
+    let ring = ring();
+    for i in 0..8 {
+        assert_eq!(
+            Client::new(1000 + i).request(c, at(T0)).decision,
+            Decision::Allow
+        );
+    }
+    let mut waiting: Vec<(Client, bool)> = Vec::new();
+    for i in 0..members + public {
+        let mut client = Client::new(i);
+        let member = i < members;
+        let hold = Hold {
+            lane: member.then_some("members"),
+            ..Hold::NONE
+        };
+        let now = at(T0 + 1 + u64::from(i) % 20);
+        let p = presented(&ring, &client.uid, None, now);
+        let o = c.decide_held(&ring, &client.uid, &p, &hold, now);
+        assert_eq!(o.decision, Decision::Anon);
+        let CookieAction::Set(v) = o.cookie else {
+            panic!("no wait token")
+        };
+        let lane = Token::parse(v.as_bytes()).unwrap().claims.lane;
+        assert_eq!(lane.as_deref(), member.then_some("members"), "{v}");
+        client.cookie = Some(v.to_string());
+        waiting.push((client, member));
+    }
+    let mut admitted = BTreeMap::new();
+    for t in T0 + 21..until {
+        for (client, member) in waiting.iter_mut() {
+            if client
+                .cookie
+                .as_deref()
+                .is_some_and(|v| v.starts_with("dec=allow"))
+            {
+                continue;
+            }
+            if client.next_check_in() > t {
+                continue;
+            }
+            if client.request(c, at(t)).decision == Decision::Allow {
+                let e = admitted.entry((t - T0) / 60).or_insert((0, 0));
+                if *member {
+                    e.0 += 1;
+                } else {
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+    admitted
+}
+
+#[test]
+fn lanes_split_the_free_slots_by_weight_and_an_empty_lane_gives_its_share() {
+    let c = laned(QueueOrder::Fifo, 8);
+    let admitted = run_lanes(&c, 12, 12, T0 + 240);
+    // 3 : 1 of 8 while both lanes wait; once the members are all in, everything to the others.
+    assert_eq!(
+        admitted.into_iter().collect::<Vec<_>>(),
+        [(1, (6, 2)), (2, (6, 2)), (3, (0, 8))]
+    );
+    let f = c.figures(at(T0 + 240));
+    assert_eq!(f.lanes.len(), 2);
+    assert_eq!((&*f.lanes[1].name, f.lanes[1].weight), ("members", 3));
+    assert_eq!((f.lanes[0].waiting, f.lanes[1].waiting), (0, 0));
+}
+
+#[test]
+fn random_lanes_split_the_free_slots_by_weight() {
+    let c = laned(QueueOrder::Random, 8);
+    let admitted = run_lanes(&c, 30, 30, T0 + 60 * 4);
+    let (members, public) = (1..4)
+        .map(|m| admitted.get(&m).copied().unwrap_or_default())
+        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    // Three minutes of 8 slots, at most one lost to the draw; about 3 : 1 (18 : 6).
+    assert!(members + public >= 23, "{admitted:?}");
+    assert!((16..=20).contains(&members), "{admitted:?}");
+}
+
+#[test]
+fn a_lane_the_room_no_longer_has_waits_in_public() {
+    let c = laned(QueueOrder::Fifo, 8);
+    let ring = ring();
+    let hold = Hold {
+        lane: Some("gold"),
+        ..Hold::NONE
+    };
+    for i in 0..9 {
+        let uid = user(i);
+        let o = c.decide_held(
+            &ring,
+            &uid,
+            &presented(&ring, &uid, None, at(T0)),
+            &hold,
+            at(T0),
+        );
+        if i == 8 {
+            let CookieAction::Set(v) = o.cookie else {
+                panic!("no wait token")
+            };
+            assert_eq!(Token::parse(v.as_bytes()).unwrap().claims.lane, None);
+        }
+    }
+    let f = c.figures(at(T0 + 1));
+    assert_eq!((f.lanes[0].waiting, f.lanes[1].waiting), (1, 0));
 }
