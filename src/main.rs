@@ -162,6 +162,14 @@ struct SimulateArgs {
     /// nodes, halving from node to node otherwise).
     #[arg(long, value_delimiter = ',')]
     split: Vec<f64>,
+    /// Priority lanes with their weights, e.g. "members=3,public=1" (SPEC §14); users of a lane
+    /// other than public join with an invitation link of that lane.
+    #[arg(long, value_delimiter = ',')]
+    lanes: Vec<String>,
+    /// The share of arrivals in a lane, e.g. "members=0.2"; lanes without one split the rest
+    /// equally.
+    #[arg(long, value_delimiter = ',')]
+    lane_share: Vec<String>,
     /// Simulate a scheduled event instead (SPEC §13): a pre-queue, then its start, run without
     /// and with `shuffle_at_start` (uses --new-users-per-minute, --refresh, --seed, --out).
     #[arg(long)]
@@ -676,6 +684,13 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         "random" => vec![QueueOrder::Random],
         _ => vec![QueueOrder::Fifo, QueueOrder::Random],
     };
+    let lanes = match vestibule::simulate::parse_lanes(&args.lanes, &args.lane_share) {
+        Ok(lanes) => lanes,
+        Err(e) => {
+            eprintln!("vestibule simulate: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let opts = vestibule::simulate::Options {
         users: args.users,
         minutes: args.minutes,
@@ -691,6 +706,7 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         nodes: args.nodes.max(1),
         sync_interval: args.sync_interval,
         split: args.split,
+        lanes,
     };
     if opts.nodes > 1 {
         let split: Vec<String> = opts
@@ -715,6 +731,21 @@ fn simulate(args: SimulateArgs) -> ExitCode {
         humantime::format_duration(opts.refresh),
         humantime::format_duration(opts.browse)
     );
+    if !opts.lanes.is_empty() {
+        let lanes: Vec<String> = opts
+            .lanes
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} (weight {}, {:.0}% of arrivals)",
+                    l.name,
+                    l.weight,
+                    l.share * 100.0
+                )
+            })
+            .collect();
+        println!("lanes: {}", lanes.join(", "));
+    }
     match vestibule::simulate::simulate(&opts) {
         Ok((reports, files, sweep)) => {
             for r in &reports {

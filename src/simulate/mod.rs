@@ -12,7 +12,11 @@
 //! - the peak of active users against `total_active_users` (goal: never above);
 //! - fifo: Kendall's tau between arrival minute and admission time (goal: ≥ 0.95);
 //! - random: the correlation between arrival minute and remaining wait among users waiting at
-//!   the same moment (goal: near 0).
+//!   the same moment (goal: near 0);
+//! - with `lanes` (SPEC §14): each lane's share of the admissions in the minutes every lane
+//!   had more users waiting than its weight's share of the slots (goal: the weight's share,
+//!   within 5 points). Users of a lane other than `public` join with an invitation link of that
+//!   lane, made with the run's key, as a presale's members would.
 
 pub mod autopilot;
 pub mod event;
@@ -32,7 +36,7 @@ use crate::config::{Admission, Config, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Pages;
-use crate::room::{CookieAction, Decision, Room};
+use crate::room::{Brought, CookieAction, Decision, Room};
 use crate::store::local::LocalStore;
 use crate::store::shared::{MemoryHub, SharedStore};
 use crate::store::CounterStore;
@@ -65,6 +69,84 @@ pub struct Options {
     /// from one node to the next otherwise. Every request picks a node afresh, as a load
     /// balancer without affinity would.
     pub split: Vec<f64>,
+    /// Priority lanes (empty: one line for everyone): `public` and any others, each with its
+    /// weight and the share of arrivals that belong to it.
+    pub lanes: Vec<SimLane>,
+}
+
+/// A priority lane of the simulated room.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimLane {
+    pub name: String,
+    pub weight: u32,
+    /// Share (0-1) of the users who arrive in this lane.
+    pub share: f64,
+}
+
+/// Reads `--lanes members=3,public=1` and `--lane-share members=0.2`: the lanes with their
+/// weights, `public` first, and the share of arrivals in each. Lanes without a share split what
+/// the others leave equally. Names and weights are checked by the room's config, as a file's
+/// would be.
+pub fn parse_lanes(lanes: &[String], shares: &[String]) -> Result<Vec<SimLane>, String> {
+    fn pair<'a>(flag: &str, item: &'a str) -> Result<(&'a str, &'a str), String> {
+        item.split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .ok_or_else(|| format!("--{flag}: expected name=value, got {item:?}"))
+    }
+    let mut out: Vec<SimLane> = Vec::new();
+    for item in lanes {
+        let (name, weight) = pair("lanes", item)?;
+        let weight = weight
+            .parse()
+            .map_err(|_| format!("--lanes {name}: a weight is a whole number, got {weight:?}"))?;
+        if out.iter().any(|l| l.name == name) {
+            return Err(format!("--lanes: {name} named twice"));
+        }
+        out.push(SimLane {
+            name: name.to_owned(),
+            weight,
+            share: f64::NAN,
+        });
+    }
+    if out.is_empty() {
+        return if shares.is_empty() {
+            Ok(out)
+        } else {
+            Err("--lane-share needs --lanes".into())
+        };
+    }
+    if !out.iter().any(|l| l.name == crate::invite::PUBLIC_LANE) {
+        return Err(
+            "--lanes: a public lane is required (visitors without an invitation wait there)".into(),
+        );
+    }
+    out.sort_by_key(|l| (l.name != crate::invite::PUBLIC_LANE, l.name.clone()));
+    for item in shares {
+        let (name, share) = pair("lane-share", item)?;
+        let share: f64 = share
+            .parse()
+            .ok()
+            .filter(|s: &f64| (0.0..=1.0).contains(s))
+            .ok_or_else(|| {
+                format!("--lane-share {name}: a share is between 0 and 1, got {share:?}")
+            })?;
+        let lane = out
+            .iter_mut()
+            .find(|l| l.name == name)
+            .ok_or_else(|| format!("--lane-share {name}: not one of --lanes"))?;
+        lane.share = share;
+    }
+    let given: f64 = out.iter().map(|l| l.share).filter(|s| !s.is_nan()).sum();
+    let rest = out.iter().filter(|l| l.share.is_nan()).count();
+    if given > 1.0 + 1e-9 {
+        return Err(format!(
+            "--lane-share: the shares add up to {given}, more than 1"
+        ));
+    }
+    for l in out.iter_mut().filter(|l| l.share.is_nan()) {
+        l.share = (1.0 - given) / rest as f64;
+    }
+    Ok(out)
 }
 
 impl Default for Options {
@@ -84,6 +166,7 @@ impl Default for Options {
             nodes: 1,
             sync_interval: Duration::from_secs(1),
             split: Vec::new(),
+            lanes: Vec::new(),
         }
     }
 }
@@ -114,6 +197,8 @@ pub struct Journey {
     pub abandoned: bool,
     /// The wait the first page estimated (p25, p50, p75), minutes.
     pub estimate: Option<[f64; 3]>,
+    /// The lane (an index into the run's lanes; 0, `public`, without lanes).
+    pub lane: usize,
 }
 
 impl Journey {
@@ -165,6 +250,39 @@ pub struct Report {
     /// Sync payload per node per second (sent, received), bytes: what the Redis script would
     /// carry for this room's counters.
     pub store_bytes_per_node_sec: (f64, f64),
+    /// The room's lanes (name, weight), `public` first; empty without lanes.
+    pub lanes: Vec<(String, u32)>,
+}
+
+/// Whether `j` was waiting, live, at `ms`: arrived before, not yet let in, not walked away.
+fn waiting_at(j: &Journey, ms: u64) -> bool {
+    !j.abandoned && j.arrival_ms < ms && j.admitted_ms.is_none_or(|a| a >= ms)
+}
+
+/// How the lanes shared the slots.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaneSplit {
+    /// Minutes in which every lane began with more live users waiting than its weight's share
+    /// of `new_users_per_minute` and still had some at the end: where the split is what decides.
+    pub contested_minutes: usize,
+    /// Per lane, in the room's order.
+    pub lanes: Vec<LaneShare>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaneShare {
+    pub name: String,
+    /// weight / the sum of the weights.
+    pub weight_share: f64,
+    /// The lane's share of the admissions in the contested minutes.
+    pub share: f64,
+    /// Admitted in the contested minutes.
+    pub admitted_contested: u32,
+    /// Users in the lane, and how many were let in.
+    pub users: u32,
+    pub admitted: u32,
+    /// Mean wait of those let in, minutes.
+    pub mean_wait_min: f64,
 }
 
 impl Report {
@@ -221,6 +339,64 @@ impl Report {
         } else {
             most.saturating_sub(self.target)
         }
+    }
+
+    /// The lanes' split of the slots (None without lanes).
+    pub fn lane_split(&self) -> Option<LaneSplit> {
+        if self.lanes.len() < 2 {
+            return None;
+        }
+        let total_weight: u32 = self.lanes.iter().map(|(_, w)| w).sum();
+        let target = f64::from(self.target);
+        let last = self.admitted_per_minute.keys().copied().max().unwrap_or(0);
+        let contested: Vec<u64> = (0..=last)
+            .filter(|m| {
+                self.lanes.iter().enumerate().all(|(lane, (_, w))| {
+                    let waiting = |ms: u64| {
+                        self.journeys
+                            .iter()
+                            .filter(|j| j.lane == lane && waiting_at(j, ms))
+                            .count() as f64
+                    };
+                    let part = target * f64::from(*w) / f64::from(total_weight);
+                    waiting(m * 60_000) > part && waiting((m + 1) * 60_000) > 0.0
+                })
+            })
+            .collect();
+        let in_contested = |lane: usize| {
+            self.journeys
+                .iter()
+                .filter(|j| {
+                    j.lane == lane
+                        && j.admitted_ms
+                            .is_some_and(|a| contested.binary_search(&(a / 60_000)).is_ok())
+                })
+                .count() as u32
+        };
+        let counts: Vec<u32> = (0..self.lanes.len()).map(in_contested).collect();
+        let all: u32 = counts.iter().sum();
+        let lanes = self
+            .lanes
+            .iter()
+            .enumerate()
+            .map(|(lane, (name, w))| {
+                let mine: Vec<&Journey> = self.journeys.iter().filter(|j| j.lane == lane).collect();
+                let waits: Vec<f64> = mine.iter().filter_map(|j| j.wait_secs()).collect();
+                LaneShare {
+                    name: name.clone(),
+                    weight_share: f64::from(*w) / f64::from(total_weight),
+                    share: f64::from(counts[lane]) / f64::from(all.max(1)),
+                    admitted_contested: counts[lane],
+                    users: mine.len() as u32,
+                    admitted: waits.len() as u32,
+                    mean_wait_min: waits.iter().sum::<f64>() / waits.len().max(1) as f64 / 60.0,
+                }
+            })
+            .collect();
+        Some(LaneSplit {
+            contested_minutes: contested.len(),
+            lanes,
+        })
     }
 
     pub fn summary(&self) -> String {
@@ -307,11 +483,50 @@ impl Report {
         } else {
             let _ = writeln!(s, "peak active users: {} (no cap)", self.peak_active);
         }
+        if let Some(split) = self.lane_split() {
+            let parts: Vec<String> = split
+                .lanes
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} {:.1}% ({} let in; weight's share {:.1}%)",
+                        l.name,
+                        l.share * 100.0,
+                        l.admitted_contested,
+                        l.weight_share * 100.0
+                    )
+                })
+                .collect();
+            let close = split
+                .lanes
+                .iter()
+                .all(|l| (l.share - l.weight_share).abs() <= 0.05);
+            let _ = writeln!(
+                s,
+                "lanes: in the {} minutes every lane had more users waiting than its weight's share of the slots, the admissions went {} [{}]",
+                split.contested_minutes,
+                parts.join(", "),
+                pass(split.contested_minutes > 0 && close)
+            );
+            for l in &split.lanes {
+                let _ = writeln!(
+                    s,
+                    "  lane {}: {}/{} users let in, mean wait {:.1} min",
+                    l.name, l.admitted, l.users, l.mean_wait_min
+                );
+            }
+        }
+        let within_lanes = if self.lanes.len() > 1 {
+            " (within each lane; the worst lane)"
+        } else {
+            ""
+        };
         match self.order {
             QueueOrder::Fifo => {
                 let _ = writeln!(
                     s,
-                    "arrival order kept: Kendall tau {:.3} (arrival time vs admission time); users let in out of arrival order arrived at most {:.1} s apart ({:.1} refresh intervals; one, or up to 2.5 when a minute's last slots go past the head) [{}]; the longest anyone was let in after a later arrival: {:.0} s",
+                    "arrival order kept{}: Kendall tau {:.3} (arrival time vs admission time); users let in out of arrival order arrived at most {:.1} s apart ({:.1} refresh intervals; one, or up to 2.5 when a minute's last slots go past the head) [{}]; the longest anyone was let in after a later arrival: {:.0} s",
+                    within_lanes,
                     self.kendall_tau,
                     self.worst_inversion_secs,
                     self.worst_inversion_secs / self.refresh_secs,
@@ -322,7 +537,8 @@ impl Report {
             QueueOrder::Random => {
                 let _ = writeln!(
                     s,
-                    "arrival order: Kendall tau {:.3}; correlation of arrival minute with remaining wait among users waiting at once: {:.3} (goal near 0) [{}]",
+                    "arrival order{}: Kendall tau {:.3}; correlation of arrival minute with remaining wait among users waiting at once: {:.3} (goal near 0) [{}]",
+                    within_lanes,
                     self.kendall_tau,
                     self.same_time_correlation,
                     pass(self.same_time_correlation.abs() < 0.1)
@@ -351,6 +567,15 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
         opts.session_duration.as_secs(),
         opts.refresh.as_secs()
     );
+    let mut toml = toml;
+    if !opts.lanes.is_empty() {
+        let lanes: Vec<String> = opts
+            .lanes
+            .iter()
+            .map(|l| format!("{} = {}", l.name, l.weight))
+            .collect();
+        let _ = writeln!(toml, "lanes = {{ {} }}", lanes.join(", "));
+    }
     let config = Config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
     let room = config.rooms.into_iter().next().ok_or("no room")?;
     debug_assert!(matches!(room.admission, Admission::Capacity(_)));
@@ -407,6 +632,49 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
             check_ins: 0,
             abandoned: rng.gen_bool(opts.abandon.clamp(0.0, 1.0)),
             estimate: None,
+            lane: 0,
+        })
+        .collect();
+    // Lanes are drawn apart, so a run with lanes has the same arrivals as one without.
+    let mut lane_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1a4e);
+    if opts.lanes.len() > 1 {
+        for j in &mut journeys {
+            let u: f64 = lane_rng.gen();
+            let mut acc = 0.0;
+            j.lane = opts
+                .lanes
+                .iter()
+                .position(|l| {
+                    acc += l.share;
+                    u < acc
+                })
+                .unwrap_or(0);
+        }
+    }
+    // One invitation link per lane other than public (and per million of its users).
+    let exp = EPOCH_SECS + span_ms / 1000 + 2 * 86_400;
+    let codes: Vec<Vec<String>> = opts
+        .lanes
+        .iter()
+        .map(|l| {
+            let n = if l.name == crate::invite::PUBLIC_LANE {
+                0
+            } else {
+                opts.users.div_ceil(crate::invite::MAX_USES)
+            };
+            (0..n)
+                .map(|_| {
+                    crate::invite::make(
+                        ring.active(),
+                        &crate::invite::Terms {
+                            room: "simulated".into(),
+                            lane: l.name.clone(),
+                            exp,
+                            uses: crate::invite::MAX_USES,
+                        },
+                    )
+                })
+                .collect()
         })
         .collect();
     let ids: Vec<Identity> = (0..opts.users)
@@ -475,7 +743,15 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                 })
                 .unwrap_or(nodes - 1)
         };
-        let outcome = rooms[node].decide(&ring, uid, &values, now);
+        let invitation = codes
+            .get(journeys[i as usize].lane)
+            .and_then(|c| c.get(i as usize / crate::invite::MAX_USES as usize))
+            .map(String::as_bytes);
+        let brought = Brought {
+            solution: None,
+            invitation,
+        };
+        let outcome = rooms[node].decide_bringing(&ring, uid, &values, brought, now);
         decisions += 1;
         match outcome.cookie {
             CookieAction::Set(v) => cookies[i as usize] = Some(v.to_string()),
@@ -524,12 +800,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
     }
 
     let target = opts.new_users_per_minute;
-    let live_at = |ms: u64| {
-        journeys
-            .iter()
-            .filter(|j| !j.abandoned && j.arrival_ms < ms && j.admitted_ms.is_none_or(|a| a >= ms))
-            .count() as u64
-    };
+    let live_at = |ms: u64| journeys.iter().filter(|j| waiting_at(j, ms)).count() as u64;
     let saturated_minutes = minute_start
         .iter()
         .filter(|(m, (_, active))| {
@@ -541,31 +812,35 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         })
         .map(|(m, _)| *m)
         .collect();
-    let admitted: Vec<&Journey> = journeys
-        .iter()
-        .filter(|j| j.admitted_ms.is_some())
+    // Order is a promise within a lane: lanes let members past the public line on purpose.
+    let lanes: Vec<Vec<Journey>> = (0..opts.lanes.len().max(1))
+        .map(|lane| {
+            journeys
+                .iter()
+                .filter(|j| j.lane == lane)
+                .cloned()
+                .collect()
+        })
         .collect();
-    let tau = kendall_tau_b(
-        &admitted
-            .iter()
-            .map(|j| j.arrival_ms as f64)
-            .collect::<Vec<_>>(),
-        &admitted
-            .iter()
-            .map(|j| j.admitted_ms.unwrap_or(0) as f64)
-            .collect::<Vec<_>>(),
-    );
-    let same_time_correlation = waiting_together_correlation(&journeys, span_ms);
+    let tau = lanes
+        .iter()
+        .map(|lane| {
+            let (x, y): (Vec<f64>, Vec<f64>) = lane
+                .iter()
+                .filter_map(|j| j.admitted_ms.map(|a| (j.arrival_ms as f64, a as f64)))
+                .unzip();
+            kendall_tau_b(&x, &y)
+        })
+        .fold(f64::INFINITY, f64::min);
+    let same_time_correlation = lanes
+        .iter()
+        .map(|lane| waiting_together_correlation(lane, span_ms))
+        .fold(0.0, |a: f64, b: f64| if b.abs() > a.abs() { b } else { a });
     let last_minute = admitted_per_minute.keys().copied().max().unwrap_or(0);
     let live_minutes = (0..last_minute)
         .filter_map(|m| {
             let start = m * 60_000;
-            let live = journeys
-                .iter()
-                .filter(|j| {
-                    !j.abandoned && j.arrival_ms < start && j.admitted_ms.is_none_or(|a| a >= start)
-                })
-                .count() as u32;
+            let live = live_at(start) as u32;
             (live > 0).then(|| (m, live, admitted_per_minute.get(&m).copied().unwrap_or(0)))
         })
         .collect();
@@ -589,8 +864,9 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         running += d;
         true_peak_active = true_peak_active.max(running);
     }
-    let worst_inversion_secs = worst_inversion(&journeys) as f64 / 1000.0;
-    let worst_lag_secs = worst_lag(&journeys) as f64 / 1000.0;
+    let worst_inversion_secs =
+        lanes.iter().map(|l| worst_inversion(l)).max().unwrap_or(0) as f64 / 1000.0;
+    let worst_lag_secs = lanes.iter().map(|l| worst_lag(l)).max().unwrap_or(0) as f64 / 1000.0;
     Ok(Report {
         order,
         journeys,
@@ -617,6 +893,11 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
                 store_received as f64 / node_secs,
             )
         },
+        lanes: opts
+            .lanes
+            .iter()
+            .map(|l| (l.name.clone(), l.weight))
+            .collect(),
     })
 }
 
@@ -758,7 +1039,7 @@ fn waiting_together_correlation(journeys: &[Journey], span_ms: u64) -> f64 {
 pub fn write_csv(report: &Report, dir: &Path) -> std::io::Result<PathBuf> {
     let path = dir.join(format!("simulate-{}.csv", report.order.as_str()));
     let mut s = String::from(
-        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min\n",
+        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min,lane\n",
     );
     for (i, j) in report.journeys.iter().enumerate() {
         let admitted = j
@@ -768,9 +1049,13 @@ pub fn write_csv(report: &Report, dir: &Path) -> std::io::Result<PathBuf> {
         let e = j
             .estimate
             .map_or(",,".to_owned(), |[a, b, c]| format!("{a:.2},{b:.2},{c:.2}"));
+        let lane = report
+            .lanes
+            .get(j.lane)
+            .map_or(crate::invite::PUBLIC_LANE, |(name, _)| name);
         let _ = writeln!(
             s,
-            "{i},{:.3},{},{admitted},{wait},{},{},{e}",
+            "{i},{:.3},{},{admitted},{wait},{},{},{e},{lane}",
             j.arrival_ms as f64 / 1000.0,
             j.arrival_minute(),
             j.check_ins,
@@ -1039,6 +1324,83 @@ mod tests {
     }
 
     #[test]
+    fn lanes_split_the_slots_by_weight_in_either_order() {
+        let lanes = parse_lanes(&["members=3".into(), "public=1".into()], &[]).unwrap();
+        let opts = Options {
+            users: 2_000,
+            minutes: 10,
+            lanes,
+            ..small(0)
+        };
+        for order in [QueueOrder::Fifo, QueueOrder::Random] {
+            let r = run(&opts, order).unwrap();
+            assert!(r.journeys.iter().all(|j| j.admitted_ms.is_some()));
+            let split = r.lane_split().expect("lanes");
+            assert!(split.contested_minutes >= 5, "{order:?}: {split:?}");
+            let names: Vec<&str> = split.lanes.iter().map(|l| l.name.as_str()).collect();
+            assert_eq!(names, ["public", "members"]);
+            for l in &split.lanes {
+                assert!(
+                    (l.share - l.weight_share).abs() <= 0.05,
+                    "{order:?}: {} got {:.3} of the contested admissions, weight {:.3}",
+                    l.name,
+                    l.share,
+                    l.weight_share
+                );
+            }
+            // Members wait less than the public line; nobody is let in past the cap.
+            assert!(split.lanes[1].mean_wait_min < split.lanes[0].mean_wait_min / 2.0);
+            assert_eq!(r.overshoot(), 0, "{order:?}");
+            let (_, min, _) = r.liveness().unwrap();
+            assert!(min >= 0.9, "{order:?}: liveness {min}");
+            assert!(r.summary().contains("lanes: in the"), "{}", r.summary());
+        }
+    }
+
+    #[test]
+    fn lane_options_are_read_and_checked() {
+        let v = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let lanes = parse_lanes(&v(&["vip=5", "members=3", "public=1"]), &v(&["vip=0.1"])).unwrap();
+        let got: Vec<(&str, u32, f64)> = lanes
+            .iter()
+            .map(|l| (l.name.as_str(), l.weight, l.share))
+            .collect();
+        assert_eq!(
+            got,
+            [("public", 1, 0.45), ("members", 3, 0.45), ("vip", 5, 0.1)]
+        );
+        assert!(parse_lanes(&[], &[]).unwrap().is_empty());
+        for (lanes, shares, err) in [
+            (v(&["members=3"]), v(&[]), "a public lane is required"),
+            (v(&["members"]), v(&[]), "expected name=value"),
+            (
+                v(&["members=x", "public=1"]),
+                v(&[]),
+                "a weight is a whole number",
+            ),
+            (v(&["public=1", "public=2"]), v(&[]), "named twice"),
+            (v(&["public=1"]), v(&["vip=0.5"]), "not one of --lanes"),
+            (v(&["public=1", "a=1"]), v(&["a=1.5"]), "between 0 and 1"),
+            (
+                v(&["public=1", "a=1", "b=1"]),
+                v(&["a=0.7", "b=0.7"]),
+                "more than 1",
+            ),
+            (v(&[]), v(&["a=0.5"]), "needs --lanes"),
+        ] {
+            let e = parse_lanes(&lanes, &shares).unwrap_err();
+            assert!(e.contains(err), "{lanes:?} {shares:?}: {e}");
+        }
+        // Weights are the room config's to check, naming the key as a file's mistake would.
+        let opts = Options {
+            lanes: parse_lanes(&v(&["public=1", "members=0"]), &[]).unwrap(),
+            ..small(0)
+        };
+        let e = run(&opts, QueueOrder::Fifo).unwrap_err();
+        assert!(e.contains("lanes.members"), "{e}");
+    }
+
+    #[test]
     fn fifo_meets_its_goals() {
         let r = run(&small(0), QueueOrder::Fifo).unwrap();
         assert!(r.journeys.iter().all(|j| j.admitted_ms.is_some()));
@@ -1198,6 +1560,7 @@ mod tests {
             check_ins: 1,
             abandoned: false,
             estimate: None,
+            lane: 0,
         };
         // In order: nothing.
         assert_eq!(worst_inversion(&[j(0, 10), j(5, 20), j(9, 30)]), 0);
