@@ -620,6 +620,40 @@ fn status_html(s: &Value) -> String {
             esc(&e["message"])
         ),
     };
+    // One row per lane of every room with lanes (SPEC §14).
+    let lanes: Vec<Value> = rooms
+        .iter()
+        .flat_map(|r| {
+            let room = r["name"].clone();
+            r["lanes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(move |(lane, l)| {
+                    let mut row = l.clone();
+                    row["room"] = room.clone();
+                    row["lane"] = Value::from(lane.as_str());
+                    row
+                })
+        })
+        .collect();
+    let lanes = if lanes.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<h2>Lanes</h2>{}",
+            table(
+                &lanes,
+                &[
+                    "room",
+                    "lane",
+                    "weight",
+                    "waiting_users",
+                    "admitted_last_minute"
+                ]
+            )
+        )
+    };
     let c = &s["cluster"];
     let cluster = if c["store"] == "local" {
         String::new()
@@ -641,7 +675,7 @@ fn status_html(s: &Value) -> String {
          table{{border-collapse:collapse}}td,th{{border:1px solid #d5d9e0;padding:.3rem .6rem;text-align:left}}th{{background:#f1f3f6}}\
          .ok{{color:#16803c}}.bad{{color:#b42318;font-weight:600}}</style></head><body>\
          <h1>vestibule</h1><p>config generation {} loaded {} (started {}) · keys: active {} of {}</p>{error}{cluster}\
-         <h2>Rooms</h2>{}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}{}\
+         <h2>Rooms</h2>{}{lanes}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}{}\
          <p><a href=/status>JSON</a> · <a href=/metrics>metrics</a></p></body></html>",
         esc(&s["generation"]),
         esc(&s["loaded_at"]),

@@ -282,7 +282,7 @@ fn simulate_writes_csv_heatmaps_and_a_summary() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let csv = std::fs::read_to_string(out.join("simulate-fifo.csv")).unwrap();
     assert!(csv.starts_with(
-        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min\n"
+        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min,lane\n"
     ));
     assert_eq!(csv.lines().count(), 2001);
     assert!(
@@ -352,4 +352,170 @@ fn walking_away_does_not_hold_slots() {
         "{in_measured} of {CAP} slots taken in the full minute; admissions by minute: {admitted_in:?}"
     );
     assert!(in_measured <= CAP, "never more than the cap");
+}
+
+/// SPEC §14 priority lanes on the real server: a minute's slots go 3 : 1 to members (who
+/// joined with an invitation link of their lane) over the public line, though the public line
+/// arrived first; each lane is counted apart in `/status` and the metrics.
+#[test]
+fn lanes_split_a_minute_by_weight() {
+    const CAP: usize = 8;
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(&room(&format!(
+            "admission = \"fifo\"\nnew_users_per_minute = {CAP}\nsession_duration = \"10m\"\n\
+             lanes = {{ members = 3, public = 1 }}"
+        )))
+        .start();
+    let code = v.invite_codes("sale", &["--lane", "members", "--uses", "12"]);
+    assert_eq!(code.len(), 1, "{code:?}");
+    let link = format!("/__echo?vestibule_invite={}", code[0]);
+    // The queue builds in this minute (not in its last seconds), the next is measured whole.
+    let into = unix_now() as u64 % 60;
+    if into > 52 {
+        std::thread::sleep(Duration::from_secs(60 - into + 1));
+    }
+    let measured = unix_now() as u64 / 60 + 1;
+    // 8 arrivals take this minute's slots; then 12 of the public and 12 members queue, the
+    // public first: in arrival order they would take the next minute whole.
+    for i in 0..CAP as u32 {
+        assert_eq!(User::new(i).decision(&v).0, "allow");
+    }
+    let mut public: Vec<User> = (100..112).map(User::new).collect();
+    for u in &mut public {
+        // A first visit is given an anonymous token; the place comes when it is shown back.
+        assert_eq!(u.decision(&v).0, "anon");
+        assert_eq!(u.decision(&v).0, "wait");
+    }
+    let mut members: Vec<User> = (200..212).map(User::new).collect();
+    for u in &mut members {
+        // Opened in a browser: a place, and a redirect to the address without the code.
+        let resp = client()
+            .get(v.url(&link))
+            .header("X-Forwarded-For", &u.ip)
+            .send()
+            .expect("the proxy answers");
+        assert_eq!(resp.status().as_u16(), 303, "the link gives a place");
+        let token = room_cookie(&resp, &u.cookie_name).expect("a place with the redirect");
+        assert!(
+            token.contains("&ln=members&"),
+            "the lane is signed in: {token}"
+        );
+        u.cookie = Some(token);
+        assert_eq!(u.decision(&v).0, "wait");
+    }
+    // Each lane's queue, apart, in /status (JSON and HTML) and in the metrics.
+    let lanes = room_status(&v)["lanes"].clone();
+    assert_eq!(lanes["members"]["weight"], 3, "{lanes}");
+    assert_eq!(lanes["members"]["waiting_users"], 12, "{lanes}");
+    assert_eq!(lanes["public"]["weight"], 1, "{lanes}");
+    assert_eq!(lanes["public"]["waiting_users"], 12, "{lanes}");
+    let (_, html) = v.admin_get("/status.html");
+    assert!(
+        html.contains("<h2>Lanes</h2>") && html.contains("<td>members</td><td>3</td><td>12</td>"),
+        "{html}"
+    );
+    let metrics = v.metrics();
+    for lane in ["members", "public"] {
+        let series = format!("vestibule_room_waiting_users{{lane=\"{lane}\",room=\"sale\"}}");
+        assert_eq!(metric_value(&metrics, &series), 12.0, "{series}");
+    }
+
+    // Everyone checks in when told, until the measured minute ends.
+    let admitted = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for (lane, users) in [("public", public), ("members", members)] {
+            for mut u in users {
+                let (admitted, v) = (&admitted, &v);
+                s.spawn(move || {
+                    let deadline = (measured + 1) * 60 - 1;
+                    while (unix_now() as u64) < deadline {
+                        let (decision, body) = u.decision(v);
+                        if decision == "allow" {
+                            admitted
+                                .lock()
+                                .unwrap()
+                                .push((lane, unix_now() as u64 / 60));
+                            return;
+                        }
+                        let wait = body["refresh_seconds"].as_u64().unwrap_or(5);
+                        std::thread::sleep(Duration::from_secs(wait));
+                    }
+                });
+            }
+        }
+    });
+    let admitted = admitted.into_inner().unwrap();
+    let count = |lane: &str| {
+        admitted
+            .iter()
+            .filter(|(l, m)| *l == lane && *m == measured)
+            .count()
+    };
+    let (m, p) = (count("members"), count("public"));
+    eprintln!("lanes end to end: minute {measured} let in members {m}, public {p}");
+    // 3 : 1 of 8 is 6 : 2. The minute's last seconds let anyone take a slot still free, so
+    // allow one either way; in arrival order it would be 0 : 8.
+    assert!(
+        m + p <= CAP && m + p >= CAP - 1,
+        "the minute's slots, no more: members {m}, public {p}; {admitted:?}"
+    );
+    assert!(
+        (5..=6).contains(&m) && (2..=3).contains(&p),
+        "members {m}, public {p} (weights 3 : 1 of {CAP}); {admitted:?}"
+    );
+    // The next minute, /status says what each lane was let in.
+    let to_next = (measured + 1) as f64 * 60.0 + 0.5 - unix_now();
+    if to_next > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(to_next));
+    }
+    let lanes = room_status(&v)["lanes"].clone();
+    assert_eq!(lanes["members"]["admitted_last_minute"], m, "{lanes}");
+    assert_eq!(lanes["public"]["admitted_last_minute"], p, "{lanes}");
+}
+
+#[test]
+fn simulate_shows_the_lane_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    let (code, stdout, stderr) = run_cli(&[
+        "simulate",
+        "--order",
+        "fifo",
+        "--users",
+        "2000",
+        "--minutes",
+        "10",
+        "--new-users-per-minute",
+        "80",
+        "--total-active-users",
+        "0",
+        "--lanes",
+        "members=3,public=1",
+        "--lane-share",
+        "members=0.5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "lanes: public (weight 1, 50% of arrivals), members (weight 3, 50% of arrivals)"
+        ),
+        "{stdout}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("lanes: in the"))
+        .unwrap_or_else(|| panic!("no lane split in {stdout}"));
+    assert!(line.ends_with("[ok]"), "{line}");
+    assert!(!stdout.contains("MISSED"), "{stdout}");
+    let csv = std::fs::read_to_string(out.join("simulate-fifo.csv")).unwrap();
+    let members = csv.lines().filter(|l| l.ends_with(",members")).count();
+    assert!((900..=1100).contains(&members), "{members} members of 2000");
+    // A mistake in the lanes is named.
+    let (code, _, stderr) = run_cli(&["simulate", "--lanes", "members=3"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("a public lane is required"), "{stderr}");
 }

@@ -1332,7 +1332,16 @@ mod tests {
             lanes,
             ..small(0)
         };
-        for order in [QueueOrder::Fifo, QueueOrder::Random] {
+        // One node, and three sharing the lanes' counters through a store synced every second.
+        for (order, nodes) in [
+            (QueueOrder::Fifo, 1),
+            (QueueOrder::Random, 1),
+            (QueueOrder::Fifo, 3),
+        ] {
+            let opts = Options {
+                nodes,
+                ..opts.clone()
+            };
             let r = run(&opts, order).unwrap();
             assert!(r.journeys.iter().all(|j| j.admitted_ms.is_some()));
             let split = r.lane_split().expect("lanes");
@@ -1342,7 +1351,7 @@ mod tests {
             for l in &split.lanes {
                 assert!(
                     (l.share - l.weight_share).abs() <= 0.05,
-                    "{order:?}: {} got {:.3} of the contested admissions, weight {:.3}",
+                    "{order:?} on {nodes}: {} got {:.3} of the contested admissions, weight {:.3}",
                     l.name,
                     l.share,
                     l.weight_share
@@ -1350,7 +1359,17 @@ mod tests {
             }
             // Members wait less than the public line; nobody is let in past the cap.
             assert!(split.lanes[1].mean_wait_min < split.lanes[0].mean_wait_min / 2.0);
-            assert_eq!(r.overshoot(), 0, "{order:?}");
+            // One node never goes over; a cluster by the bound of its sync, as without lanes.
+            let bound = if nodes == 1 {
+                0
+            } else {
+                overshoot_bound(&opts, 1.0)
+            };
+            assert!(
+                r.overshoot() <= bound,
+                "{order:?} on {nodes}: {}",
+                r.overshoot()
+            );
             let (_, min, _) = r.liveness().unwrap();
             assert!(min >= 0.9, "{order:?}: liveness {min}");
             assert!(r.summary().contains("lanes: in the"), "{}", r.summary());
