@@ -632,3 +632,44 @@ fn an_invitation_used_on_one_node_is_used_on_every_node() {
         window.as_millis()
     );
 }
+
+/// Priority lanes (SPEC §14) across two nodes: each lane's queue and admissions go through the
+/// store, so a node sees the other's waiting members, and the minute splits 3 : 1 wherever the
+/// visitors check in.
+#[test]
+fn lanes_split_the_minute_across_nodes() {
+    const CAP: usize = 8;
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let room = format!(
+        "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\nnew_users_per_minute = {CAP}\nrefresh = \"5s\"\nsession_duration = \"10m\"\nlanes = {{ members = 3, public = 1 }}\n"
+    );
+    let a = node(&origin, &redis.url(), "a", &room, "");
+    let b = node(&origin, &redis.url(), "b", &room, "");
+    wait_nodes(&[&a, &b], 2);
+    let code = a.invite_codes("sale", &["--lane", "members", "--uses", "12"]);
+    let link = format!("/__echo?vestibule_invite={}", code[0]);
+    let q = queue_in_lanes(&[&a, &b], &link, CAP as u32);
+    // Half of each lane queued on each node; both nodes count all of them.
+    for v in [&a, &b] {
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                let lanes = &v.status()["rooms"][0]["lanes"];
+                lanes["members"]["waiting_users"] == 12 && lanes["public"]["waiting_users"] == 12
+            }),
+            "{}",
+            v.status()["rooms"][0]["lanes"]
+        );
+    }
+    let (admitted, (m, p)) = check_in_lanes(&[&a, &b], q);
+    // 6 : 2, give or take the minute's last seconds (anyone may take a slot still free) and
+    // what the two nodes admit within one sync (250 ms) of each other.
+    assert!(
+        m + p >= CAP - 1 && m + p <= CAP + 1,
+        "the minute's slots: members {m}, public {p}; {admitted:?}"
+    );
+    assert!(
+        (5..=7).contains(&m) && (1..=3).contains(&p),
+        "members {m}, public {p} (weights 3 : 1 of {CAP}); {admitted:?}"
+    );
+}

@@ -534,7 +534,12 @@ impl Capacity {
 
     /// Visitors let in during `minute`: from `lane` in a room with lanes, else all of them.
     fn admitted(&self, lane: usize, minute: u64, now: Timestamp) -> u64 {
-        let key = if self.laned() {
+        self.store.get(&self.admitted_key(lane, minute), now).max(0) as u64
+    }
+
+    /// Where `lane`'s admissions in `minute` are counted (the room's own without lanes).
+    fn admitted_key(&self, lane: usize, minute: u64) -> CounterKey {
+        if self.laned() {
             self.key_in(
                 &self.lanes[lane].scope,
                 CounterKind::Admitted,
@@ -543,8 +548,7 @@ impl Capacity {
             )
         } else {
             self.key(CounterKind::Admitted, minute, 0)
-        };
-        self.store.get(&key, now).max(0) as u64
+        }
     }
 
     /// Every lane's queue as of at most a second ago (recomputed in a new minute straight
@@ -639,9 +643,22 @@ impl Capacity {
             .collect();
         let parts = apportion(total as f64, &asks);
         let left = (parts[lane] - given[lane] as f64).max(0.0).ceil() as u64;
+        // In a cluster a node gives at most its part of the lane's part, less what it gave in
+        // the lane itself, as it does with the room's slots: nodes that have not yet seen each
+        // other's admissions cannot each give a lane its whole part.
+        let mut here = slots.here.map(|h| h.min(left));
+        if let (Some(h), Some(mine)) = (
+            here,
+            self.store
+                .allotment(&self.scope)
+                .of(parts[lane].ceil() as u64),
+        ) {
+            let own = self.store.own(&self.admitted_key(lane, minute), now).max(0) as u64;
+            here = Some(h.min(mine.saturating_sub(own)));
+        }
         Slots {
             cluster: Some(free.min(left)),
-            here: slots.here.map(|h| h.min(left)),
+            here,
         }
     }
 
