@@ -6,14 +6,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// Seconds since the epoch, with their fraction.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 fn room(extra: &str) -> String {
     format!("[[room]]\nname = \"sale\"\npages = \"pages\"\nrefresh = \"5s\"\n{extra}")
 }

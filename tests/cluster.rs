@@ -12,13 +12,6 @@ use common::*;
 /// Requests spread 60/30/10 over three nodes, as an uneven load balancer would.
 const SPLIT: [usize; 10] = [0, 0, 0, 0, 0, 0, 1, 1, 1, 2];
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
 /// A node of a cluster on `redis`, with `rooms`.
 fn node(origin: &Origin, redis_url: &str, name: &str, rooms: &str, cluster: &str) -> Vestibule {
     Setup::new(origin.addr)

@@ -559,7 +559,7 @@ fn pass(ok: bool) -> &'static str {
 
 /// Builds the room through the real config path, so the simulation validates like a file.
 fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Result<Room, String> {
-    let toml = format!(
+    let mut toml = format!(
         "[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\nname = \"simulated\"\nadmission = \"{}\"\nnew_users_per_minute = {}\ntotal_active_users = {}\nsession_duration = \"{}s\"\nrefresh = \"{}s\"\n",
         order.as_str(),
         opts.new_users_per_minute,
@@ -567,7 +567,6 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
         opts.session_duration.as_secs(),
         opts.refresh.as_secs()
     );
-    let mut toml = toml;
     if !opts.lanes.is_empty() {
         let lanes: Vec<String> = opts
             .lanes
@@ -636,8 +635,8 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         })
         .collect();
     // Lanes are drawn apart, so a run with lanes has the same arrivals as one without.
-    let mut lane_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1a4e);
     if opts.lanes.len() > 1 {
+        let mut lane_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1a4e);
         for j in &mut journeys {
             let u: f64 = lane_rng.gen();
             let mut acc = 0.0;

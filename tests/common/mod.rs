@@ -798,7 +798,8 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or_else(|| panic!("no VmRSS for {pid}"))
 }
 
-fn unix_secs() -> f64 {
+/// Seconds since the epoch, with their fraction.
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -818,11 +819,11 @@ pub struct LaneQueue {
 /// goes to `nodes[i % n]`. Not in a minute's last seconds, so the next minute is measured
 /// whole.
 pub fn queue_in_lanes(nodes: &[&Vestibule], link: &str, cap: u32) -> LaneQueue {
-    let into = unix_secs() as u64 % 60;
+    let into = unix_now() as u64 % 60;
     if into > 50 {
         std::thread::sleep(Duration::from_secs(60 - into + 1));
     }
-    let measured = unix_secs() as u64 / 60 + 1;
+    let measured = unix_now() as u64 / 60 + 1;
     let node = |i: usize| nodes[i % nodes.len()];
     // Arrivals spread over the nodes until the minute's slots are taken (in a cluster each node
     // gives its part of them; an arrival a node has no slot for gets an anonymous token and
@@ -882,14 +883,14 @@ pub fn check_in_lanes(
                 s.spawn(move || {
                     let deadline = (measured + 1) * 60 - 1;
                     let mut k = i;
-                    while (unix_secs() as u64) < deadline {
+                    while (unix_now() as u64) < deadline {
                         k += 1;
                         let (decision, body) = u.decision(nodes[k % nodes.len()]);
                         if decision == "allow" {
                             admitted
                                 .lock()
                                 .unwrap()
-                                .push((lane, unix_secs() as u64 / 60));
+                                .push((lane, unix_now() as u64 / 60));
                             return;
                         }
                         let wait = body["refresh_seconds"].as_u64().unwrap_or(5);
