@@ -77,7 +77,7 @@ pub struct RequestCtx {
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     quotas: SmallVec<[(usize, u64, u64); 2]>,
     /// Origin addresses tried for this request (retries skip them).
-    tried: Vec<SocketAddr>,
+    tried: SmallVec<[SocketAddr; 2]>,
     upstream_sent: Option<Instant>,
     upstream_status: Option<u16>,
     upstream_seconds: Option<f64>,
@@ -104,7 +104,7 @@ impl ProxyHttp for Proxy {
             rule_outcomes: SmallVec::new(),
             slots: SmallVec::new(),
             quotas: SmallVec::new(),
-            tried: Vec::new(),
+            tried: SmallVec::new(),
             upstream_sent: None,
             upstream_status: None,
             upstream_seconds: None,
@@ -231,9 +231,10 @@ impl ProxyHttp for Proxy {
         }
         single_content_length(upstream)?;
         strip_room_cookies(upstream, ctx.snapshot.rooms.cookie_names())?;
+        // Static values: no allocation, nothing to validate.
         upstream.insert_header(
             "X-Forwarded-Proto",
-            if ctx.secure { "https" } else { "http" },
+            HeaderValue::from_static(if ctx.secure { "https" } else { "http" }),
         )?;
         if let Some(peer) = ctx.peer_ip {
             let trusted = ctx.snapshot.config.identity.is_trusted(peer);
@@ -287,8 +288,8 @@ impl ProxyHttp for Proxy {
         if !ctx.quotas.is_empty() {
             // Appended: `RateLimit` fields are lists, and an origin's own items survive.
             let (policy, items) = quota_headers(&ctx.snapshot, &ctx.quotas);
-            response.append_header(RATELIMIT_POLICY, policy)?;
-            response.append_header(RATELIMIT, items)?;
+            response.append_header("RateLimit-Policy", policy)?;
+            response.append_header("RateLimit", items)?;
         }
         Ok(())
     }
@@ -679,7 +680,7 @@ fn worker_group() -> u64 {
 /// `:authority`), else the `Host` header. Pingora refuses a request whose `Host` contradicts its
 /// absolute-form target, and sends the origin the same authority as `Host`, so the room that
 /// decides is always the room of the host the origin serves.
-fn request_host(req: &RequestHeader) -> String {
+fn request_host(req: &RequestHeader) -> std::borrow::Cow<'_, str> {
     // Pingora keeps an absolute-form target's authority in the raw target only (its URI holds
     // the path); HTTP/2 carries it in the URI.
     let absolute = pingora::protocols::http::authority::raw_target_authority(req.raw_path())
@@ -700,7 +701,13 @@ fn request_host(req: &RequestHeader) -> String {
             }
         })
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    let host = host.trim_end_matches('.');
+    // Borrowed unless it must be lowercased (most clients send it lowercase).
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        host.to_ascii_lowercase().into()
+    } else {
+        host.into()
+    }
 }
 
 /// Where `redirect_to_https` sends a plain request: the same host, path and query on the first
@@ -720,7 +727,7 @@ fn https_location(req: &RequestHeader, snapshot: &Snapshot, peer: IpAddr) -> Opt
     let host = if host.contains(':') {
         format!("[{host}]")
     } else {
-        host
+        host.into_owned()
     };
     let port = snapshot
         .config
@@ -957,9 +964,25 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
     let (Some(first), second) = (iter.next(), iter.next()) else {
         return Ok(());
     };
-    // One field that holds no room cookie: nothing to do (the usual HTTP/1.1 request).
-    if second.is_none() && cookie::strip(first.as_bytes(), names) == Stripped::Unchanged {
-        return Ok(());
+    // One field (the usual HTTP/1.1 request): stripped in one pass, and left alone when it
+    // holds no room cookie.
+    if second.is_none() {
+        return match cookie::strip(first.as_bytes(), names) {
+            Stripped::Unchanged => Ok(()),
+            Stripped::Empty => {
+                req.remove_header(&header::COOKIE);
+                Ok(())
+            }
+            Stripped::Changed(bytes) => {
+                let value = HeaderValue::from_maybe_shared(Bytes::from(bytes)).map_err(|_| {
+                    Error::explain(
+                        ErrorType::InternalError,
+                        "stripped cookie is not a header value",
+                    )
+                })?;
+                req.insert_header(header::COOKIE, value)
+            }
+        };
     }
     // Several fields (HTTP/2 sends one per cookie) become one, as an HTTP/1.1 origin expects
     // (RFC 9113 §8.2.3), without the room cookies.
@@ -1143,17 +1166,21 @@ fn single_content_length(req: &mut RequestHeader) -> Result<()> {
 /// proxy: an untrusted client's own claims are replaced, so every hop the origin sees was
 /// recorded by someone we trust.
 fn set_forwarded_for(req: &mut RequestHeader, peer: IpAddr, trusted: bool) -> Result<()> {
+    if !trusted || !req.headers.contains_key(X_FORWARDED_FOR) {
+        // The usual case: the peer is the whole chain.
+        let value = HeaderValue::try_from(crate::identity::ip_text(peer))
+            .or_err(ErrorType::InternalError, "an address is not a header value")?;
+        return req.insert_header("X-Forwarded-For", value);
+    }
     let mut chain = String::new();
-    if trusted {
-        for value in req.headers.get_all(X_FORWARDED_FOR) {
-            if let Ok(v) = value.to_str() {
-                let v = v.trim();
-                if !v.is_empty() {
-                    if !chain.is_empty() {
-                        chain.push_str(", ");
-                    }
-                    chain.push_str(v);
+    for value in req.headers.get_all(X_FORWARDED_FOR) {
+        if let Ok(v) = value.to_str() {
+            let v = v.trim();
+            if !v.is_empty() {
+                if !chain.is_empty() {
+                    chain.push_str(", ");
                 }
+                chain.push_str(v);
             }
         }
     }
