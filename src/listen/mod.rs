@@ -18,6 +18,8 @@
 //! to fill: the L4 read buffer Pingora puts in front of plain sockets (64 KiB by default) is
 //! left out for plain listeners, where the HTTP parser reads into its own buffer anyway.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -177,7 +179,8 @@ impl<A> Edge<A> {
     }
 
     fn waits(&self) -> Waits {
-        let snapshot = self.app.snapshot();
+        // This thread's reference: no shared reference count written per request.
+        let snapshot = self.app.request_snapshot();
         Waits {
             keepalive: snapshot.config.server.keepalive_timeout,
             header: snapshot.config.server.header_timeout,
@@ -279,13 +282,28 @@ where
                 return ServerApp::process_new(&self.inner, stream, shutdown).await;
             }
         }
+        // One timer and one shutdown wait for the connection's life, re-armed per request.
+        // Pushing a registered timer later is one atomic write, where a timer per request was
+        // inserted into and taken out of the thread's timer wheel; the shutdown wait stays on
+        // the shared waiter list instead of joining and leaving it on every request.
+        let timer = tokio::time::sleep(self.waits().header);
+        tokio::pin!(timer);
+        let mut shutdown_rx = shutdown.clone();
+        let down = shutdown_rx.wait_for(|down| *down);
+        tokio::pin!(down);
         loop {
             let waits = self.waits();
             // A new connection gets header_timeout for its first byte; a kept-alive one may
             // idle for keepalive_timeout.
             let idle = if first { waits.header } else { waits.keepalive };
             let buf = std::mem::take(&mut leftover);
-            let head = match read_head(&mut stream, buf, idle, waits.header, shutdown).await {
+            let wait = Wait {
+                idle,
+                header: waits.header,
+                timer: timer.as_mut(),
+                down: down.as_mut(),
+            };
+            let head = match read_head(&mut stream, buf, wait).await {
                 Head::Complete(head) => head,
                 Head::Closed => return None,
                 Head::TimedOut { started } => {
@@ -344,31 +362,44 @@ enum Head {
     TooLarge,
 }
 
+/// How long [`read_head`] may wait, with the connection's timer and shutdown wait.
+struct Wait<'a, D> {
+    /// For the first byte.
+    idle: Duration,
+    /// For the whole head, from its first byte.
+    header: Duration,
+    timer: Pin<&'a mut tokio::time::Sleep>,
+    /// Ready once the server shuts down.
+    down: Pin<&'a mut D>,
+}
+
 /// Reads until a whole request head is buffered: the first byte within `idle`, the whole head
 /// within `header` of that first byte.
-async fn read_head(
-    stream: &mut Stream,
-    mut buf: BytesMut,
-    idle: Duration,
-    header: Duration,
-    shutdown: &ShutdownWatch,
-) -> Head {
+async fn read_head<D: Future>(stream: &mut Stream, mut buf: BytesMut, wait: Wait<'_, D>) -> Head {
+    let Wait {
+        idle,
+        header,
+        mut timer,
+        mut down,
+    } = wait;
     if buf.is_empty() {
         buf.reserve(HEAD_BUF);
-        let mut shutdown = shutdown.clone();
+        timer.as_mut().reset(tokio::time::Instant::now() + idle);
         // The first byte: an idle connection is closed at once when the server shuts down.
+        // Polled in this order, as a timeout around the read was.
         let first = tokio::select! {
             biased;
-            read = tokio::time::timeout(idle, stream.read_buf(&mut buf)) => read,
-            _ = shutdown.wait_for(|down| *down) => return Head::Closed,
+            read = stream.read_buf(&mut buf) => read,
+            _ = timer.as_mut() => return Head::TimedOut { started: false },
+            _ = down.as_mut() => return Head::Closed,
         };
         match first {
-            Err(_) => return Head::TimedOut { started: false },
-            Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
-            Ok(Ok(_)) => {}
+            Ok(0) | Err(_) => return Head::Closed,
+            Ok(_) => {}
         }
     }
     let deadline = tokio::time::Instant::now() + header;
+    let mut armed = false;
     loop {
         match head_end(&buf) {
             Some(end) if end > MAX_HEAD => return Head::TooLarge,
@@ -381,11 +412,19 @@ async fn read_head(
         if buf.capacity() == buf.len() {
             buf.reserve(buf.len());
         }
-        match tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)).await {
-            Err(_) => return Head::TimedOut { started: true },
+        if !armed {
+            timer.as_mut().reset(deadline);
+            armed = true;
+        }
+        let read = tokio::select! {
+            biased;
+            read = stream.read_buf(&mut buf) => read,
+            _ = timer.as_mut() => return Head::TimedOut { started: true },
+        };
+        match read {
             // Closed or broken mid-head: nothing to answer.
-            Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
-            Ok(Ok(_)) => {}
+            Ok(0) | Err(_) => return Head::Closed,
+            Ok(_) => {}
         }
     }
 }
