@@ -76,6 +76,8 @@ pub struct RequestCtx {
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     quotas: SmallVec<[(usize, u64, u64); 2]>,
+    /// What the client asked for, when a room looked (its page answers in kind).
+    wants: Option<Wants>,
     /// Origin addresses tried for this request (retries skip them).
     tried: SmallVec<[SocketAddr; 2]>,
     upstream_sent: Option<Instant>,
@@ -104,6 +106,7 @@ impl ProxyHttp for Proxy {
             rule_outcomes: SmallVec::new(),
             slots: SmallVec::new(),
             quotas: SmallVec::new(),
+            wants: None,
             tried: SmallVec::new(),
             upstream_sent: None,
             upstream_status: None,
@@ -145,7 +148,16 @@ impl ProxyHttp for Proxy {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
                 let clear = ctx.clear_solution.take();
-                write_room_page(session, room, &outcome, ctx.secure, clear, now).await?;
+                // `Accept` was read once, by the decision.
+                let json = ctx
+                    .wants
+                    .map_or_else(|| wants_json(session), |w| w == Wants::Json);
+                let page = PageAnswer {
+                    secure: ctx.secure,
+                    json,
+                    clear_solution: clear,
+                };
+                write_room_page(session, room, &outcome, page, now).await?;
                 Ok(true)
             }
             Answer::Invited { location, cookies } => {
@@ -475,15 +487,21 @@ impl Proxy {
         ctx: &mut RequestCtx,
     ) -> Answer {
         let policy = &snapshot.config.identity;
-        let xff = req.headers.get_all(X_FORWARDED_FOR);
-        let client_ip = policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()));
+        // X-Forwarded-For is looked up only when the peer is one whose word counts.
+        let trusted = policy.is_trusted(peer);
+        let client_ip = if trusted {
+            let xff = req.headers.get_all(X_FORWARDED_FOR);
+            policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()))
+        } else {
+            peer.to_canonical()
+        };
         let header_identity = policy
             .header_name()
             .and_then(|h| req.headers.get(h))
             .map(|v| v.as_bytes());
         let identity = policy.identify(client_ip, peer, header_identity);
         ctx.client_ip = Some(client_ip);
-        ctx.secure = tls || (policy.is_trusted(peer) && forwarded_https(req));
+        ctx.secure = tls || (trusted && forwarded_https(req));
         let path = path::normalize(req.uri.path());
         let host = request_host(req);
         let view = RequestView {
@@ -516,6 +534,7 @@ impl Proxy {
                         req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
                         req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
                     );
+                    ctx.wants = Some(wants);
                     // A subresource of a held page (its favicon, say) neither joins the queue
                     // nor checks in: only an admitted visitor's goes on.
                     let holding = (wants == Wants::Subresource)
@@ -693,13 +712,12 @@ fn request_host(req: &RequestHeader) -> std::borrow::Cow<'_, str> {
     let host = if let Some(rest) = raw.strip_prefix('[') {
         rest.split(']').next().unwrap_or("")
     } else {
-        raw.rsplit_once(':').map_or(raw, |(h, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                raw
+        match memchr::memrchr(b':', raw.as_bytes()) {
+            Some(colon) if raw.as_bytes()[colon + 1..].iter().all(u8::is_ascii_digit) => {
+                &raw[..colon]
             }
-        })
+            _ => raw,
+        }
     };
     let host = host.trim_end_matches('.');
     // Borrowed unless it must be lowercased (most clients send it lowercase).
@@ -808,15 +826,30 @@ fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
 }
 
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
+/// How a room page answers one request.
+struct PageAnswer {
+    /// Over TLS (or so a trusted proxy said): the cookie is `Secure`.
+    secure: bool,
+    /// The JSON body rather than the page.
+    json: bool,
+    /// Deletes a used solution cookie.
+    clear_solution: Option<String>,
+}
+
 async fn write_room_page(
     session: &mut Session,
     room: &Room,
     outcome: &Outcome,
-    secure: bool,
-    clear_solution: Option<String>,
+    answer: PageAnswer,
     now: Timestamp,
 ) -> Result<()> {
-    let mut extra = Vec::with_capacity(3);
+    let PageAnswer {
+        secure,
+        json,
+        clear_solution,
+    } = answer;
+    // Room for every header a page can carry: two cookies, Retry-After, Content-Language, Vary.
+    let mut extra = Vec::with_capacity(5);
     let cookies = set_cookie_value(room, &outcome.cookie, secure)
         .into_iter()
         .chain(clear_solution);
@@ -839,7 +872,6 @@ async fn write_room_page(
     ) {
         extra.push((header::RETRY_AFTER, HeaderValue::from(outcome.refresh_secs)));
     }
-    let json = wants_json(session);
     let language = if json {
         0
     } else {
