@@ -26,8 +26,8 @@ pub struct Upstream {
     /// A ready peer per address (SNI: `upstream.sni`, or the host name the peer was written
     /// with; timeouts from the config), cloned per request.
     peers: HashMap<SocketAddr, HttpPeer>,
-    /// With a single address, its backend: selection needs no round robin.
-    single: Option<pingora::lb::Backend>,
+    /// With a single address, it and its peer: selection needs no round robin and no lookup.
+    single: Option<(SocketAddr, HttpPeer)>,
     last_probe: Mutex<Option<Instant>>,
 }
 
@@ -83,7 +83,10 @@ impl Upstream {
             .collect::<Vec<_>>()
             .as_slice()
         {
-            [only] => Some((*only).clone()),
+            [only] => only
+                .addr
+                .as_inet()
+                .and_then(|addr| Some((*addr, peers.get(addr)?.clone()))),
             _ => None,
         };
         Ok(Upstream {
@@ -106,12 +109,9 @@ impl Upstream {
     /// probe can be wrong for a moment (an origin restarting), and a refused connection costs
     /// little. `None` when every peer has been tried.
     pub fn select(&self, tried: &[SocketAddr]) -> Option<Box<HttpPeer>> {
-        if let Some(only) = &self.single {
+        if let Some((addr, peer)) = &self.single {
             // One origin: healthy or not (panic mode), it is the only one to try.
-            let addr = only.addr.as_inet()?;
-            return (!tried.contains(addr))
-                .then(|| self.peers.get(addr).cloned().map(Box::new))
-                .flatten();
+            return (!tried.contains(addr)).then(|| Box::new(peer.clone()));
         }
         let probing = !self.config.health_check.is_zero();
         let untried =
