@@ -825,7 +825,6 @@ fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
     http::Uri::from_parts(parts).ok()
 }
 
-/// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
 /// How a room page answers one request.
 struct PageAnswer {
     /// Over TLS (or so a trusted proxy said): the cookie is `Secure`.
@@ -836,6 +835,7 @@ struct PageAnswer {
     clear_solution: Option<String>,
 }
 
+/// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
 async fn write_room_page(
     session: &mut Session,
     room: &Room,
@@ -1001,19 +1001,8 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
     if second.is_none() {
         return match cookie::strip(first.as_bytes(), names) {
             Stripped::Unchanged => Ok(()),
-            Stripped::Empty => {
-                req.remove_header(&header::COOKIE);
-                Ok(())
-            }
-            Stripped::Changed(bytes) => {
-                let value = HeaderValue::from_maybe_shared(Bytes::from(bytes)).map_err(|_| {
-                    Error::explain(
-                        ErrorType::InternalError,
-                        "stripped cookie is not a header value",
-                    )
-                })?;
-                req.insert_header(header::COOKIE, value)
-            }
+            Stripped::Empty => replace_cookie(req, Vec::new()),
+            Stripped::Changed(bytes) => replace_cookie(req, bytes),
         };
     }
     // Several fields (HTTP/2 sends one per cookie) become one, as an HTTP/1.1 origin expects
@@ -1030,20 +1019,26 @@ fn strip_room_cookies(req: &mut RequestHeader, names: &[String]) -> Result<()> {
         }
         joined.extend_from_slice(&part);
     }
-    req.remove_header(&header::COOKIE);
-    if !joined.is_empty() {
-        let value = HeaderValue::from_bytes(&joined).map_err(|_| {
-            Error::explain(
-                ErrorType::InternalError,
-                "joined cookie is not a header value",
-            )
-        })?;
-        req.insert_header(header::COOKIE, value)?;
-    }
-    Ok(())
+    replace_cookie(req, joined)
 }
 
-/// Whether the client asked for JSON rather than a page.
+/// Makes `value` the request's only `Cookie` field, or removes the field when it is empty.
+fn replace_cookie(req: &mut RequestHeader, value: Vec<u8>) -> Result<()> {
+    if value.is_empty() {
+        req.remove_header(&header::COOKIE);
+        return Ok(());
+    }
+    let value = HeaderValue::from_maybe_shared(Bytes::from(value)).map_err(|_| {
+        Error::explain(
+            ErrorType::InternalError,
+            "stripped cookie is not a header value",
+        )
+    })?;
+    // Replaces every field the request had.
+    req.insert_header(header::COOKIE, value)
+}
+
+/// The request's `Accept-Language`, if it sent one.
 fn accept_language(session: &Session) -> Option<&[u8]> {
     session
         .req_header()
@@ -1061,6 +1056,7 @@ fn language_headers(extra: &mut Vec<(http::HeaderName, HeaderValue)>, page: &Pag
     extra.push((header::VARY, HeaderValue::from_static("Accept-Language")));
 }
 
+/// Whether the client asked for JSON rather than a page.
 fn wants_json(session: &Session) -> bool {
     let accept = session.req_header().headers.get(header::ACCEPT);
     pages::wants_json(accept.map(|v| v.as_bytes()))
