@@ -258,33 +258,78 @@ fn identity(c: &mut Criterion) {
     });
 }
 
+/// 1 thread, and 2 when the machine has 2 cores.
+fn thread_counts() -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut counts = vec![1];
+    if cores >= 2 {
+        counts.push(2);
+    }
+    counts
+}
+
+/// Runs `iters` calls of `update` on each of `threads` threads started together, and returns
+/// the slowest thread's time: with one thread, the uncontended cost of a call.
+fn run_at_once(threads: usize, iters: u64, update: &(dyn Fn() + Sync)) -> std::time::Duration {
+    use std::time::{Duration, Instant};
+    let start = std::sync::Barrier::new(threads);
+    let elapsed = std::sync::Mutex::new(Duration::ZERO);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                start.wait();
+                let t = Instant::now();
+                for _ in 0..iters {
+                    update();
+                }
+                let e = t.elapsed();
+                let mut max = elapsed.lock().unwrap();
+                *max = (*max).max(e);
+            });
+        }
+    });
+    elapsed.into_inner().unwrap()
+}
+
+/// What a waiting-page answer costs in the page set's caches when every worker thread answers
+/// at once: the rendered page found again, and the visitor's `Accept-Language` negotiated
+/// again (both hits, as during a surge).
+fn contended_pages(c: &mut Criterion) {
+    use vestibule::pages::{PageContext, PageKind};
+    let pages = Pages::builtin();
+    let mut ctx = PageContext::plain("default", "anon", 42, 200);
+    ctx.queueing = "lottery";
+    let accept_language: &[u8] = b"de-CH,de;q=0.9,fr;q=0.8,en;q=0.7";
+    for threads in thread_counts() {
+        let mut g = c.benchmark_group(format!("page_answers_{threads}_threads"));
+        g.bench_function("render_hit", |b| {
+            b.iter_custom(|iters| {
+                run_at_once(threads, iters, &|| {
+                    black_box(pages.render(PageKind::StartWaiting, black_box(&ctx)));
+                })
+            })
+        });
+        g.bench_function("negotiate_hit", |b| {
+            b.iter_custom(|iters| {
+                run_at_once(threads, iters, &|| {
+                    black_box(
+                        pages
+                            .catalogs()
+                            .negotiate(Some(black_box(accept_language)), 0),
+                    );
+                })
+            })
+        });
+        g.finish();
+    }
+}
+
 /// What one counter increment and one histogram observation cost when every worker thread
 /// updates the same series: `prometheus`'s (one atomic, or five, that every thread writes)
 /// against the per-thread slots of `vestibule::metrics::sharded`. Each iteration is one update
 /// on each of `threads` threads running at once; with one thread it is the uncontended cost.
 fn contended_metrics(c: &mut Criterion) {
-    use std::time::{Duration, Instant};
     use vestibule::metrics::sharded;
-
-    fn run(threads: usize, iters: u64, update: &(dyn Fn() + Sync)) -> Duration {
-        let start = std::sync::Barrier::new(threads);
-        let elapsed = std::sync::Mutex::new(Duration::ZERO);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    start.wait();
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        update();
-                    }
-                    let e = t.elapsed();
-                    let mut max = elapsed.lock().unwrap();
-                    *max = (*max).max(e);
-                });
-            }
-        });
-        elapsed.into_inner().unwrap()
-    }
 
     let theirs = prometheus::IntCounter::new("b_total", "Bench.").unwrap();
     let ours = sharded::CounterVec::new("c_total", "Bench.", &["x"]).with_label_values(&["a"]);
@@ -294,24 +339,25 @@ fn contended_metrics(c: &mut Criterion) {
     )
     .unwrap();
     let our_histogram = sharded::Histogram::new("c_seconds", "Bench.", &bounds);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for threads in [1, 2.min(cores)] {
+    for threads in thread_counts() {
         let mut g = c.benchmark_group(format!("metrics_{threads}_threads"));
         g.bench_function("prometheus_counter_inc", |b| {
-            b.iter_custom(|iters| run(threads, iters, &|| theirs.inc()))
+            b.iter_custom(|iters| run_at_once(threads, iters, &|| theirs.inc()))
         });
         g.bench_function("sharded_counter_inc", |b| {
-            b.iter_custom(|iters| run(threads, iters, &|| ours.inc()))
+            b.iter_custom(|iters| run_at_once(threads, iters, &|| ours.inc()))
         });
         g.bench_function("prometheus_histogram_observe", |b| {
             b.iter_custom(|iters| {
-                run(threads, iters, &|| {
+                run_at_once(threads, iters, &|| {
                     their_histogram.observe(black_box(0.003))
                 })
             })
         });
         g.bench_function("sharded_histogram_observe", |b| {
-            b.iter_custom(|iters| run(threads, iters, &|| our_histogram.observe(black_box(0.003))))
+            b.iter_custom(|iters| {
+                run_at_once(threads, iters, &|| our_histogram.observe(black_box(0.003)))
+            })
         });
         g.finish();
     }
@@ -326,6 +372,7 @@ criterion_group!(
     rate_limits,
     pages,
     identity,
-    contended_metrics
+    contended_metrics,
+    contended_pages
 );
 criterion_main!(benches);

@@ -16,13 +16,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use fluent_bundle::concurrent::FluentBundle;
 use fluent_bundle::{FluentArgs, FluentResource, FluentValue};
 use unic_langid::{CharacterDirection, LanguageIdentifier};
 
 use crate::config::{ConfigError, ConfigErrors};
+use crate::thread_cache::PerThreadLru;
 
 /// Bytes of `Accept-Language` read at most.
 pub const MAX_HEADER: usize = 512;
@@ -71,7 +72,9 @@ pub struct Catalogs {
     /// Index 0 is English, the last resort for a missing message.
     languages: Vec<Language>,
     ids: Vec<LanguageIdentifier>,
-    negotiated: Mutex<lru::LruCache<Box<str>, usize>>,
+    /// `Accept-Language` values seen -> the language found (`usize::MAX`: none), per thread
+    /// (see [`crate::thread_cache`]).
+    negotiated: PerThreadLru<Box<str>, usize>,
 }
 
 impl std::fmt::Debug for Catalogs {
@@ -277,10 +280,7 @@ impl Catalogs {
         Ok(Catalogs {
             languages,
             ids,
-            negotiated: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(NEGOTIATED_CACHE)
-                    .unwrap_or(std::num::NonZeroUsize::MIN),
-            )),
+            negotiated: PerThreadLru::new(NEGOTIATED_CACHE),
         })
     }
 
@@ -307,18 +307,13 @@ impl Catalogs {
         let Ok(text) = std::str::from_utf8(raw) else {
             return default;
         };
-        {
-            // Looked up by the borrowed text: a hit allocates nothing.
-            let mut cache = self.negotiated.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(&index) = cache.get(text) {
-                return if index == usize::MAX { default } else { index };
-            }
+        // Looked up by the borrowed text: a hit allocates nothing.
+        if let Some(Some(index)) = self.negotiated.with(|cache| cache.get(text).copied()) {
+            return if index == usize::MAX { default } else { index };
         }
         let found = self.negotiate_uncached(text);
         self.negotiated
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(text.into(), found.unwrap_or(usize::MAX));
+            .with(|cache| cache.put(text.into(), found.unwrap_or(usize::MAX)));
         found.unwrap_or(default)
     }
 

@@ -34,6 +34,7 @@ pub mod simulate;
 pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod thread_cache;
 pub mod time;
 pub mod token;
 pub mod upstream;

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::config::{ConfigError, ConfigErrors};
 use crate::i18n::Catalogs;
+use crate::thread_cache::PerThreadLru;
 
 /// The pages a set must have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -348,9 +349,9 @@ impl<'a> PageContext<'a> {
     }
 }
 
-/// Rendered pages kept per set: lottery pages differ only by their countdown, so during a
-/// surge nearly every waiting page is a hit.
-const RENDERED_CACHE: usize = 256;
+/// Rendered pages kept per set and worker thread: lottery pages differ only by their
+/// countdown, so during a surge nearly every waiting page is a hit.
+const RENDERED_CACHE: usize = 128;
 
 /// What a rendered page depends on, owned.
 #[derive(Clone, Debug, PartialEq)]
@@ -501,7 +502,8 @@ fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageContext) -> 
 /// A compiled page set.
 pub struct Pages {
     catalogs: Arc<Catalogs>,
-    rendered: std::sync::Mutex<lru::LruCache<u64, (RenderKey, Bytes)>>,
+    /// Per thread: a hit touches nothing another thread writes (see [`crate::thread_cache`]).
+    rendered: PerThreadLru<u64, (RenderKey, Bytes)>,
     hasher: ahash::RandomState,
     env: Environment<'static>,
     /// Where the set came from; `None` for the built-in set.
@@ -661,9 +663,7 @@ impl Pages {
         }
         Ok(Pages {
             catalogs,
-            rendered: std::sync::Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(RENDERED_CACHE).unwrap_or(std::num::NonZeroUsize::MIN),
-            )),
+            rendered: PerThreadLru::new(RENDERED_CACHE),
             hasher: ahash::RandomState::new(),
             env,
             dir,
@@ -676,19 +676,18 @@ impl Pages {
     /// can only come from a value; it degrades to a plain message rather than an empty body.
     pub fn render(&self, kind: PageKind, ctx: &PageContext) -> Bytes {
         let hash = render_hash(&self.hasher, kind, ctx);
-        {
-            let mut cache = self.rendered.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((key, body)) = cache.get(&hash) {
-                if key.matches(kind, ctx) {
-                    return body.clone();
-                }
-            }
+        let hit = self.rendered.with(|cache| {
+            cache
+                .get(&hash)
+                .filter(|(key, _)| key.matches(kind, ctx))
+                .map(|(_, body)| body.clone())
+        });
+        if let Some(Some(body)) = hit {
+            return body;
         }
         let body = self.render_uncached(kind, ctx);
         self.rendered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(hash, (RenderKey::of(kind, ctx), body.clone()));
+            .with(|cache| cache.put(hash, (RenderKey::of(kind, ctx), body.clone())));
         body
     }
 
