@@ -6,8 +6,8 @@
 #   benches/load.sh                      # 3 rounds x 8 scenarios x 10 s
 #   ROUNDS=5 DURATION=20 CONNECTIONS=64 benches/load.sh
 #   VESTIBULE_BIN=/path/to/vestibule benches/load.sh   # measure a prebuilt binary
-#   BASELINE_BIN=/path/to/older/vestibule benches/load.sh   # also an earlier build's allowed, waiting page,
-#                                        # 3 rules and access-log rows (baseline_*), same rounds
+#   BASELINE_BIN=/path/to/older/vestibule benches/load.sh   # also an earlier build's allowed, waiting page (and
+#                                        # in Arabic), 3 rules and access-log rows (baseline_*), same rounds
 #   BASELINE_PAGES=/path/to/its/pages     # the pages folder of that build, when the templates changed since
 #   ONLY='handshakes' TLS=1 benches/load.sh   # just the scenarios matching a regex
 #   TLS=1 benches/load.sh                # also over TLS: h1 keep-alive (wrk), h2 (h2load),
@@ -128,6 +128,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
       EXPECT=origin ADMIN=${P[$t b_rules_admin]} measure baseline_3_rules "http://127.0.0.1:${P[$t b_rules_port]}/" "${P[$t b_rules_pid]}" -H "Cookie: $COOKIE"
       EXPECT=origin ADMIN=${P[$t b_log_admin]} measure baseline_allowed_with_access_log "http://127.0.0.1:${P[$t b_log_port]}/" "${P[$t b_log_pid]}" -H "Cookie: $COOKIE"
       EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}"
+      EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page_ar "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}" -H "Accept-Language: ar-EG,ar;q=0.9,en-US;q=0.6,en;q=0.5"
     fi
     if [ "${TLS:-0}" = 1 ]; then
       measure plain_proxy_tls "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}"

@@ -1034,6 +1034,33 @@ mod tests {
     }
 
     #[test]
+    fn each_thread_serves_its_own_copy_of_the_same_page() {
+        let pages = Pages::builtin();
+        let here = pages.render(PageKind::StartWaiting, &ctx());
+        std::thread::scope(|s| {
+            for refresh in [41, 43, 47] {
+                let (pages, here) = (&pages, &here);
+                s.spawn(move || {
+                    let mut other = ctx();
+                    other.refresh_seconds = refresh;
+                    for _ in 0..3 {
+                        let mine = pages.render(PageKind::StartWaiting, &ctx());
+                        // The same bytes, but not a reference to the other thread's copy:
+                        // a hit writes nothing another thread reads.
+                        assert_eq!(mine, *here);
+                        assert_ne!(mine.as_ptr(), here.as_ptr());
+                        let again = pages.render(PageKind::StartWaiting, &ctx());
+                        assert_eq!(mine.as_ptr(), again.as_ptr(), "this thread's cache");
+                        let page = pages.render(PageKind::StartWaiting, &other);
+                        let text = std::str::from_utf8(&page).unwrap();
+                        assert!(text.contains(&format!("content=\"{refresh}\"")));
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
     fn shipped_pages_are_self_contained() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pages");
         let pages = Pages::load(&dir, "room[0].pages").unwrap();

@@ -912,7 +912,7 @@ fn quota_headers(snapshot: &Snapshot, quotas: &[(usize, u64, u64)]) -> (HeaderVa
             rule.write_ratelimit_item(&mut items, *remaining, *reset);
             let items =
                 HeaderValue::try_from(items).unwrap_or_else(|_| HeaderValue::from_static(""));
-            return (rule.policy_value().clone(), items);
+            return (rule.policy_value(), items);
         }
     }
     let mut policy = String::with_capacity(32 * quotas.len());

@@ -198,9 +198,11 @@ pub struct Rule {
     /// Keyed with the process-wide seed (so keys survive a reload) and already fed the rule's
     /// name (so equal parts under two rules are two keys).
     key_hasher: ahash::AHasher,
-    /// `RateLimit-Policy` item, formatted once, and as a header value.
+    /// `RateLimit-Policy` item, formatted once.
     policy: String,
-    policy_value: http::HeaderValue,
+    /// The item as a header value, one copy per worker thread: a copy every thread cloned
+    /// would have its reference count raised and lowered by all of them on every request.
+    policy_value: thread_local::ThreadLocal<http::HeaderValue>,
     /// The start of this rule's `RateLimit` item: `"<rule>";r=`.
     item_prefix: String,
     /// `shared = true`: the store that carries the cluster's key seed and penalty boxes.
@@ -221,9 +223,6 @@ impl Rule {
     pub fn new(config: RuleConfig, states: &RuleStates, store: &Arc<dyn CounterStore>) -> Rule {
         let state = states.get(&config, store.as_ref());
         let policy = policy_item(&config);
-        // Rule names are validated labels, so the item is always a valid header value.
-        let policy_value = http::HeaderValue::from_str(&policy)
-            .unwrap_or_else(|_| http::HeaderValue::from_static(""));
         Rule {
             state,
             key_hasher: {
@@ -232,7 +231,7 @@ impl Rule {
                 h
             },
             policy,
-            policy_value,
+            policy_value: thread_local::ThreadLocal::new(),
             item_prefix: format!("\"{}\";r=", config.name),
             shared: config.shared.then(|| store.clone()),
             mark_scope: format!("rl|{}", config.name),
@@ -401,9 +400,15 @@ impl Rule {
         &self.policy
     }
 
-    /// The same item as a ready header value.
-    pub fn policy_value(&self) -> &http::HeaderValue {
-        &self.policy_value
+    /// The same item as a header value (this thread's copy).
+    pub fn policy_value(&self) -> http::HeaderValue {
+        self.policy_value
+            .get_or(|| {
+                // Rule names are validated labels, so the item is always a valid header value.
+                http::HeaderValue::from_str(&self.policy)
+                    .unwrap_or_else(|_| http::HeaderValue::from_static(""))
+            })
+            .clone()
     }
 
     /// The `RateLimit` item: `"<rule>";r=<remaining>;t=<seconds>`.
