@@ -271,16 +271,29 @@ fn thread_counts() -> Vec<usize> {
 /// Runs `iters` calls of `update` on each of `threads` threads started together, and returns
 /// the slowest thread's time: with one thread, the uncontended cost of a call.
 fn run_at_once(threads: usize, iters: u64, update: &(dyn Fn() + Sync)) -> std::time::Duration {
+    run_at_once_with(threads, iters, &|_| (), &|_: &mut ()| update())
+}
+
+/// As [`run_at_once`], with state of each thread's own: `setup(0)`, `setup(1)`, … made in
+/// that order before the threads start, then `iters` calls of `step` on it.
+fn run_at_once_with<S: Send>(
+    threads: usize,
+    iters: u64,
+    setup: &dyn Fn(usize) -> S,
+    step: &(dyn Fn(&mut S) + Sync),
+) -> std::time::Duration {
     use std::time::{Duration, Instant};
     let start = std::sync::Barrier::new(threads);
     let elapsed = std::sync::Mutex::new(Duration::ZERO);
+    let states: Vec<S> = (0..threads).map(setup).collect();
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
+        for mut state in states {
+            let (start, elapsed) = (&start, &elapsed);
+            s.spawn(move || {
                 start.wait();
                 let t = Instant::now();
                 for _ in 0..iters {
-                    update();
+                    step(&mut state);
                 }
                 let e = t.elapsed();
                 let mut max = elapsed.lock().unwrap();
@@ -289,6 +302,99 @@ fn run_at_once(threads: usize, iters: u64, update: &(dyn Fn() + Sync)) -> std::t
         }
     });
     elapsed.into_inner().unwrap()
+}
+
+/// vestibule's own part of an allowed request and of three rate-limit rules, on every worker
+/// thread at once. What still grows from 1 to 2 threads is what the threads share: with one
+/// client key for all of them, the rules' counters of that key (a rate limit must count a key's
+/// requests whichever thread serves them); with a key per thread, nothing of the rules' own
+/// but the sketch's table.
+fn contended_decisions(c: &mut Criterion) {
+    use vestibule::config::Scope;
+    use vestibule::ratelimit::{Checks, RequestView, Rule, RuleSet, RuleStates};
+    let ring = ring();
+    let set = rooms("[[room]]\nallow_percentage = 50\n");
+    let room = set.iter().next().expect("room");
+    let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
+    let now = Timestamp::from_secs(1_700_000_000);
+    let exp = vestibule::room::lottery::bucket_exp(now.secs(), 3600);
+    let allow = Claims::new(Dec::Allow, exp, &uid, "key1").sign(ring.active());
+
+    let config = Config::parse(
+        "[upstream]\npeers = [\"127.0.0.1:1\"]\n\
+         [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n\
+         [[rate_limit]]\nname = \"bucket\"\nalgorithm = \"token_bucket\"\nlimit = 1000000\nperiod = \"1s\"\n\
+         [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 1000000\n",
+        Path::new("/tmp/bench.toml"),
+    )
+    .expect("config");
+    let states = RuleStates::default();
+    let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+        std::sync::Arc::new(vestibule::store::local::LocalStore::new());
+    let rules = RuleSet::new(
+        config
+            .rate_limits
+            .into_iter()
+            .map(|r| Rule::new(r, &states, &store))
+            .collect(),
+    );
+    let headers = http::HeaderMap::new();
+    // Each thread: its client (the same one for all, or its own), its clock and its checks.
+    // The clocks move 1 ms per request, so the rules see each thread's requests in order; every
+    // run starts them together, a day after the last run began (a run is far shorter than a
+    // day of requests), so time never goes back.
+    let clock = std::cell::Cell::new(1_700_000_000_000u64);
+    let setup = |shared_key: bool| {
+        let clock = &clock;
+        move |i: usize| {
+            if i == 0 {
+                clock.set(clock.get() + 86_400_000);
+            }
+            let ip: std::net::IpAddr = if shared_key {
+                [203, 0, 113, 7].into()
+            } else {
+                [203, 0, 113, 10 + i as u8].into()
+            };
+            (Identity::of_ip(ip, 64), ip, clock.get(), Checks::new())
+        }
+    };
+    let check = |(identity, ip, ms, out): &mut (Identity, std::net::IpAddr, u64, Checks)| {
+        *ms += 1;
+        out.clear();
+        let view = RequestView {
+            identity,
+            client_ip: *ip,
+            host: "shop.example",
+            path: "/products/42",
+            method: &http::Method::GET,
+            headers: &headers,
+        };
+        let limited = rules.check(Scope::All, &view, Timestamp::from_millis(*ms), out);
+        assert!(
+            limited.is_none() && out.len() == 3,
+            "every rule passes: {limited:?} {out:?}"
+        );
+    };
+    for threads in thread_counts() {
+        let mut g = c.benchmark_group(format!("decisions_{threads}_threads"));
+        g.bench_function("allow_token", |b| {
+            b.iter_custom(|iters| {
+                run_at_once(threads, iters, &|| {
+                    black_box(room.decide(&ring, &uid, &[allow.as_bytes()], now));
+                })
+            })
+        });
+        for (name, shared_key) in [
+            ("ratelimit_3_rules_one_key", true),
+            ("ratelimit_3_rules_own_keys", false),
+        ] {
+            let setup = setup(shared_key);
+            g.bench_function(name, |b| {
+                b.iter_custom(|iters| run_at_once_with(threads, iters, &setup, &check))
+            });
+        }
+        g.finish();
+    }
 }
 
 /// What a waiting-page answer costs in the page set's caches when every worker thread answers
@@ -373,6 +479,7 @@ criterion_group!(
     pages,
     identity,
     contended_metrics,
-    contended_pages
+    contended_pages,
+    contended_decisions
 );
 criterion_main!(benches);

@@ -2,9 +2,11 @@
 //!
 //! When the box is full, a new entry evicts the one with the least time left (Fastly's rule):
 //! that entry was about to be released anyway. Expired entries are dropped as they are met and
-//! by [`PenaltyBox::len`]. The box is sharded so concurrent requests rarely share a lock.
+//! by [`PenaltyBox::len`]. The box is sharded so concurrent requests rarely share a lock, and a
+//! lookup in an empty shard (nobody penalized: the usual case) takes no lock at all.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::time::Timestamp;
@@ -37,61 +39,85 @@ impl Shard {
 }
 
 pub struct PenaltyBox {
-    shards: [Mutex<Shard>; SHARDS],
+    shards: [Slot; SHARDS],
     cap_per_shard: usize,
+}
+
+/// One shard, and how many keys it holds, on cache lines of their own: a rule looks its key up
+/// on every request, and an empty shard (the usual case) is known from a read alone, without
+/// taking its lock, so requests of every thread leave the shard's lines shared, not bounced
+/// between cores.
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot {
+    /// The shard's `until.len()`, written under its lock after every change.
+    held: AtomicUsize,
+    shard: Mutex<Shard>,
 }
 
 impl PenaltyBox {
     /// A box holding at most about `cap` keys.
     pub fn new(cap: usize) -> PenaltyBox {
         PenaltyBox {
-            shards: std::array::from_fn(|_| Mutex::new(Shard::default())),
+            shards: std::array::from_fn(|_| Slot::default()),
             cap_per_shard: cap.div_ceil(SHARDS).max(1),
         }
     }
 
-    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, Shard> {
+    fn slot(&self, key: u64) -> &Slot {
         // The low bits feed hash maps; use the high ones to pick a shard.
-        self.shards[(key >> 60) as usize % SHARDS]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        &self.shards[(key >> 60) as usize % SHARDS]
+    }
+
+    /// Runs `f` on a shard under its lock, then records how many keys it holds.
+    fn change<R>(slot: &Slot, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let mut shard = slot.shard.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut shard);
+        slot.held.store(shard.until.len(), Ordering::Release);
+        out
     }
 
     /// The deadline of `key`, if it is in the box at `now`.
     pub fn until(&self, key: u64, now: Timestamp) -> Option<Timestamp> {
-        let mut shard = self.shard(key);
-        match shard.until.get(&key) {
+        let slot = self.slot(key);
+        if slot.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        Self::change(slot, |shard| match shard.until.get(&key) {
             Some(&deadline) if deadline > now.millis() => Some(Timestamp::from_millis(deadline)),
             Some(_) => {
                 shard.remove(key);
                 None
             }
             None => None,
-        }
+        })
     }
 
     /// Puts `key` in the box until `deadline` (replacing an earlier deadline).
     pub fn put(&self, key: u64, deadline: Timestamp, now: Timestamp) {
-        let mut shard = self.shard(key);
-        shard.remove(key);
-        shard.purge(now.millis());
-        if shard.until.len() >= self.cap_per_shard {
-            if let Some((_, evicted)) = shard.by_deadline.pop_first() {
-                shard.until.remove(&evicted);
+        let cap = self.cap_per_shard;
+        Self::change(self.slot(key), |shard| {
+            shard.remove(key);
+            shard.purge(now.millis());
+            if shard.until.len() >= cap {
+                if let Some((_, evicted)) = shard.by_deadline.pop_first() {
+                    shard.until.remove(&evicted);
+                }
             }
-        }
-        shard.until.insert(key, deadline.millis());
-        shard.by_deadline.insert((deadline.millis(), key));
+            shard.until.insert(key, deadline.millis());
+            shard.by_deadline.insert((deadline.millis(), key));
+        });
     }
 
     /// Keys in the box at `now` (expired ones are dropped on the way).
     pub fn len(&self, now: Timestamp) -> usize {
         self.shards
             .iter()
-            .map(|s| {
-                let mut shard = s.lock().unwrap_or_else(|p| p.into_inner());
-                shard.purge(now.millis());
-                shard.until.len()
+            .map(|slot| {
+                Self::change(slot, |shard| {
+                    shard.purge(now.millis());
+                    shard.until.len()
+                })
             })
             .sum()
     }
@@ -121,6 +147,25 @@ mod tests {
         assert_eq!(b.until(1, at(5_000)), None);
         assert_eq!(b.len(at(5_000)), 0);
         assert_eq!(b.until(2, at(0)), None);
+    }
+
+    #[test]
+    fn a_shard_emptied_and_filled_again_is_looked_up_again() {
+        let b = PenaltyBox::new(100);
+        let (one, two) = (1u64, 2u64); // both in shard 0
+        assert_eq!(b.until(one, at(0)), None, "an empty box");
+        b.put(one, at(1_000), at(0));
+        assert_eq!(b.until(two, at(0)), None);
+        // The only key expires on lookup: the shard is empty again.
+        assert_eq!(b.until(one, at(1_000)), None);
+        assert_eq!(b.slot(one).held.load(Ordering::Acquire), 0);
+        b.put(two, at(2_000), at(1_000));
+        assert_eq!(b.until(two, at(1_500)), Some(at(2_000)));
+        // Emptied by a count too.
+        assert_eq!(b.len(at(2_000)), 0);
+        assert_eq!(b.until(two, at(1_999)), None, "dropped by len at 2,000");
+        b.put(two, at(3_000), at(2_000));
+        assert_eq!(b.until(two, at(2_000)), Some(at(3_000)));
     }
 
     #[test]
