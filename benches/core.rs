@@ -146,15 +146,51 @@ fn invitations(c: &mut Criterion) {
     });
 }
 
-fn decisions(c: &mut Criterion) {
+/// A lottery room at 50 %, a visitor, a time, and that visitor's allow token of the current
+/// allow bucket (verified, not re-signed).
+fn room_and_allow_token() -> (
+    vestibule::keys::KeyRing,
+    RoomSet,
+    Identity,
+    Timestamp,
+    String,
+) {
     let ring = ring();
     let set = rooms("[[room]]\nallow_percentage = 50\n");
-    let room = set.iter().next().expect("room");
     let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
     let now = Timestamp::from_secs(1_700_000_000);
-    // An allow token of the current allow bucket: verified, not re-signed.
     let exp = vestibule::room::lottery::bucket_exp(now.secs(), 3600);
     let allow = Claims::new(Dec::Allow, exp, &uid, "key1").sign(ring.active());
+    (ring, set, uid, now, allow)
+}
+
+/// Three rules, one of each algorithm, none of which blocks below a million requests: a window
+/// per client, a token bucket per client and `X-Api-Key`, and a concurrency cap.
+fn three_rules() -> vestibule::ratelimit::RuleSet {
+    use vestibule::ratelimit::{Rule, RuleSet, RuleStates};
+    let config = Config::parse(
+        "[upstream]\npeers = [\"127.0.0.1:1\"]\n\
+         [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n\
+         [[rate_limit]]\nname = \"api-key\"\nkey = [\"client_ip\", \"header:x-api-key\"]\nalgorithm = \"token_bucket\"\nlimit = 1000000\nperiod = \"1s\"\n\
+         [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 1000000\n",
+        Path::new("/tmp/bench.toml"),
+    )
+    .expect("config");
+    let states = RuleStates::default();
+    let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+        std::sync::Arc::new(vestibule::store::local::LocalStore::new());
+    RuleSet::new(
+        config
+            .rate_limits
+            .into_iter()
+            .map(|r| Rule::new(r, &states, &store))
+            .collect(),
+    )
+}
+
+fn decisions(c: &mut Criterion) {
+    let (ring, set, uid, now, allow) = room_and_allow_token();
+    let room = set.iter().next().expect("room");
     c.bench_function("room/decide allow token", |b| {
         b.iter(|| black_box(room.decide(&ring, &uid, &[allow.as_bytes()], now)))
     });
@@ -170,27 +206,9 @@ fn decisions(c: &mut Criterion) {
 
 fn rate_limits(c: &mut Criterion) {
     use vestibule::config::Scope;
-    use vestibule::ratelimit::{RequestView, Rule, RuleSet, RuleStates};
-    use vestibule::store::local::LocalStore;
+    use vestibule::ratelimit::RequestView;
 
-    let config = Config::parse(
-        "[upstream]\npeers = [\"127.0.0.1:1\"]\n\
-         [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n\
-         [[rate_limit]]\nname = \"api-key\"\nkey = [\"client_ip\", \"header:x-api-key\"]\nalgorithm = \"token_bucket\"\nlimit = 1000000\nperiod = \"1s\"\n\
-         [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 1000000\n",
-        Path::new("/tmp/bench.toml"),
-    )
-    .expect("config");
-    let states = RuleStates::default();
-    let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
-        std::sync::Arc::new(LocalStore::new());
-    let rules = RuleSet::new(
-        config
-            .rate_limits
-            .into_iter()
-            .map(|r| Rule::new(r, &states, &store))
-            .collect(),
-    );
+    let rules = three_rules();
     let identity = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
     let mut headers = http::HeaderMap::new();
     headers.insert("x-api-key", http::HeaderValue::from_static("k-123"));
@@ -311,34 +329,12 @@ fn run_at_once_with<S: Send>(
 /// but the sketch's table.
 fn contended_decisions(c: &mut Criterion) {
     use vestibule::config::Scope;
-    use vestibule::ratelimit::{Checks, RequestView, Rule, RuleSet, RuleStates};
-    let ring = ring();
-    let set = rooms("[[room]]\nallow_percentage = 50\n");
+    use vestibule::ratelimit::{Checks, RequestView};
+    let (ring, set, uid, now, allow) = room_and_allow_token();
     let room = set.iter().next().expect("room");
-    let uid = Identity::of_ip("203.0.113.7".parse().expect("ip"), 64);
-    let now = Timestamp::from_secs(1_700_000_000);
-    let exp = vestibule::room::lottery::bucket_exp(now.secs(), 3600);
-    let allow = Claims::new(Dec::Allow, exp, &uid, "key1").sign(ring.active());
-
-    let config = Config::parse(
-        "[upstream]\npeers = [\"127.0.0.1:1\"]\n\
-         [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n\
-         [[rate_limit]]\nname = \"bucket\"\nalgorithm = \"token_bucket\"\nlimit = 1000000\nperiod = \"1s\"\n\
-         [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 1000000\n",
-        Path::new("/tmp/bench.toml"),
-    )
-    .expect("config");
-    let states = RuleStates::default();
-    let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
-        std::sync::Arc::new(vestibule::store::local::LocalStore::new());
-    let rules = RuleSet::new(
-        config
-            .rate_limits
-            .into_iter()
-            .map(|r| Rule::new(r, &states, &store))
-            .collect(),
-    );
-    let headers = http::HeaderMap::new();
+    let rules = three_rules();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("x-api-key", http::HeaderValue::from_static("k-123"));
     // Each thread: its client (the same one for all, or its own), its clock and its checks.
     // The clocks move 1 ms per request, so the rules see each thread's requests in order; every
     // run starts them together, a day after the last run began (a run is far shorter than a
