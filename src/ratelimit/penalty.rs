@@ -50,7 +50,7 @@ pub struct PenaltyBox {
 #[repr(align(128))]
 #[derive(Default)]
 struct Slot {
-    /// The shard's `until.len()`, written under its lock after every change.
+    /// Equal to the shard's `until.len()`; written only under its lock.
     held: AtomicUsize,
     shard: Mutex<Shard>,
 }
@@ -69,11 +69,15 @@ impl PenaltyBox {
         &self.shards[(key >> 60) as usize % SHARDS]
     }
 
-    /// Runs `f` on a shard under its lock, then records how many keys it holds.
+    /// Runs `f` on a shard under its lock, then records how many keys it holds (written only
+    /// when that changed: a lookup that finds a key leaves the count's line unwritten).
     fn change<R>(slot: &Slot, f: impl FnOnce(&mut Shard) -> R) -> R {
         let mut shard = slot.shard.lock().unwrap_or_else(|p| p.into_inner());
         let out = f(&mut shard);
-        slot.held.store(shard.until.len(), Ordering::Release);
+        let held = shard.until.len();
+        if slot.held.load(Ordering::Relaxed) != held {
+            slot.held.store(held, Ordering::Release);
+        }
         out
     }
 
