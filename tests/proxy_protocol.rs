@@ -45,7 +45,12 @@ fn start(origin: &Origin, trusted: &str) -> Vestibule {
 fn a_trusted_balancer_names_the_client_in_v1_and_v2() {
     let origin = Origin::start();
     let v = start(&origin, "\"127.0.0.1/32\"");
-    // (The harness's port probe, a connection without a header, may already count.)
+    // The harness's port probe (one connection without a header) is counted when the proxy gets
+    // to it, which can be after start returns: wait for it, so it cannot land between the two
+    // readings this test compares.
+    assert!(eventually(Duration::from_secs(5), || {
+        v.metric("vestibule_proxy_protocol_rejected_total") >= 1.0
+    }));
     let rejected = v.metric("vestibule_proxy_protocol_rejected_total");
     assert_eq!(
         forwarded_for(&v, b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 80\r\n"),
