@@ -29,6 +29,7 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::identity::Identity;
 use crate::keys::{KeyRing, SigningKey};
+use crate::thread_cache::PerThreadLru;
 use crate::time::Timestamp;
 
 /// Cookie values longer than this are refused before any parsing work.
@@ -325,41 +326,29 @@ impl Token {
     }
 }
 
-/// A bounded LRU map per thread, one cache instance at a time per thread (a key ring's; a
-/// reload's new ring starts afresh). A shared map behind locks made every request of every
-/// worker thread lock, reorder and reference-count the same entries when clients repeat their
-/// cookie, a cost that grew with the threads. Per thread there is nothing to share: with work
-/// stealing off a connection stays on its thread, so its cookie's repeats hit that thread's
-/// cache, and a miss costs one HMAC. Entries are looked up by a hash keyed with random keys,
-/// so nobody can aim entries at each other.
-struct ThreadLru {
-    /// Which instance a thread's cache belongs to.
-    id: u64,
-    capacity: std::num::NonZeroUsize,
+/// A bounded LRU map per thread (`PerThreadLru`), looked up by a hash keyed with random keys,
+/// so nobody can aim entries at each other. A shared map behind locks made every request of
+/// every worker thread lock, reorder and reference-count the same entries when clients repeat
+/// their cookie, a cost that grew with the threads. Per thread there is nothing to share: with
+/// work stealing off a connection stays on its thread, so its cookie's repeats hit that thread's
+/// cache, and a miss costs one HMAC. The maps belong to their cache (a key ring's), so two rings
+/// alive at once (requests in flight across a reload) keep their own entries.
+struct KeyedLru<V: Send> {
     hasher: ahash::RandomState,
+    maps: PerThreadLru<u64, V>,
 }
-
-static NEXT_CACHE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 type Verified = (Box<[u8]>, std::sync::Arc<Token>);
-type PerThread<V> = std::cell::RefCell<Option<(u64, lru::LruCache<u64, V>)>>;
-
-thread_local! {
-    static VERIFIED: PerThread<Verified> = const { std::cell::RefCell::new(None) };
-    static SIGNED: PerThread<(Claims, std::sync::Arc<str>)> = const { std::cell::RefCell::new(None) };
-    static ISSUED: PerThread<(IssuedKey, std::sync::Arc<str>)> = const { std::cell::RefCell::new(None) };
-}
 
 /// What an issued challenge is for: room, identity, expiry, difficulty.
 type IssuedKey = (Box<str>, Box<str>, u64, u8);
 
-impl ThreadLru {
+impl<V: Send> KeyedLru<V> {
     /// Room for `capacity` entries per thread.
     fn new(capacity: usize) -> Self {
-        ThreadLru {
-            id: NEXT_CACHE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            capacity: std::num::NonZeroUsize::new(capacity).unwrap_or(std::num::NonZeroUsize::MIN),
+        KeyedLru {
             hasher: ahash::RandomState::new(),
+            maps: PerThreadLru::new(capacity),
         }
     }
 
@@ -367,41 +356,27 @@ impl ThreadLru {
         self.hasher.hash_one(item)
     }
 
-    /// Runs `f` on this thread's cache of this instance (emptied first if it held another
-    /// instance's entries). `None` while the thread is being torn down.
-    fn with<V: 'static, R>(
-        &self,
-        slot: &'static std::thread::LocalKey<PerThread<V>>,
-        f: impl FnOnce(&mut lru::LruCache<u64, V>) -> R,
-    ) -> Option<R> {
-        slot.try_with(|cell| {
-            let mut cell = cell.borrow_mut();
-            if cell.as_ref().is_none_or(|(id, _)| *id != self.id) {
-                *cell = Some((self.id, lru::LruCache::new(self.capacity)));
-            }
-            let (_, cache) = cell.as_mut()?;
-            Some(f(cache))
-        })
-        .ok()
-        .flatten()
+    /// Runs `f` on this thread's map (`None` if the thread is already inside it: a miss).
+    fn with<R>(&self, f: impl FnOnce(&mut lru::LruCache<u64, V>) -> R) -> Option<R> {
+        self.maps.with(f)
     }
 }
 
 /// Recently signed lottery tokens, by their claims. One identity gets the same token for a whole
 /// bucket by design, so a client that keeps asking without its cookie (a refresh storm, a bot)
 /// is answered without another HMAC.
-pub struct SignedCache(ThreadLru);
+pub struct SignedCache(KeyedLru<(Claims, std::sync::Arc<str>)>);
 
 impl SignedCache {
     /// Up to `capacity` values per thread.
     pub fn new(capacity: usize) -> SignedCache {
-        SignedCache(ThreadLru::new(capacity))
+        SignedCache(KeyedLru::new(capacity))
     }
 
     /// The cookie value for `claims` signed by `key`, from the cache when it was signed before.
     pub fn sign(&self, claims: Claims, key: &SigningKey) -> std::sync::Arc<str> {
         let hash = self.0.hash(&claims);
-        let hit = self.0.with(&SIGNED, |c| {
+        let hit = self.0.with(|c| {
             c.get(&hash)
                 .filter(|(cached, _)| *cached == claims)
                 .map(|(_, v)| v.clone())
@@ -410,8 +385,7 @@ impl SignedCache {
             return v;
         }
         let value: std::sync::Arc<str> = claims.sign(key).into();
-        self.0
-            .with(&SIGNED, |c| c.put(hash, (claims, value.clone())));
+        self.0.with(|c| c.put(hash, (claims, value.clone())));
         value
     }
 }
@@ -421,11 +395,11 @@ impl SignedCache {
 /// challenge for a few seconds, like the same lottery token for a bucket: a client that keeps
 /// asking without solving is answered without another HMAC. A solution works for its identity
 /// and room either way, so answering with the same value gives nothing away.
-pub struct IssuedCache(ThreadLru);
+pub struct IssuedCache(KeyedLru<(IssuedKey, std::sync::Arc<str>)>);
 
 impl IssuedCache {
     pub fn new(capacity: usize) -> IssuedCache {
-        IssuedCache(ThreadLru::new(capacity))
+        IssuedCache(KeyedLru::new(capacity))
     }
 
     /// The challenge issued for this room, identity, expiry and difficulty, or a new one from
@@ -439,7 +413,7 @@ impl IssuedCache {
         issue: impl FnOnce() -> String,
     ) -> std::sync::Arc<str> {
         let hash = self.0.hash(&(room, uid, exp, difficulty));
-        let hit = self.0.with(&ISSUED, |c| {
+        let hit = self.0.with(|c| {
             c.get(&hash)
                 .filter(|((r, u, e, d), _)| {
                     **r == *room && **u == *uid && *e == exp && *d == difficulty
@@ -451,20 +425,20 @@ impl IssuedCache {
         }
         let value: std::sync::Arc<str> = issue().into();
         let key = (room.into(), uid.into(), exp, difficulty);
-        self.0.with(&ISSUED, |c| c.put(hash, (key, value.clone())));
+        self.0.with(|c| c.put(hash, (key, value.clone())));
         value
     }
 }
 
 /// Presented values whose signature checked out: keyed hash of the bytes -> (those bytes, the
 /// parsed token).
-pub struct VerifiedCache(ThreadLru);
+pub struct VerifiedCache(KeyedLru<Verified>);
 
 impl VerifiedCache {
     /// A cache of up to `capacity` values per thread (each holds the value and its parsed
     /// token, about 600 bytes).
     pub fn new(capacity: usize) -> VerifiedCache {
-        VerifiedCache(ThreadLru::new(capacity))
+        VerifiedCache(KeyedLru::new(capacity))
     }
 
     /// Parses `value` and checks its signature with `ring`, or finds it already checked.
@@ -473,7 +447,7 @@ impl VerifiedCache {
             return Err(Reject::Malformed);
         }
         let hash = self.0.hash(value);
-        let hit = self.0.with(&VERIFIED, |c| {
+        let hit = self.0.with(|c| {
             c.get(&hash)
                 .filter(|(bytes, _)| constant_time_eq(bytes, value))
                 .map(|(_, token)| token.clone())
@@ -484,8 +458,7 @@ impl VerifiedCache {
         let token = Token::parse(value)?;
         token.verify_signature(ring)?;
         let token = std::sync::Arc::new(token);
-        self.0
-            .with(&VERIFIED, |c| c.put(hash, (value.into(), token.clone())));
+        self.0.with(|c| c.put(hash, (value.into(), token.clone())));
         Ok(token)
     }
 }
@@ -903,6 +876,35 @@ mod tests {
             again.check_binding(&bob, Timestamp::from_secs(0)),
             Err(Reject::WrongUser)
         );
+    }
+
+    #[test]
+    fn two_live_rings_keep_their_own_entries() {
+        // A reload builds a new ring while requests still hold the old one: alternating between
+        // them on one thread must not empty either's cache.
+        let old = ring();
+        let new = KeyRing::from_entries("k2", &[("k2", KEY1)]).unwrap();
+        let old_value = Claims::new(Dec::Allow, 5_000, &alice(), "key1").sign(old.active());
+        let new_value = Claims::new(Dec::Allow, 5_000, &alice(), "k2").sign(new.active());
+        let old_first = old.check(old_value.as_bytes()).unwrap();
+        let new_first = new.check(new_value.as_bytes()).unwrap();
+        let old_again = old.check(old_value.as_bytes()).unwrap();
+        let new_again = new.check(new_value.as_bytes()).unwrap();
+        assert!(
+            std::sync::Arc::ptr_eq(&old_first, &old_again),
+            "old ring's hit"
+        );
+        assert!(
+            std::sync::Arc::ptr_eq(&new_first, &new_again),
+            "new ring's hit"
+        );
+        let claims = Claims::new(Dec::Wait, 60, &alice(), "key1");
+        let signed_old = old.sign_cached(claims.clone());
+        let _ = new.sign_cached(Claims::new(Dec::Wait, 60, &alice(), "k2"));
+        assert!(std::sync::Arc::ptr_eq(
+            &signed_old,
+            &old.sign_cached(claims)
+        ));
     }
 
     #[test]
