@@ -164,6 +164,41 @@ fn room_and_allow_token() -> (
     (ring, set, uid, now, allow)
 }
 
+/// A capacity room with room to spare, where the origin already ended 1,000 sessions (so the
+/// revoked marks are there to look through), `visitors` admitted in it with their allow
+/// tokens, and the time.
+fn capacity_room_and_allow_tokens(
+    visitors: usize,
+) -> (RoomSet, Vec<(Identity, String)>, Timestamp) {
+    use vestibule::room::CookieAction;
+    let ring = ring();
+    let set = rooms(
+        "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 1000000\ntotal_active_users = 1000000\n",
+    );
+    let room = set.iter().next().expect("room");
+    let now = Timestamp::from_secs(1_700_000_000);
+    let admit = |uid: &Identity| {
+        let outcome = room.decide(&ring, uid, &[], now);
+        match outcome.cookie {
+            CookieAction::Set(value) => (value.to_string(), outcome.place),
+            other => panic!("not admitted: {other:?}"),
+        }
+    };
+    for i in 0..1_000u32 {
+        let uid = Identity::of_ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into(), 64);
+        let (_, place) = admit(&uid);
+        room.revoke(place, now);
+    }
+    let admitted = (0..visitors)
+        .map(|i| {
+            let uid = Identity::of_ip([203, 0, 113, 10 + i as u8].into(), 64);
+            let (allow, _) = admit(&uid);
+            (uid, allow)
+        })
+        .collect();
+    (set, admitted, now)
+}
+
 /// Three rules, one of each algorithm, none of which blocks below a million requests: a window
 /// per client, a token bucket per client and `X-Api-Key`, and a concurrency cap.
 fn three_rules() -> vestibule::ratelimit::RuleSet {
@@ -332,6 +367,8 @@ fn contended_decisions(c: &mut Criterion) {
     use vestibule::ratelimit::{Checks, RequestView};
     let (ring, set, uid, now, allow) = room_and_allow_token();
     let room = set.iter().next().expect("room");
+    let (cap_set, cap_visitors, cap_now) = capacity_room_and_allow_tokens(2);
+    let capacity = cap_set.iter().next().expect("room");
     let rules = three_rules();
     let mut headers = http::HeaderMap::new();
     headers.insert("x-api-key", http::HeaderValue::from_static("k-123"));
@@ -377,6 +414,16 @@ fn contended_decisions(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 run_at_once(threads, iters, &|| {
                     black_box(room.decide(&ring, &uid, &[allow.as_bytes()], now));
+                })
+            })
+        });
+        // Each thread an admitted visitor of its own, as in a surge.
+        g.bench_function("capacity_allow_token", |b| {
+            b.iter_custom(|iters| {
+                run_at_once_with(threads, iters, &|i| &cap_visitors[i], &|(uid, allow)| {
+                    let outcome = capacity.decide(&ring, uid, &[allow.as_bytes()], cap_now);
+                    assert!(outcome.decision == vestibule::room::Decision::Allow);
+                    black_box(outcome);
                 })
             })
         });

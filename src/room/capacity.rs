@@ -379,8 +379,17 @@ impl Capacity {
 
     /// Whether the session of this allow token was revoked.
     pub fn is_revoked(&self, claims: &Claims, now: Timestamp) -> bool {
-        self.store
-            .is_marked(&self.scope, revoked_mark(session_of(claims)), now)
+        self.live_session(claims, now).is_none()
+    }
+
+    /// The session of this allow token, unless it was revoked (computed once per request: it is
+    /// a SHA-256, the same on every node).
+    fn live_session(&self, claims: &Claims, now: Timestamp) -> Option<u64> {
+        let session = session_of(claims);
+        (!self
+            .store
+            .is_marked(&self.scope, revoked_mark(session), now))
+        .then_some(session)
     }
 
     /// How long a waiting user stays counted after their last check-in.
@@ -1148,8 +1157,8 @@ impl Capacity {
         // Admitted users keep access, whatever else holds the room, until their session is
         // revoked: then they are a new arrival.
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
-            if !self.is_revoked(&token.claims, now) {
-                return self.keep_active(ring, uid, token, now);
+            if let Some(session) = self.live_session(&token.claims, now) {
+                return self.keep_active(ring, uid, token, session, now);
             }
             let mut outcome = self.arrive(ring, uid, hold, now);
             outcome.rejected = Some(Reject::Revoked);
@@ -1212,6 +1221,7 @@ impl Capacity {
         ring: &KeyRing,
         uid: &Identity,
         token: &Token,
+        session: u64,
         now: Timestamp,
     ) -> Outcome {
         let minute = now.minute();
@@ -1219,10 +1229,7 @@ impl Capacity {
         let counted = c.chk.map(|v| token_secs(v) / 60);
         let key = ring.active();
         let mut outcome = Outcome::new(Decision::Allow, CookieAction::Keep);
-        outcome.place = Some(Place {
-            session: session_of(c),
-            minute,
-        });
+        outcome.place = Some(Place { session, minute });
         if counted == Some(minute) && c.kid == key.id() {
             return outcome;
         }
@@ -1259,8 +1266,8 @@ impl Capacity {
     ) -> Outcome {
         let valid = presented.valid.as_ref();
         if let Some(token) = valid.filter(|t| t.claims.dec == Dec::Allow) {
-            if !self.is_revoked(&token.claims, now) {
-                return self.keep_active(ring, uid, token, now);
+            if let Some(session) = self.live_session(&token.claims, now) {
+                return self.keep_active(ring, uid, token, session, now);
             }
         }
         let waiting = valid.filter(|t| t.claims.dec == Dec::Wait && t.claims.arr.is_some());
