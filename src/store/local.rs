@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pingora_limits::estimator::Estimator;
 
+use super::marks::Marks;
 use super::{
     CounterKey, CounterKind, CounterStore, InUse, Invited, Mark, Ticket, WindowCounter,
     WindowSample, WindowSpec,
@@ -137,9 +138,7 @@ struct Exact {
     expire_ms: u64,
 }
 
-/// Marks remembered at most; beyond it the mark closest to its expiry goes first. Marks are set
-/// by admissions and revokes, which capacity limits and the origin already bound.
-pub const MAX_MARKS: usize = 100_000;
+pub use super::marks::MAX_MARKS;
 
 /// The in-process store.
 #[derive(Default)]
@@ -147,8 +146,8 @@ pub struct LocalStore {
     /// Weak: a counter lives as long as some snapshot's rule uses it.
     windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
     exact: Mutex<HashMap<CounterKey, Exact>>,
-    /// (scope, mark) -> when it may be forgotten, in ms.
-    marks: Mutex<HashMap<(Arc<str>, Mark), u64>>,
+    /// Revoked sessions, counted winners, shared penalty boxes.
+    marks: Marks,
     /// Per scope: the invitations in use, by id.
     invites: Mutex<HashMap<Arc<str>, HashMap<u64, Used>>>,
 }
@@ -244,25 +243,7 @@ impl CounterStore for LocalStore {
     }
 
     fn mark(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
-        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (Arc::<str>::from(scope), mark);
-        if marks.get(&key).is_some_and(|&at| at > now.millis()) {
-            return false;
-        }
-        if marks.len() >= MAX_MARKS {
-            marks.retain(|_, &mut at| at > now.millis());
-            if marks.len() >= MAX_MARKS {
-                let oldest = marks
-                    .iter()
-                    .min_by_key(|(_, &at)| at)
-                    .map(|(k, _)| k.clone());
-                if let Some(oldest) = oldest {
-                    marks.remove(&oldest);
-                }
-            }
-        }
-        marks.insert(key, until.millis());
-        true
+        self.marks.set(scope, mark, until, now)
     }
 
     fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {
@@ -315,23 +296,14 @@ impl CounterStore for LocalStore {
     }
 
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
-        let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        if marks.is_empty() {
-            return None;
-        }
-        marks
-            .get(&(Arc::<str>::from(scope), mark))
-            .filter(|&&at| at > now.millis())
-            .map(|&at| Timestamp::from_millis(at))
+        self.marks.until(scope, mark, now)
     }
 
     fn sweep(&self, now: Timestamp) {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
         exact.retain(|_, e| e.expire_ms > now.millis());
         drop(exact);
-        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        marks.retain(|_, &mut at| at > now.millis());
-        drop(marks);
+        self.marks.forget_expired(now);
         let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
         for room in invites.values_mut() {
             room.retain(|_, u| u.until_ms > now.millis());
@@ -473,24 +445,7 @@ mod tests {
         assert!(!store.is_marked("room", admitted, at(1)), "kinds are apart");
         assert!(!store.is_marked("room", m, at(60_000)));
         store.sweep(at(60_000));
-        assert!(store.marks.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn marks_are_capped() {
-        let store = LocalStore::new();
-        let mark = |id| Mark {
-            kind: MarkKind::Revoked,
-            id,
-        };
-        for i in 0..MAX_MARKS as u64 + 10 {
-            assert!(store.mark("room", mark(i), at(1_000_000 + i), at(0)));
-        }
-        let marks = store.marks.lock().unwrap();
-        assert_eq!(marks.len(), MAX_MARKS);
-        // The marks closest to expiry went first.
-        assert!(!marks.contains_key(&(Arc::from("room"), mark(0))));
-        assert!(marks.contains_key(&(Arc::from("room"), mark(MAX_MARKS as u64 + 9))));
+        assert_eq!(store.marks.len(), 0);
     }
 
     #[test]

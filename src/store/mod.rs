@@ -14,6 +14,7 @@
 //! Time is always passed in; a store never reads a clock.
 
 pub mod local;
+mod marks;
 pub mod redis;
 pub mod shared;
 

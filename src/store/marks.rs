@@ -1,0 +1,287 @@
+//! The in-process store's marks (revoked sessions, counted winners, shared penalty boxes), in
+//! shards.
+//!
+//! Marks are written rarely (an admission, a revoke, a key sent to a penalty box) and read on
+//! every request that could be marked: every admitted visitor's request in a capacity room
+//! asks whether its session was revoked, and every request under a shared rate-limit rule asks
+//! whether its key is in the box. Behind one lock, each of those reads was a write to the lock's
+//! line, which every worker thread shares, and the lookup allocated the scope's name. Here the
+//! marks are spread over [`SHARDS`] shards by a keyed hash of the mark (so nobody can aim them
+//! at one shard), each on its own cache line with a count of what it holds: a read finds an
+//! empty shard with one load and no lock, and otherwise locks only its shard, which other
+//! threads' reads of other marks do not touch.
+//!
+//! At most [`MAX_MARKS`] are remembered: once full, the expired go, then the mark closest to its
+//! expiry (across all shards). Two threads adding marks at that very moment can each add one
+//! beyond it, until the next addition makes room again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::Mark;
+use crate::time::Timestamp;
+
+/// Marks remembered at most; beyond it the mark closest to its expiry goes first. Marks are set
+/// by admissions and revokes, which capacity limits and the origin already bound.
+pub const MAX_MARKS: usize = 100_000;
+
+/// Shards (a power of two).
+pub const SHARDS: usize = 64;
+
+/// Per scope (a room, a rule): each mark and when it may be forgotten, in ms.
+type ByScope = HashMap<Arc<str>, HashMap<Mark, u64, ahash::RandomState>>;
+
+/// One shard, on its own cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard {
+    /// How many marks `map` holds (written under the lock, read without it).
+    held: AtomicUsize,
+    map: Mutex<ByScope>,
+}
+
+impl Shard {
+    fn lock(&self) -> MutexGuard<'_, ByScope> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct Marks {
+    hasher: ahash::RandomState,
+    shards: Box<[Shard]>,
+    /// How many marks all shards hold.
+    total: AtomicUsize,
+}
+
+impl Default for Marks {
+    fn default() -> Self {
+        Marks {
+            hasher: ahash::RandomState::new(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            total: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Marks {
+    fn shard(&self, mark: Mark) -> &Shard {
+        &self.shards[self.hasher.hash_one(mark) as usize & (SHARDS - 1)]
+    }
+
+    /// Until when `mark` of `scope` holds, if it does at `now`.
+    pub fn until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
+        let shard = self.shard(mark);
+        if shard.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let map = shard.lock();
+        map.get(scope)?
+            .get(&mark)
+            .filter(|&&at| at > now.millis())
+            .map(|&at| Timestamp::from_millis(at))
+    }
+
+    /// Marks `mark` of `scope` until `until`; false if it already held at `now`.
+    pub fn set(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
+        let shard = self.shard(mark);
+        {
+            let mut map = shard.lock();
+            if let Some(at) = map.get_mut(scope).and_then(|marks| marks.get_mut(&mark)) {
+                if *at > now.millis() {
+                    return false;
+                }
+                // Expired but not yet swept: it is replaced, and the counts stay.
+                *at = until.millis();
+                return true;
+            }
+            if self.total.load(Ordering::Acquire) < MAX_MARKS {
+                self.insert(shard, &mut map, scope, mark, until);
+                return true;
+            }
+        }
+        // Full: make room without holding this shard's lock (one lock at a time), then add.
+        self.make_room(now);
+        let mut map = shard.lock();
+        if let Some(at) = map.get_mut(scope).and_then(|marks| marks.get_mut(&mark)) {
+            if *at > now.millis() {
+                return false;
+            }
+            *at = until.millis();
+            return true;
+        }
+        self.insert(shard, &mut map, scope, mark, until);
+        true
+    }
+
+    fn insert(&self, shard: &Shard, map: &mut ByScope, scope: &str, mark: Mark, until: Timestamp) {
+        let marks = match map.get_mut(scope) {
+            Some(marks) => marks,
+            None => map.entry(Arc::from(scope)).or_default(),
+        };
+        marks.insert(mark, until.millis());
+        shard.held.fetch_add(1, Ordering::Release);
+        self.total.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forgets the expired marks; then, if all are still needed and there is no room, the one
+    /// closest to its expiry.
+    fn make_room(&self, now: Timestamp) {
+        self.forget_expired(now);
+        if self.total.load(Ordering::Acquire) < MAX_MARKS {
+            return;
+        }
+        let oldest = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, shard)| {
+                let map = shard.lock();
+                map.iter()
+                    .flat_map(|(scope, marks)| marks.iter().map(move |(m, &at)| (at, scope, *m)))
+                    .min_by_key(|&(at, _, _)| at)
+                    .map(|(at, scope, m)| (at, i, scope.clone(), m))
+            })
+            .min_by_key(|&(at, ..)| at);
+        if let Some((at, i, scope, mark)) = oldest {
+            let shard = &self.shards[i];
+            let mut map = shard.lock();
+            // Unless another thread already took it away or set it again.
+            if let Some(marks) = map.get_mut(&scope) {
+                if marks.get(&mark) == Some(&at) {
+                    marks.remove(&mark);
+                    if marks.is_empty() {
+                        map.remove(&scope);
+                    }
+                    shard.held.fetch_sub(1, Ordering::Release);
+                    self.total.fetch_sub(1, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    /// Forgets every mark expired at `now`.
+    pub fn forget_expired(&self, now: Timestamp) {
+        for shard in self.shards.iter() {
+            if shard.held.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let mut map = shard.lock();
+            let mut gone = 0;
+            map.retain(|_, marks| {
+                let before = marks.len();
+                marks.retain(|_, &mut at| at > now.millis());
+                gone += before - marks.len();
+                !marks.is_empty()
+            });
+            if gone > 0 {
+                shard.held.fetch_sub(gone, Ordering::Release);
+                self.total.fetch_sub(gone, Ordering::Release);
+            }
+        }
+    }
+
+    /// How many marks are remembered, expired or not.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+
+    /// Whether `mark` of `scope` is remembered, expired or not.
+    #[cfg(test)]
+    fn remembers(&self, scope: &str, mark: Mark) -> bool {
+        self.shard(mark)
+            .lock()
+            .get(scope)
+            .is_some_and(|marks| marks.contains_key(&mark))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MarkKind;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    fn mark(id: u64) -> Mark {
+        Mark {
+            kind: MarkKind::Revoked,
+            id,
+        }
+    }
+
+    #[test]
+    fn marks_are_capped_and_the_closest_to_expiry_go_first() {
+        let marks = Marks::default();
+        for i in 0..MAX_MARKS as u64 + 10 {
+            assert!(marks.set("room", mark(i), at(1_000_000 + i), at(0)));
+        }
+        assert_eq!(marks.len(), MAX_MARKS);
+        let held: usize = marks
+            .shards
+            .iter()
+            .map(|s| s.lock().values().map(HashMap::len).sum::<usize>())
+            .sum();
+        assert_eq!(held, MAX_MARKS, "the count is what the shards hold");
+        for i in 0..10 {
+            assert!(!marks.remembers("room", mark(i)), "{i} was closest");
+        }
+        for i in 10..MAX_MARKS as u64 + 10 {
+            assert!(marks.remembers("room", mark(i)), "{i} was kept");
+        }
+    }
+
+    #[test]
+    fn when_full_the_expired_go_before_any_mark_still_needed() {
+        let marks = Marks::default();
+        for i in 0..MAX_MARKS as u64 {
+            // Every other mark expires at 500.
+            let until = if i % 2 == 0 { 500 } else { 1_000_000 };
+            assert!(marks.set("room", mark(i), at(until), at(0)));
+        }
+        assert!(marks.set("room", mark(u64::MAX), at(2_000_000), at(600)));
+        assert_eq!(marks.len(), MAX_MARKS / 2 + 1);
+        assert!(marks.remembers("room", mark(1)));
+        assert!(!marks.remembers("room", mark(0)));
+    }
+
+    #[test]
+    fn an_expired_mark_is_set_again_and_counted_once() {
+        let marks = Marks::default();
+        assert!(marks.set("room", mark(7), at(100), at(0)));
+        assert!(!marks.set("room", mark(7), at(200), at(50)), "still holds");
+        assert!(marks.set("room", mark(7), at(300), at(150)), "expired");
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks.until("room", mark(7), at(250)), Some(at(300)));
+        marks.forget_expired(at(300));
+        assert_eq!(marks.len(), 0);
+        assert_eq!(marks.until("room", mark(7), at(0)), None);
+        assert!(marks.set("room", mark(7), at(400), at(300)), "set again");
+        assert_eq!(marks.until("room", mark(7), at(301)), Some(at(400)));
+    }
+
+    #[test]
+    fn threads_setting_the_same_marks_count_each_once() {
+        let marks = Marks::default();
+        let won = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for i in 0..2_000 {
+                        if marks.set("room", mark(i), at(10_000), at(0)) {
+                            won.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(won.into_inner(), 2_000, "each mark set once");
+        assert_eq!(marks.len(), 2_000);
+        for i in 0..2_000 {
+            assert_eq!(marks.until("room", mark(i), at(1)), Some(at(10_000)));
+        }
+    }
+}
