@@ -30,7 +30,7 @@ pub const MAX_MARKS: usize = 100_000;
 pub const SHARDS: usize = 64;
 
 /// Per scope (a room, a rule): each mark and when it may be forgotten, in ms.
-type ByScope = HashMap<Arc<str>, HashMap<Mark, u64, ahash::RandomState>>;
+type ByScope = HashMap<Arc<str>, HashMap<Mark, u64, ahash::RandomState>, ahash::RandomState>;
 
 /// One shard, on its own cache lines.
 #[repr(align(128))]
