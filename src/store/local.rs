@@ -145,7 +145,7 @@ pub use super::marks::MAX_MARKS;
 pub struct LocalStore {
     /// Weak: a counter lives as long as some snapshot's rule uses it.
     windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
-    exact: Mutex<HashMap<CounterKey, Exact>>,
+    exact: Mutex<HashMap<CounterKey, Exact, ahash::RandomState>>,
     /// Revoked sessions, counted winners, shared penalty boxes.
     marks: Marks,
     /// Per scope: the invitations in use, by id.
@@ -210,10 +210,14 @@ impl CounterStore for LocalStore {
 
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        let e = exact.entry(key.clone()).or_insert(Exact {
-            value: 0,
-            expire_ms: 0,
-        });
+        // The key is cloned (its scope's reference count written) only when it is new.
+        let e = match exact.get_mut(key) {
+            Some(e) => e,
+            None => exact.entry(key.clone()).or_insert(Exact {
+                value: 0,
+                expire_ms: 0,
+            }),
+        };
         // Expired but not swept yet: it starts again from zero.
         if e.expire_ms <= now.millis() {
             e.value = 0;
