@@ -417,6 +417,28 @@ fn contended_decisions(c: &mut Criterion) {
                 })
             })
         });
+        // A surge's arrivals: a line has formed, and each thread's visitors arrive without a
+        // cookie (a visitor of its own per call), join the line and get its waiting answer.
+        let line = rooms(
+            "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 1\ntotal_active_users = 1\n",
+        );
+        let line = line.iter().next().expect("room");
+        for i in 0..100u32 {
+            let uid = Identity::of_ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into(), 64);
+            line.decide(&ring, &uid, &[], cap_now);
+        }
+        g.bench_function("capacity_arrival_in_line", |b| {
+            b.iter_custom(|iters| {
+                run_at_once_with(threads, iters, &|i| (i as u32) << 24, &|n| {
+                    *n += 1;
+                    let uid =
+                        Identity::of_ip(std::net::Ipv4Addr::from(0x0b00_0000 ^ *n).into(), 64);
+                    let outcome = line.decide(&ring, &uid, &[], cap_now);
+                    assert!(outcome.decision == vestibule::room::Decision::Anon);
+                    black_box(outcome);
+                })
+            })
+        });
         // Each thread an admitted visitor of its own, as in a surge.
         g.bench_function("capacity_allow_token", |b| {
             b.iter_custom(|iters| {

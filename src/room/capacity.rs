@@ -185,6 +185,13 @@ impl QueueView {
     }
 }
 
+/// The views last computed, and how many times they were forgotten.
+#[derive(Default)]
+struct ViewCache {
+    generation: u64,
+    views: Option<Arc<Views>>,
+}
+
 /// The queue of every lane at one moment (one lane, `public`, in a room without lanes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Views {
@@ -267,7 +274,7 @@ pub struct Capacity {
     checkins: Arc<dyn WindowCounter>,
     /// `public` first; more than one when the room has priority lanes.
     lanes: Vec<LaneCounters>,
-    views: Mutex<Option<Arc<Views>>>,
+    views: Mutex<ViewCache>,
 }
 
 impl std::fmt::Debug for Capacity {
@@ -336,7 +343,7 @@ impl Capacity {
             store,
             checkins,
             lanes,
-            views: Mutex::new(None),
+            views: Mutex::new(ViewCache::default()),
         }
     }
 
@@ -562,16 +569,24 @@ impl Capacity {
 
     /// Every lane's queue as of at most a second ago (recomputed in a new minute straight
     /// away), each with its share of the slots.
+    ///
+    /// The lock is held only to look and to store: threads that find no fresh views compute
+    /// their own at once, rather than wait in turn for one another's (every arrival in a surge
+    /// recomputes them). Views computed across an invalidation are used but not kept, so the
+    /// cache never holds counts from before the latest change.
     pub fn views(&self, now: Timestamp) -> Arc<Views> {
-        let mut cached = self.views.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = cached.as_ref() {
-            let fresh = now.millis().saturating_sub(v.at_ms) < VIEW_TTL_MS
-                && v.at_ms / 60_000 == now.minute()
-                && v.at_ms <= now.millis();
-            if fresh {
-                return v.clone();
+        let generation = {
+            let cache = self.view_cache();
+            if let Some(v) = cache.views.as_ref() {
+                let fresh = now.millis().saturating_sub(v.at_ms) < VIEW_TTL_MS
+                    && v.at_ms / 60_000 == now.minute()
+                    && v.at_ms <= now.millis();
+                if fresh {
+                    return v.clone();
+                }
             }
-        }
+            cache.generation
+        };
         let mut lanes: Vec<QueueView> = (0..self.lanes.len())
             .map(|lane| self.compute_view(lane, now))
             .collect();
@@ -596,8 +611,15 @@ impl Capacity {
             at_ms: now.millis(),
             lanes: lanes.into_iter().map(Arc::new).collect(),
         });
-        *cached = Some(v.clone());
+        let mut cache = self.view_cache();
+        if cache.generation == generation {
+            cache.views = Some(v.clone());
+        }
         v
+    }
+
+    fn view_cache(&self) -> std::sync::MutexGuard<'_, ViewCache> {
+        self.views.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The `public` lane's queue (the whole queue in a room without lanes), as [`Capacity::views`].
@@ -607,7 +629,9 @@ impl Capacity {
 
     /// Forgets the cached views (after an admission or a departure changes the counts).
     fn invalidate(&self) {
-        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let mut cache = self.view_cache();
+        cache.views = None;
+        cache.generation += 1;
     }
 
     /// The free slots: the cluster's (for the order of the queue and the estimates) and this
