@@ -575,6 +575,11 @@ impl Capacity {
     /// recomputes them). Views computed across an invalidation are used but not kept, so the
     /// cache never holds counts from before the latest change.
     pub fn views(&self, now: Timestamp) -> Arc<Views> {
+        self.views_computed_by(now, || self.compute_views(now))
+    }
+
+    /// [`Capacity::views`], computed by `compute` when the cache has none fresh.
+    fn views_computed_by(&self, now: Timestamp, compute: impl FnOnce() -> Views) -> Arc<Views> {
         let generation = {
             let cache = self.view_cache();
             if let Some(v) = cache.views.as_ref() {
@@ -587,6 +592,16 @@ impl Capacity {
             }
             cache.generation
         };
+        let v = Arc::new(compute());
+        let mut cache = self.view_cache();
+        if cache.generation == generation {
+            cache.views = Some(v.clone());
+        }
+        v
+    }
+
+    /// Every lane's queue now, each with its share of the slots.
+    fn compute_views(&self, now: Timestamp) -> Views {
         let mut lanes: Vec<QueueView> = (0..self.lanes.len())
             .map(|lane| self.compute_view(lane, now))
             .collect();
@@ -607,15 +622,10 @@ impl Capacity {
                 view.share = f64::from(lane.weight) / (others + u64::from(lane.weight)) as f64;
             }
         }
-        let v = Arc::new(Views {
+        Views {
             at_ms: now.millis(),
             lanes: lanes.into_iter().map(Arc::new).collect(),
-        });
-        let mut cache = self.view_cache();
-        if cache.generation == generation {
-            cache.views = Some(v.clone());
         }
-        v
     }
 
     fn view_cache(&self) -> std::sync::MutexGuard<'_, ViewCache> {
