@@ -185,13 +185,6 @@ impl QueueView {
     }
 }
 
-/// The views last computed, and how many times they were forgotten.
-#[derive(Default)]
-struct ViewCache {
-    generation: u64,
-    views: Option<Arc<Views>>,
-}
-
 /// The queue of every lane at one moment (one lane, `public`, in a room without lanes).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Views {
@@ -274,7 +267,7 @@ pub struct Capacity {
     checkins: Arc<dyn WindowCounter>,
     /// `public` first; more than one when the room has priority lanes.
     lanes: Vec<LaneCounters>,
-    views: Mutex<ViewCache>,
+    views: Mutex<Option<Arc<Views>>>,
 }
 
 impl std::fmt::Debug for Capacity {
@@ -343,7 +336,7 @@ impl Capacity {
             store,
             checkins,
             lanes,
-            views: Mutex::new(ViewCache::default()),
+            views: Mutex::new(None),
         }
     }
 
@@ -569,39 +562,16 @@ impl Capacity {
 
     /// Every lane's queue as of at most a second ago (recomputed in a new minute straight
     /// away), each with its share of the slots.
-    ///
-    /// The lock is held only to look and to store: threads that find no fresh views compute
-    /// their own at once, rather than wait in turn for one another's (every arrival in a surge
-    /// recomputes them). Views computed across an invalidation are used but not kept, so the
-    /// cache never holds counts from before the latest change.
     pub fn views(&self, now: Timestamp) -> Arc<Views> {
-        self.views_computed_by(now, || self.compute_views(now))
-    }
-
-    /// [`Capacity::views`], computed by `compute` when the cache has none fresh.
-    fn views_computed_by(&self, now: Timestamp, compute: impl FnOnce() -> Views) -> Arc<Views> {
-        let generation = {
-            let cache = self.view_cache();
-            if let Some(v) = cache.views.as_ref() {
-                let fresh = now.millis().saturating_sub(v.at_ms) < VIEW_TTL_MS
-                    && v.at_ms / 60_000 == now.minute()
-                    && v.at_ms <= now.millis();
-                if fresh {
-                    return v.clone();
-                }
+        let mut cached = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = cached.as_ref() {
+            let fresh = now.millis().saturating_sub(v.at_ms) < VIEW_TTL_MS
+                && v.at_ms / 60_000 == now.minute()
+                && v.at_ms <= now.millis();
+            if fresh {
+                return v.clone();
             }
-            cache.generation
-        };
-        let v = Arc::new(compute());
-        let mut cache = self.view_cache();
-        if cache.generation == generation {
-            cache.views = Some(v.clone());
         }
-        v
-    }
-
-    /// Every lane's queue now, each with its share of the slots.
-    fn compute_views(&self, now: Timestamp) -> Views {
         let mut lanes: Vec<QueueView> = (0..self.lanes.len())
             .map(|lane| self.compute_view(lane, now))
             .collect();
@@ -622,14 +592,12 @@ impl Capacity {
                 view.share = f64::from(lane.weight) / (others + u64::from(lane.weight)) as f64;
             }
         }
-        Views {
+        let v = Arc::new(Views {
             at_ms: now.millis(),
             lanes: lanes.into_iter().map(Arc::new).collect(),
-        }
-    }
-
-    fn view_cache(&self) -> std::sync::MutexGuard<'_, ViewCache> {
-        self.views.lock().unwrap_or_else(|p| p.into_inner())
+        });
+        *cached = Some(v.clone());
+        v
     }
 
     /// The `public` lane's queue (the whole queue in a room without lanes), as [`Capacity::views`].
@@ -639,9 +607,7 @@ impl Capacity {
 
     /// Forgets the cached views (after an admission or a departure changes the counts).
     fn invalidate(&self) {
-        let mut cache = self.view_cache();
-        cache.views = None;
-        cache.generation += 1;
+        *self.views.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// The free slots: the cluster's (for the order of the queue and the estimates) and this

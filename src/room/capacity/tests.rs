@@ -771,32 +771,3 @@ fn a_lane_the_room_no_longer_has_waits_in_public() {
     let f = c.figures(at(T0 + 1));
     assert_eq!((f.lanes[0].waiting, f.lanes[1].waiting), (1, 0));
 }
-
-#[test]
-fn views_computed_across_an_arrival_are_used_but_not_kept() {
-    // The views are computed outside their lock; an arrival that forgets them meanwhile (here,
-    // inside the computation) must leave the cache empty, not holding the views from before it.
-    let c = capacity(QueueOrder::Fifo, 1, 1);
-    let now = at(T0 + 1);
-    let mut first = Client::new(0);
-    assert_eq!(
-        first.request(&c, now).decision,
-        Decision::Allow,
-        "the one slot"
-    );
-    let before = c.views(now);
-    assert!(before.is_empty());
-    c.invalidate();
-    let stale = c.views_computed_by(now, || {
-        let mut second = Client::new(1);
-        assert_eq!(second.request(&c, now).decision, Decision::Anon, "waits");
-        (*before).clone()
-    });
-    assert_eq!(*stale, *before, "the caller gets what it computed");
-    let after = c.views(now);
-    assert_ne!(
-        *after, *before,
-        "the cache did not keep the views from before the arrival"
-    );
-    assert!(!after.is_empty(), "the arrival waits and is counted");
-}
