@@ -704,11 +704,15 @@ impl CounterStore for SharedStore {
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let remote = self.remote.load();
         let mut own = self.own_map();
-        let o = own.entry(key.clone()).or_insert(Own {
-            value: 0,
-            pushed: 0,
-            expire_ms: 0,
-        });
+        // The key is cloned (its scope's reference count written) only when it is new.
+        let o = match own.get_mut(key) {
+            Some(o) => o,
+            None => own.entry(key.clone()).or_insert(Own {
+                value: 0,
+                pushed: 0,
+                expire_ms: 0,
+            }),
+        };
         if o.expire_ms <= now.millis() {
             o.value = 0;
             o.pushed = 0;
