@@ -516,8 +516,13 @@ impl Capacity {
         // Arrivals of the last minutes against first check-ins of the same minutes (a first
         // check-in comes a refresh after its arrival, so the newest minute is left out).
         let sum = |kind, from: u64, to: u64| -> i64 {
-            (from..=to)
-                .map(|m| self.store.get(&self.key_in(scope, kind, m, 0), now).max(0))
+            let keys: Vec<CounterKey> = (from..=to)
+                .map(|m| self.key_in(scope, kind, m, 0))
+                .collect();
+            self.store
+                .split_each(&keys, now)
+                .into_iter()
+                .map(|(synced, pending)| (synced + pending).max(0))
                 .sum()
         };
         let first = minute.saturating_sub(RETURN_MINUTES);
@@ -695,8 +700,13 @@ impl Capacity {
             limit(new_per_minute, self.store.split(&admitted_key, now));
         }
         if self.total_active > 0 {
-            let split = (self.first_active_minute(minute)..=minute)
-                .map(|m| self.store.split(&self.key(CounterKind::Active, m, 0), now))
+            let keys: Vec<CounterKey> = (self.first_active_minute(minute)..=minute)
+                .map(|m| self.key(CounterKind::Active, m, 0))
+                .collect();
+            let split = self
+                .store
+                .split_each(&keys, now)
+                .into_iter()
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
             limit(self.total_active, split);
         }

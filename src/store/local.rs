@@ -196,6 +196,18 @@ impl LocalStore {
     }
 }
 
+/// The value of `key` at `now` (0 if never written or expired).
+fn live_value(
+    exact: &HashMap<CounterKey, Exact, ahash::RandomState>,
+    key: &CounterKey,
+    now: Timestamp,
+) -> i64 {
+    exact
+        .get(key)
+        .filter(|e| e.expire_ms > now.millis())
+        .map_or(0, |e| e.value)
+}
+
 impl CounterStore for LocalStore {
     fn window(&self, spec: &WindowSpec) -> Arc<dyn WindowCounter> {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
@@ -229,10 +241,14 @@ impl CounterStore for LocalStore {
 
     fn get(&self, key: &CounterKey, now: Timestamp) -> i64 {
         let exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        exact
-            .get(key)
-            .filter(|e| e.expire_ms > now.millis())
-            .map_or(0, |e| e.value)
+        live_value(&exact, key, now)
+    }
+
+    fn split_each(&self, keys: &[CounterKey], now: Timestamp) -> Vec<(i64, i64)> {
+        let exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter()
+            .map(|k| (0, live_value(&exact, k, now)))
+            .collect()
     }
 
     fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)> {

@@ -209,6 +209,12 @@ pub trait CounterStore: Send + Sync {
         (0, self.get(key, now))
     }
 
+    /// [`CounterStore::split`] of each of `keys`, in order, from one look at the store (a room
+    /// reads a counter per minute of its session at once: one lock, not one per minute).
+    fn split_each(&self, keys: &[CounterKey], now: Timestamp) -> Vec<(i64, i64)> {
+        keys.iter().map(|k| self.split(k, now)).collect()
+    }
+
     /// What this node itself counted in `key` (in a cluster, its own contribution; it may be
     /// negative). A store of one process counted everything itself.
     fn own(&self, key: &CounterKey, now: Timestamp) -> i64 {

@@ -317,6 +317,20 @@ impl Demand {
     }
 }
 
+/// `key` split into what the cluster had at the last sync and what this node counted since.
+fn split_of(
+    remote: &Remote,
+    own: &HashMap<CounterKey, Own>,
+    key: &CounterKey,
+    now: Timestamp,
+) -> (i64, i64) {
+    let others = remote.values.get(key).copied().unwrap_or(0);
+    match own.get(key).filter(|o| o.expire_ms > now.millis()) {
+        Some(o) => (others + o.pushed, o.value - o.pushed),
+        None => (others, 0),
+    }
+}
+
 #[derive(Default)]
 struct Remote {
     /// The others' sum per counter.
@@ -730,16 +744,15 @@ impl CounterStore for SharedStore {
     }
 
     fn split(&self, key: &CounterKey, now: Timestamp) -> (i64, i64) {
-        let others = self.remote.load().values.get(key).copied().unwrap_or(0);
-        let own = self
-            .own_map()
-            .get(key)
-            .filter(|o| o.expire_ms > now.millis())
-            .copied();
-        match own {
-            Some(o) => (others + o.pushed, o.value - o.pushed),
-            None => (others, 0),
-        }
+        split_of(&self.remote.load(), &self.own_map(), key, now)
+    }
+
+    fn split_each(&self, keys: &[CounterKey], now: Timestamp) -> Vec<(i64, i64)> {
+        let remote = self.remote.load();
+        let own = self.own_map();
+        keys.iter()
+            .map(|k| split_of(&remote, &own, k, now))
+            .collect()
     }
 
     fn own(&self, key: &CounterKey, now: Timestamp) -> i64 {
