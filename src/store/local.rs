@@ -523,6 +523,26 @@ mod tests {
     }
 
     #[test]
+    fn split_each_reads_each_key_as_get() {
+        let store = LocalStore::new();
+        let key = |slot| CounterKey {
+            scope: Arc::from("room"),
+            kind: CounterKind::Active,
+            slot,
+            id: 0,
+        };
+        store.add(&key(1), 2, at(0), at(1_000));
+        store.add(&key(2), 5, at(0), at(500));
+        let keys = [key(1), key(2), key(3)];
+        assert_eq!(store.split_each(&keys, at(10)), [(0, 2), (0, 5), (0, 0)]);
+        assert_eq!(
+            store.split_each(&keys, at(500)),
+            [(0, 2), (0, 0), (0, 0)],
+            "an expired counter reads 0"
+        );
+    }
+
+    #[test]
     fn exact_counters_expire() {
         let store = LocalStore::new();
         let key = CounterKey {

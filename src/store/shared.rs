@@ -1092,6 +1092,36 @@ mod tests {
     }
 
     #[test]
+    fn split_each_is_split_of_each_key() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        let (k1, k2, k3) = (
+            key(CounterKind::Active, 1),
+            key(CounterKind::Active, 2),
+            key(CounterKind::Active, 3),
+        );
+        a.add(&k1, 3, at(60), at(600));
+        b.add(&k1, 2, at(60), at(600));
+        b.add(&k2, 4, at(60), at(70));
+        assert!(hub.sync(&a, at(61)));
+        assert!(hub.sync(&b, at(61)));
+        assert!(hub.sync(&a, at(62)));
+        a.add(&k1, 1, at(62), at(600));
+        a.add(&k3, -2, at(62), at(600));
+        for now in [at(62), at(80)] {
+            let keys = [k1.clone(), k2.clone(), k3.clone()];
+            let each: Vec<_> = keys.iter().map(|k| a.split(k, now)).collect();
+            assert_eq!(a.split_each(&keys, now), each);
+        }
+        assert_eq!(a.split_each(std::slice::from_ref(&k1), at(62)), [(5, 1)]);
+        assert_eq!(
+            a.split_each(&[k3], at(62)),
+            [(0, -2)],
+            "own may be negative"
+        );
+    }
+
+    #[test]
     fn counts_add_up_across_nodes_and_a_retried_sync_counts_nothing_twice() {
         let hub = MemoryHub::default();
         let (a, b) = (node("a"), node("b"));
