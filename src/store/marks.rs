@@ -47,6 +47,24 @@ impl Shard {
     }
 }
 
+/// When `mark` of `scope` is remembered: `Some(false)` if it holds at `now`, else `Some(true)`
+/// with it set again until `until` (expired but not yet swept; the counts stay). `None` when
+/// it is not remembered.
+fn renew(
+    map: &mut ByScope,
+    scope: &str,
+    mark: Mark,
+    until: Timestamp,
+    now: Timestamp,
+) -> Option<bool> {
+    let at = map.get_mut(scope)?.get_mut(&mark)?;
+    if *at > now.millis() {
+        return Some(false);
+    }
+    *at = until.millis();
+    Some(true)
+}
+
 pub struct Marks {
     hasher: ahash::RandomState,
     shards: Box<[Shard]>,
@@ -87,13 +105,8 @@ impl Marks {
         let shard = self.shard(mark);
         {
             let mut map = shard.lock();
-            if let Some(at) = map.get_mut(scope).and_then(|marks| marks.get_mut(&mark)) {
-                if *at > now.millis() {
-                    return false;
-                }
-                // Expired but not yet swept: it is replaced, and the counts stay.
-                *at = until.millis();
-                return true;
+            if let Some(set) = renew(&mut map, scope, mark, until, now) {
+                return set;
             }
             if self.total.load(Ordering::Acquire) < MAX_MARKS {
                 self.insert(shard, &mut map, scope, mark, until);
@@ -103,12 +116,8 @@ impl Marks {
         // Full: make room without holding this shard's lock (one lock at a time), then add.
         self.make_room(now);
         let mut map = shard.lock();
-        if let Some(at) = map.get_mut(scope).and_then(|marks| marks.get_mut(&mark)) {
-            if *at > now.millis() {
-                return false;
-            }
-            *at = until.millis();
-            return true;
+        if let Some(set) = renew(&mut map, scope, mark, until, now) {
+            return set;
         }
         self.insert(shard, &mut map, scope, mark, until);
         true
