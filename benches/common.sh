@@ -108,6 +108,13 @@ shuffle_at_start = true"
 # visitor who gets the challenge page, with a challenge of its own.
 CHALLENGE_ROOM="$ROOM
 challenge = \"pow\""
+# A capacity room with slots to spare: every visitor is admitted, and an admitted visitor's
+# requests ask whether their session was revoked and keep it counted.
+CAPACITY_ROOM='[[room]]
+pages = "pages"
+admission = "fifo"
+new_users_per_minute = 1000000
+total_active_users = 1000000'
 # Three rules, one of each algorithm, none of which ever blocks: the window per client, a
 # token bucket per client and path (so allowed answers carry RateLimit headers), and a
 # concurrency cap. Their requests are the allowed scenario's, so the difference is the rules.
@@ -216,9 +223,10 @@ room_pages() { # admin-port
   curl -s "http://127.0.0.1:$1/metrics" | awk '/^vestibule_room_decisions_total\{/ && /decision="(anon|wait|lost|deny|prequeue|challenge)"/ { n += $2 } END { printf "%d", n }'
 }
 
-# An allow cookie for 127.0.0.1, from a room that admits everyone; sets COOKIE.
-get_cookie() {
-  start_vestibule cookie "${ROOM/allow_percentage = 50/allow_percentage = 100}"
+# An allow cookie for 127.0.0.1, from a room that admits everyone (by default the lottery
+# room at 100 %); sets COOKIE.
+get_cookie() { # [room]
+  start_vestibule cookie "${1:-${ROOM/allow_percentage = 50/allow_percentage = 100}}"
   COOKIE=$(curl -s -D - -o /dev/null "http://127.0.0.1:$VPORT/" | tr -d '\r' | awk -F': ' 'tolower($1) == "set-cookie" { split($2, a, ";"); print a[1] }')
   stop "$VPID"
   [ -n "$COOKIE" ] || { echo "no cookie from vestibule" >&2; exit 1; }

@@ -16,6 +16,8 @@ command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install -y
 source "$(dirname "$0")/common.sh"
 build
 start_origin
+get_cookie "$CAPACITY_ROOM"
+CAPACITY_COOKIE=$COOKIE
 get_cookie
 
 # Sends N sequential keep-alive requests (with optional headers) and reads every response;
@@ -23,9 +25,10 @@ get_cookie
 # room page vestibule wrote itself ("page").
 drive() { # port n expect [header...]
   python3 - "$@" <<'PY'
-import socket, sys
+import os, socket, sys
 port, n, expect, headers = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 ORIGIN_TEXT = (b"hello from the origin", b"demo origin")
+FOLLOW = os.environ.get("FOLLOW_COOKIES") == "1"
 s = socket.create_connection(("127.0.0.1", port))
 req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
 buf = b""
@@ -40,6 +43,13 @@ for _ in range(n):
                     length = int(line.split(":", 1)[1])
             if len(buf) >= i + 4 + length:
                 head, body = buf[:i], buf[i + 4:i + 4 + length]
+                # With FOLLOW_COOKIES, like a browser: send a cookie the proxy renews (a
+                # capacity room's allow token, once a minute) from then on.
+                for line in head.decode().split("\r\n"):
+                    if FOLLOW and line.lower().startswith("set-cookie:"):
+                        value = line.split(":", 1)[1].strip().split(";")[0]
+                        headers = [h for h in headers if not h.lower().startswith("cookie:")] + ["Cookie: " + value]
+                        req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
                 from_origin = any(t in body for t in ORIGIN_TEXT)
                 if not head.startswith(b"HTTP/1.1 200") or from_origin != (expect == "origin"):
                     sys.exit(f"an answer did not take the {expect} path: {head[:200]!r}")
@@ -85,6 +95,9 @@ measure vestibule_3_rules vestibule origin "$ROOM
 $RULES" "Cookie: $COOKIE"
 measure vestibule_waiting_page vestibule page "$ROOM"
 measure vestibule_challenge_page vestibule page "$CHALLENGE_ROOM"
+export FOLLOW_COOKIES=1
+measure vestibule_capacity_allowed vestibule origin "$CAPACITY_ROOM" "Cookie: $CAPACITY_COOKIE"
+unset FOLLOW_COOKIES
 # A bucket keyed by a header the client sends: that header costs a proxy on its own, so it is
 # compared with the plain proxy fed the same header too.
 measure plain_proxy_api_key_header plain origin "" "X-Api-Key: k-123"
@@ -98,7 +111,7 @@ $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
     [ -n "${PER[$1]:-}" ] && [ -n "${PER[$2]:-}" ] || return 0
     awk -v s="$1" -v n="${PER[$1]}" -v r="$2" -v p="${PER[$2]}" 'BEGIN { printf "| %s | %d | %.2fx | %s |\n", s, n, n / p, r }'
   }
-  for s in plain_proxy vestibule_allowed vestibule_3_rules vestibule_waiting_page; do
+  for s in plain_proxy vestibule_allowed vestibule_3_rules vestibule_waiting_page vestibule_challenge_page vestibule_capacity_allowed; do
     row "$s" plain_proxy
   done
   row plain_proxy_api_key_header plain_proxy
