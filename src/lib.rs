@@ -30,6 +30,7 @@ pub mod ratelimit;
 pub mod reload;
 pub mod room;
 pub mod server;
+pub mod shard;
 pub mod simulate;
 pub mod snapshot;
 pub mod state;

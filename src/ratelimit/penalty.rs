@@ -6,9 +6,8 @@
 //! lookup in an empty shard (nobody penalized: the usual case) takes no lock at all.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
+use crate::shard::{CountedShard, Held};
 use crate::time::Timestamp;
 
 const SHARDS: usize = 16;
@@ -18,6 +17,12 @@ struct Shard {
     until: HashMap<u64, u64>,
     /// (deadline ms, key): the first entry has the least time left.
     by_deadline: BTreeSet<(u64, u64)>,
+}
+
+impl Held for Shard {
+    fn held(&self) -> usize {
+        self.until.len()
+    }
 }
 
 impl Shard {
@@ -38,56 +43,34 @@ impl Shard {
     }
 }
 
+/// A rule looks its key up on every request: an empty shard (the usual case) is known from its
+/// count alone, without taking its lock.
 pub struct PenaltyBox {
-    shards: [Slot; SHARDS],
+    shards: [CountedShard<Shard>; SHARDS],
     cap_per_shard: usize,
-}
-
-/// One shard, and how many keys it holds, on cache lines of their own: a rule looks its key up
-/// on every request, and an empty shard (the usual case) is known from a read alone, without
-/// taking its lock, so requests of every thread leave the shard's lines shared, not bounced
-/// between cores.
-#[repr(align(128))]
-#[derive(Default)]
-struct Slot {
-    /// Equal to the shard's `until.len()`; written only under its lock.
-    held: AtomicUsize,
-    shard: Mutex<Shard>,
 }
 
 impl PenaltyBox {
     /// A box holding at most about `cap` keys.
     pub fn new(cap: usize) -> PenaltyBox {
         PenaltyBox {
-            shards: std::array::from_fn(|_| Slot::default()),
+            shards: std::array::from_fn(|_| CountedShard::default()),
             cap_per_shard: cap.div_ceil(SHARDS).max(1),
         }
     }
 
-    fn slot(&self, key: u64) -> &Slot {
+    fn slot(&self, key: u64) -> &CountedShard<Shard> {
         // The low bits feed hash maps; use the high ones to pick a shard.
         &self.shards[(key >> 60) as usize % SHARDS]
-    }
-
-    /// Runs `f` on a shard under its lock, then records how many keys it holds (written only
-    /// when that changed: a lookup that finds a key leaves the count's line unwritten).
-    fn change<R>(slot: &Slot, f: impl FnOnce(&mut Shard) -> R) -> R {
-        let mut shard = slot.shard.lock().unwrap_or_else(|p| p.into_inner());
-        let out = f(&mut shard);
-        let held = shard.until.len();
-        if slot.held.load(Ordering::Relaxed) != held {
-            slot.held.store(held, Ordering::Release);
-        }
-        out
     }
 
     /// The deadline of `key`, if it is in the box at `now`.
     pub fn until(&self, key: u64, now: Timestamp) -> Option<Timestamp> {
         let slot = self.slot(key);
-        if slot.held.load(Ordering::Acquire) == 0 {
+        if slot.held() == 0 {
             return None;
         }
-        Self::change(slot, |shard| match shard.until.get(&key) {
+        slot.change(|shard| match shard.until.get(&key) {
             Some(&deadline) if deadline > now.millis() => Some(Timestamp::from_millis(deadline)),
             Some(_) => {
                 shard.remove(key);
@@ -100,7 +83,7 @@ impl PenaltyBox {
     /// Puts `key` in the box until `deadline` (replacing an earlier deadline).
     pub fn put(&self, key: u64, deadline: Timestamp, now: Timestamp) {
         let cap = self.cap_per_shard;
-        Self::change(self.slot(key), |shard| {
+        self.slot(key).change(|shard| {
             shard.remove(key);
             shard.purge(now.millis());
             if shard.until.len() >= cap {
@@ -118,7 +101,7 @@ impl PenaltyBox {
         self.shards
             .iter()
             .map(|slot| {
-                Self::change(slot, |shard| {
+                slot.change(|shard| {
                     shard.purge(now.millis());
                     shard.until.len()
                 })
@@ -162,7 +145,7 @@ mod tests {
         assert_eq!(b.until(two, at(0)), None);
         // The only key expires on lookup: the shard is empty again.
         assert_eq!(b.until(one, at(1_000)), None);
-        assert_eq!(b.slot(one).held.load(Ordering::Acquire), 0);
+        assert_eq!(b.slot(one).held(), 0);
         b.put(two, at(2_000), at(1_000));
         assert_eq!(b.until(two, at(1_500)), Some(at(2_000)));
         // Emptied by a count too.

@@ -7,19 +7,19 @@
 //! whether its key is in the box. Behind one lock, each of those reads was a write to the lock's
 //! line, which every worker thread shares, and the lookup allocated the scope's name. Here the
 //! marks are spread over [`SHARDS`] shards by a keyed hash of the mark (so nobody can aim them
-//! at one shard), each on its own cache line with a count of what it holds: a read finds an
-//! empty shard with one load and no lock, and otherwise locks only its shard, which other
+//! at one shard), each a [`CountedShard`] (its own cache lines, with a count of what it holds):
+//! a read finds an empty shard with one load and no lock, and otherwise locks only its shard, which other
 //! threads' reads of other marks do not touch.
 //!
 //! At most [`MAX_MARKS`] are remembered: once full, the expired go, then the mark closest to its
-//! expiry (across all shards). Two threads adding marks at that very moment can each add one
+//! expiry (across all shards). The total is the sum of the shards' counts. Two threads adding marks at that very moment can each add one
 //! beyond it, until the next addition makes room again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use super::Mark;
+use crate::shard::{CountedShard, Held};
 use crate::time::Timestamp;
 
 /// Marks remembered at most; beyond it the mark closest to its expiry goes first. Marks are set
@@ -32,18 +32,10 @@ pub const SHARDS: usize = 64;
 /// Per scope (a room, a rule): each mark and when it may be forgotten, in ms.
 type ByScope = HashMap<Arc<str>, HashMap<Mark, u64, ahash::RandomState>, ahash::RandomState>;
 
-/// One shard, on its own cache lines.
-#[repr(align(128))]
-#[derive(Default)]
-struct Shard {
-    /// How many marks `map` holds (written under the lock, read without it).
-    held: AtomicUsize,
-    map: Mutex<ByScope>,
-}
-
-impl Shard {
-    fn lock(&self) -> MutexGuard<'_, ByScope> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+impl Held for ByScope {
+    /// Marks of every scope (a store holds the scopes of a few rooms and rules).
+    fn held(&self) -> usize {
+        self.values().map(HashMap::len).sum()
     }
 }
 
@@ -65,79 +57,84 @@ fn renew(
     Some(true)
 }
 
+/// Sets `mark` of `scope` until `until` (`renew` found it not remembered).
+fn insert(map: &mut ByScope, scope: &str, mark: Mark, until: Timestamp) {
+    let marks = match map.get_mut(scope) {
+        Some(marks) => marks,
+        None => map.entry(Arc::from(scope)).or_default(),
+    };
+    marks.insert(mark, until.millis());
+}
+
 pub struct Marks {
     hasher: ahash::RandomState,
-    shards: Box<[Shard]>,
-    /// How many marks all shards hold.
-    total: AtomicUsize,
+    shards: Box<[CountedShard<ByScope>]>,
 }
 
 impl Default for Marks {
     fn default() -> Self {
         Marks {
             hasher: ahash::RandomState::new(),
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            total: AtomicUsize::new(0),
+            shards: (0..SHARDS).map(|_| CountedShard::default()).collect(),
         }
     }
 }
 
 impl Marks {
-    fn shard(&self, mark: Mark) -> &Shard {
+    fn shard(&self, mark: Mark) -> &CountedShard<ByScope> {
         &self.shards[self.hasher.hash_one(mark) as usize & (SHARDS - 1)]
+    }
+
+    /// How many marks all shards hold, expired or not (read without their locks).
+    fn total(&self) -> usize {
+        self.shards.iter().map(CountedShard::held).sum()
     }
 
     /// Until when `mark` of `scope` holds, if it does at `now`.
     pub fn until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp> {
         let shard = self.shard(mark);
-        if shard.held.load(Ordering::Acquire) == 0 {
+        if shard.held() == 0 {
             return None;
         }
-        let map = shard.lock();
-        map.get(scope)?
-            .get(&mark)
-            .filter(|&&at| at > now.millis())
-            .map(|&at| Timestamp::from_millis(at))
+        shard.read(|map| {
+            map.get(scope)?
+                .get(&mark)
+                .filter(|&&at| at > now.millis())
+                .map(|&at| Timestamp::from_millis(at))
+        })
     }
 
     /// Marks `mark` of `scope` until `until`; false if it already held at `now`.
     pub fn set(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
         let shard = self.shard(mark);
-        {
-            let mut map = shard.lock();
-            if let Some(set) = renew(&mut map, scope, mark, until, now) {
-                return set;
+        let done = shard.change(|map| {
+            if let Some(set) = renew(map, scope, mark, until, now) {
+                return Some(set);
             }
-            if self.total.load(Ordering::Acquire) < MAX_MARKS {
-                self.insert(shard, &mut map, scope, mark, until);
-                return true;
+            if self.total() < MAX_MARKS {
+                insert(map, scope, mark, until);
+                return Some(true);
             }
+            None
+        });
+        if let Some(set) = done {
+            return set;
         }
         // Full: make room without holding this shard's lock (one lock at a time), then add.
         self.make_room(now);
-        let mut map = shard.lock();
-        if let Some(set) = renew(&mut map, scope, mark, until, now) {
-            return set;
-        }
-        self.insert(shard, &mut map, scope, mark, until);
-        true
-    }
-
-    fn insert(&self, shard: &Shard, map: &mut ByScope, scope: &str, mark: Mark, until: Timestamp) {
-        let marks = match map.get_mut(scope) {
-            Some(marks) => marks,
-            None => map.entry(Arc::from(scope)).or_default(),
-        };
-        marks.insert(mark, until.millis());
-        shard.held.fetch_add(1, Ordering::Release);
-        self.total.fetch_add(1, Ordering::Release);
+        shard.change(|map| {
+            renew(map, scope, mark, until, now).unwrap_or_else(|| {
+                insert(map, scope, mark, until);
+                true
+            })
+        })
     }
 
     /// Forgets the expired marks; then, if all are still needed and there is no room, the one
     /// closest to its expiry.
     fn make_room(&self, now: Timestamp) {
         self.forget_expired(now);
-        if self.total.load(Ordering::Acquire) < MAX_MARKS {
+        if self.total() < MAX_MARKS {
             return;
         }
         let oldest = self
@@ -145,64 +142,59 @@ impl Marks {
             .iter()
             .enumerate()
             .filter_map(|(i, shard)| {
-                let map = shard.lock();
-                map.iter()
-                    .flat_map(|(scope, marks)| marks.iter().map(move |(m, &at)| (at, scope, *m)))
-                    .min_by_key(|&(at, _, _)| at)
-                    .map(|(at, scope, m)| (at, i, scope.clone(), m))
+                shard.read(|map| {
+                    map.iter()
+                        .flat_map(|(scope, marks)| {
+                            marks.iter().map(move |(m, &at)| (at, scope, *m))
+                        })
+                        .min_by_key(|&(at, _, _)| at)
+                        .map(|(at, scope, m)| (at, i, scope.clone(), m))
+                })
             })
             .min_by_key(|&(at, ..)| at);
         if let Some((at, i, scope, mark)) = oldest {
-            let shard = &self.shards[i];
-            let mut map = shard.lock();
-            // Unless another thread already took it away or set it again.
-            if let Some(marks) = map.get_mut(&scope) {
-                if marks.get(&mark) == Some(&at) {
-                    marks.remove(&mark);
-                    if marks.is_empty() {
-                        map.remove(&scope);
+            self.shards[i].change(|map| {
+                // Unless another thread already took it away or set it again.
+                if let Some(marks) = map.get_mut(&scope) {
+                    if marks.get(&mark) == Some(&at) {
+                        marks.remove(&mark);
+                        if marks.is_empty() {
+                            map.remove(&scope);
+                        }
                     }
-                    shard.held.fetch_sub(1, Ordering::Release);
-                    self.total.fetch_sub(1, Ordering::Release);
                 }
-            }
+            });
         }
     }
 
     /// Forgets every mark expired at `now`.
     pub fn forget_expired(&self, now: Timestamp) {
         for shard in self.shards.iter() {
-            if shard.held.load(Ordering::Acquire) == 0 {
+            if shard.held() == 0 {
                 continue;
             }
-            let mut map = shard.lock();
-            let mut gone = 0;
-            map.retain(|_, marks| {
-                let before = marks.len();
-                marks.retain(|_, &mut at| at > now.millis());
-                gone += before - marks.len();
-                !marks.is_empty()
+            shard.change(|map| {
+                map.retain(|_, marks| {
+                    marks.retain(|_, &mut at| at > now.millis());
+                    !marks.is_empty()
+                })
             });
-            if gone > 0 {
-                shard.held.fetch_sub(gone, Ordering::Release);
-                self.total.fetch_sub(gone, Ordering::Release);
-            }
         }
     }
 
     /// How many marks are remembered, expired or not.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.total.load(Ordering::Acquire)
+        self.total()
     }
 
     /// Whether `mark` of `scope` is remembered, expired or not.
     #[cfg(test)]
     fn remembers(&self, scope: &str, mark: Mark) -> bool {
-        self.shard(mark)
-            .lock()
-            .get(scope)
-            .is_some_and(|marks| marks.contains_key(&mark))
+        self.shard(mark).read(|map| {
+            map.get(scope)
+                .is_some_and(|marks| marks.contains_key(&mark))
+        })
     }
 }
 
@@ -232,7 +224,7 @@ mod tests {
         let held: usize = marks
             .shards
             .iter()
-            .map(|s| s.lock().values().map(HashMap::len).sum::<usize>())
+            .map(|s| s.read(|map| map.values().map(HashMap::len).sum::<usize>()))
             .sum();
         assert_eq!(held, MAX_MARKS, "the count is what the shards hold");
         for i in 0..10 {
@@ -275,13 +267,13 @@ mod tests {
     #[test]
     fn threads_setting_the_same_marks_count_each_once() {
         let marks = Marks::default();
-        let won = AtomicUsize::new(0);
+        let won = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
                     for i in 0..2_000 {
                         if marks.set("room", mark(i), at(10_000), at(0)) {
-                            won.fetch_add(1, Ordering::Relaxed);
+                            won.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     }
                 });

@@ -1,5 +1,6 @@
-//! The Redis (or Valkey) side of a [`SharedStore`]: one Lua script per sync (`sync.lua`), so a
-//! node's sync is one round trip whatever the request rate, and atomic.
+//! The Redis (or Valkey) side of a [`SharedStore`](super::shared::SharedStore): one Lua script
+//! per sync (`sync.lua`), so a node's sync is one round trip whatever the request rate, and
+//! atomic.
 //!
 //! Layout under `key_prefix` (default `vestibule:`):
 //!
