@@ -42,7 +42,7 @@ use pingora_limits::estimator::Estimator;
 
 use super::marks::Marks;
 use super::{
-    CounterKey, CounterKind, CounterStore, InUse, Invited, Mark, Ticket, WindowCounter,
+    CounterKey, CounterKind, CounterMap, CounterStore, InUse, Invited, Mark, Ticket, WindowCounter,
     WindowSample, WindowSpec,
 };
 use crate::time::Timestamp;
@@ -145,7 +145,7 @@ pub use super::marks::MAX_MARKS;
 pub struct LocalStore {
     /// Weak: a counter lives as long as some snapshot's rule uses it.
     windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
-    exact: Mutex<HashMap<CounterKey, Exact, ahash::RandomState>>,
+    exact: Mutex<CounterMap<Exact>>,
     /// Revoked sessions, counted winners, shared penalty boxes.
     marks: Marks,
     /// Per scope: the invitations in use, by id.
@@ -197,11 +197,7 @@ impl LocalStore {
 }
 
 /// The value of `key` at `now` (0 if never written or expired).
-fn live_value(
-    exact: &HashMap<CounterKey, Exact, ahash::RandomState>,
-    key: &CounterKey,
-    now: Timestamp,
-) -> i64 {
+fn live_value(exact: &CounterMap<Exact>, key: &CounterKey, now: Timestamp) -> i64 {
     exact
         .get(key)
         .filter(|e| e.expire_ms > now.millis())
@@ -222,14 +218,10 @@ impl CounterStore for LocalStore {
 
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        // The key is cloned (its scope's reference count written) only when it is new.
-        let e = match exact.get_mut(key) {
-            Some(e) => e,
-            None => exact.entry(key.clone()).or_insert(Exact {
-                value: 0,
-                expire_ms: 0,
-            }),
-        };
+        let e = exact.entry_ref(key).or_insert(Exact {
+            value: 0,
+            expire_ms: 0,
+        });
         // Expired but not swept yet: it starts again from zero.
         if e.expire_ms <= now.millis() {
             e.value = 0;

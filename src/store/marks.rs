@@ -30,7 +30,8 @@ pub const MAX_MARKS: usize = 100_000;
 pub const SHARDS: usize = 64;
 
 /// Per scope (a room, a rule): each mark and when it may be forgotten, in ms.
-type ByScope = HashMap<Arc<str>, HashMap<Mark, u64, ahash::RandomState>, ahash::RandomState>;
+type ByScope =
+    hashbrown::HashMap<Arc<str>, HashMap<Mark, u64, ahash::RandomState>, ahash::RandomState>;
 
 impl Held for ByScope {
     /// Marks of every scope (a store holds the scopes of a few rooms and rules).
@@ -59,11 +60,10 @@ fn renew(
 
 /// Sets `mark` of `scope` until `until` (`renew` found it not remembered).
 fn insert(map: &mut ByScope, scope: &str, mark: Mark, until: Timestamp) {
-    let marks = match map.get_mut(scope) {
-        Some(marks) => marks,
-        None => map.entry(Arc::from(scope)).or_default(),
-    };
-    marks.insert(mark, until.millis());
+    // The scope's name is allocated only when it is new.
+    map.entry_ref(scope)
+        .or_default()
+        .insert(mark, until.millis());
 }
 
 pub struct Marks {

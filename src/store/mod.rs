@@ -74,6 +74,18 @@ pub struct CounterKey {
     pub id: u64,
 }
 
+/// For [`hashbrown::HashMap::entry_ref`]: the key is cloned only when it is inserted.
+impl From<&CounterKey> for CounterKey {
+    fn from(key: &CounterKey) -> CounterKey {
+        key.clone()
+    }
+}
+
+/// Exact counters by key. Its `entry_ref` looks a key up once and clones it only when it is
+/// new: counting to an existing counter leaves its scope's reference count, on a line every
+/// thread shares, unwritten.
+pub type CounterMap<V> = hashbrown::HashMap<CounterKey, V, ahash::RandomState>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CounterKind {
     /// Users whose last counted minute of activity is `slot`.

@@ -30,8 +30,8 @@ use arc_swap::ArcSwap;
 
 use super::local::LocalStore;
 use super::{
-    Allotment, ClusterStatus, CounterKey, CounterKind, CounterStore, Invited, Mark, MarkKind,
-    Ticket, WindowCounter, WindowSpec,
+    Allotment, ClusterStatus, CounterKey, CounterKind, CounterMap, CounterStore, Invited, Mark,
+    MarkKind, Ticket, WindowCounter, WindowSpec,
 };
 use crate::config::OnStoreFailure;
 use crate::time::Timestamp;
@@ -320,7 +320,7 @@ impl Demand {
 /// `key` split into what the cluster had at the last sync and what this node counted since.
 fn split_of(
     remote: &Remote,
-    own: &HashMap<CounterKey, Own>,
+    own: &CounterMap<Own>,
     key: &CounterKey,
     now: Timestamp,
 ) -> (i64, i64) {
@@ -334,7 +334,7 @@ fn split_of(
 #[derive(Default)]
 struct Remote {
     /// The others' sum per counter.
-    values: HashMap<CounterKey, i64>,
+    values: CounterMap<i64>,
     /// Per room: members' demand, in member order.
     shares: HashMap<Arc<str>, Allotment>,
     /// Live members, sorted.
@@ -357,7 +357,7 @@ pub struct SharedStore {
     on_failure: OnStoreFailure,
     /// Windows and marks (marks learned from the others are copied here).
     local: LocalStore,
-    own: Arc<Mutex<HashMap<CounterKey, Own>>>,
+    own: Arc<Mutex<CounterMap<Own>>>,
     remote: Arc<ArcSwap<Remote>>,
     /// Shared windows, by spec (a window lives as long as some rule uses it).
     windows: Mutex<HashMap<WindowSpec, std::sync::Weak<SharedWindow>>>,
@@ -367,7 +367,7 @@ pub struct SharedStore {
     seed_candidate: String,
     /// Marks and invitation uses set here since the last sync.
     outbox: Mutex<Vec<(Arc<str>, Note, Timestamp)>>,
-    demand: Mutex<HashMap<Arc<str>, Demand>>,
+    demand: Mutex<hashbrown::HashMap<Arc<str>, Demand, ahash::RandomState>>,
     health: Mutex<Health>,
     controls: Mutex<ControlSync>,
 }
@@ -387,7 +387,7 @@ impl SharedStore {
             interval_ms: interval_ms.max(1),
             on_failure,
             local: LocalStore::new(),
-            own: Arc::new(Mutex::new(HashMap::new())),
+            own: Arc::default(),
             remote: Arc::new(ArcSwap::from_pointee(Remote::default())),
             windows: Mutex::new(HashMap::new()),
             seed: arc_swap::ArcSwapOption::empty(),
@@ -398,7 +398,7 @@ impl SharedStore {
                 hex::encode(b)
             },
             outbox: Mutex::new(Vec::new()),
-            demand: Mutex::new(HashMap::new()),
+            demand: Mutex::default(),
             health: Mutex::new(Health {
                 full_push: true,
                 mark_cursor: "0-0".into(),
@@ -424,7 +424,7 @@ impl SharedStore {
         self.health.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn own_map(&self) -> std::sync::MutexGuard<'_, HashMap<CounterKey, Own>> {
+    fn own_map(&self) -> std::sync::MutexGuard<'_, CounterMap<Own>> {
         self.own.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -500,7 +500,8 @@ impl SharedStore {
                 }
             }
         }
-        let mut values = HashMap::with_capacity(reply.counters.len());
+        let mut values =
+            CounterMap::with_capacity_and_hasher(reply.counters.len(), Default::default());
         for (k, v) in &reply.counters {
             if let Some(key) = decode_key(k) {
                 values.insert(key, *v);
@@ -623,7 +624,7 @@ pub struct SharedWindow {
     scope: Arc<str>,
     interval_ms: u64,
     exchange_above: u64,
-    own: Arc<Mutex<HashMap<CounterKey, Own>>>,
+    own: Arc<Mutex<CounterMap<Own>>>,
     remote: Arc<ArcSwap<Remote>>,
 }
 
@@ -718,15 +719,11 @@ impl CounterStore for SharedStore {
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let remote = self.remote.load();
         let mut own = self.own_map();
-        // The key is cloned (its scope's reference count written) only when it is new.
-        let o = match own.get_mut(key) {
-            Some(o) => o,
-            None => own.entry(key.clone()).or_insert(Own {
-                value: 0,
-                pushed: 0,
-                expire_ms: 0,
-            }),
-        };
+        let o = own.entry_ref(key).or_insert(Own {
+            value: 0,
+            pushed: 0,
+            expire_ms: 0,
+        });
         if o.expire_ms <= now.millis() {
             o.value = 0;
             o.pushed = 0;
@@ -848,15 +845,9 @@ impl CounterStore for SharedStore {
 
     fn demand(&self, scope: &str, n: u64, now: Timestamp) {
         let mut d = self.demand.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = d.get_mut(scope) {
-            e.roll(now);
-            e.curr += n;
-            return;
-        }
-        let mut e = Demand::default();
+        let e = d.entry_ref(scope).or_default();
         e.roll(now);
-        e.curr = n;
-        d.insert(Arc::from(scope), e);
+        e.curr += n;
     }
 
     fn publish_overrides(&self, room: &str, version: u64, doc: &str) {
