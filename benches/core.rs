@@ -15,6 +15,13 @@ use vestibule::token::{Claims, Dec, Token};
 use vestibule::keys::testing::ring;
 
 fn rooms(toml: &str) -> RoomSet {
+    let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+        std::sync::Arc::new(vestibule::store::local::LocalStore::new());
+    rooms_in(&store, toml)
+}
+
+/// The rooms of `toml`, counting in `store` (one store for all of them, as in the server).
+fn rooms_in(store: &std::sync::Arc<dyn vestibule::store::CounterStore>, toml: &str) -> RoomSet {
     let config = Config::parse(
         &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
         Path::new("/tmp/bench.toml"),
@@ -24,11 +31,7 @@ fn rooms(toml: &str) -> RoomSet {
         config
             .rooms
             .into_iter()
-            .map(|r| {
-                let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
-                    std::sync::Arc::new(vestibule::store::local::LocalStore::new());
-                Room::new(r, Pages::builtin(), &store)
-            })
+            .map(|r| Room::new(r, Pages::builtin(), store))
             .collect(),
     )
 }
@@ -312,6 +315,15 @@ fn identity(c: &mut Criterion) {
 }
 
 /// 1 thread, and 2 when the machine has 2 cores.
+/// A new visitor (the `n`th) arriving in `line` at `now`, and waiting.
+fn arrive(line: &Room, ring: &vestibule::keys::KeyRing, now: Timestamp, n: &mut u32) {
+    *n += 1;
+    let uid = Identity::of_ip(std::net::Ipv4Addr::from(0x0b00_0000 ^ *n).into(), 64);
+    let outcome = line.decide(ring, &uid, &[], now);
+    assert!(outcome.decision == vestibule::room::Decision::Anon);
+    black_box(outcome);
+}
+
 fn thread_counts() -> Vec<usize> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut counts = vec![1];
@@ -430,12 +442,45 @@ fn contended_decisions(c: &mut Criterion) {
         g.bench_function("capacity_arrival_in_line", |b| {
             b.iter_custom(|iters| {
                 run_at_once_with(threads, iters, &|i| (i as u32) << 24, &|n| {
-                    *n += 1;
-                    let uid =
-                        Identity::of_ip(std::net::Ipv4Addr::from(0x0b00_0000 ^ *n).into(), 64);
-                    let outcome = line.decide(&ring, &uid, &[], cap_now);
-                    assert!(outcome.decision == vestibule::room::Decision::Anon);
-                    black_box(outcome);
+                    arrive(line, &ring, cap_now, n)
+                })
+            })
+        });
+        // The same, with the store (one for every room, as in the server) also holding the
+        // queues of 10 other rooms in long lines: 2,000 live counters each (waiting visitors by
+        // tick and arrival bucket).
+        let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+            std::sync::Arc::new(vestibule::store::local::LocalStore::new());
+        let crowded = rooms_in(
+            &store,
+            "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 1\ntotal_active_users = 1\n",
+        );
+        let crowded = crowded.iter().next().expect("room");
+        for i in 0..100u32 {
+            let uid = Identity::of_ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into(), 64);
+            crowded.decide(&ring, &uid, &[], cap_now);
+        }
+        for room in 0..10 {
+            let scope: std::sync::Arc<str> = format!("other-room-{room}").into();
+            for (kind, n) in [
+                (vestibule::store::CounterKind::Waiting, 1_600),
+                (vestibule::store::CounterKind::Arrived, 400),
+            ] {
+                for c in 0..n {
+                    let key = vestibule::store::CounterKey {
+                        scope: scope.clone(),
+                        kind,
+                        slot: cap_now.secs() / 5 - c % 12,
+                        id: c,
+                    };
+                    store.add(&key, 3, cap_now, Timestamp::from_secs(cap_now.secs() + 600));
+                }
+            }
+        }
+        g.bench_function("capacity_arrival_beside_10_long_lines", |b| {
+            b.iter_custom(|iters| {
+                run_at_once_with(threads, iters, &|i| (i as u32) << 24, &|n| {
+                    arrive(crowded, &ring, cap_now, n)
                 })
             })
         });

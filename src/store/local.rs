@@ -42,7 +42,7 @@ use pingora_limits::estimator::Estimator;
 
 use super::marks::Marks;
 use super::{
-    CounterKey, CounterKind, CounterMap, CounterStore, InUse, Invited, Mark, Ticket, WindowCounter,
+    CounterKey, CounterKind, CounterStore, Counters, InUse, Invited, Mark, Ticket, WindowCounter,
     WindowSample, WindowSpec,
 };
 use crate::time::Timestamp;
@@ -145,7 +145,7 @@ pub use super::marks::MAX_MARKS;
 pub struct LocalStore {
     /// Weak: a counter lives as long as some snapshot's rule uses it.
     windows: Mutex<HashMap<WindowSpec, Weak<LocalWindow>>>,
-    exact: Mutex<CounterMap<Exact>>,
+    exact: Mutex<Counters<Exact>>,
     /// Revoked sessions, counted winners, shared penalty boxes.
     marks: Marks,
     /// Per scope: the invitations in use, by id.
@@ -197,7 +197,7 @@ impl LocalStore {
 }
 
 /// The value of `key` at `now` (0 if never written or expired).
-fn live_value(exact: &CounterMap<Exact>, key: &CounterKey, now: Timestamp) -> i64 {
+fn live_value(exact: &Counters<Exact>, key: &CounterKey, now: Timestamp) -> i64 {
     exact
         .get(key)
         .filter(|e| e.expire_ms > now.millis())
@@ -218,7 +218,7 @@ impl CounterStore for LocalStore {
 
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        let e = exact.entry_ref(key).or_insert(Exact {
+        let e = exact.get_or_insert_with(key, || Exact {
             value: 0,
             expire_ms: 0,
         });
@@ -246,9 +246,9 @@ impl CounterStore for LocalStore {
     fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)> {
         let exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<(u64, u64, i64)> = exact
-            .iter()
-            .filter(|(k, e)| &*k.scope == scope && k.kind == kind && e.expire_ms > now.millis())
-            .map(|(k, e)| (k.slot, k.id, e.value))
+            .of(scope, kind)
+            .filter(|(_, _, e)| e.expire_ms > now.millis())
+            .map(|(slot, id, e)| (slot, id, e.value))
             .collect();
         out.sort_unstable();
         out
@@ -313,7 +313,7 @@ impl CounterStore for LocalStore {
 
     fn sweep(&self, now: Timestamp) {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        exact.retain(|_, e| e.expire_ms > now.millis());
+        exact.retain(|e| e.expire_ms > now.millis());
         drop(exact);
         self.marks.forget_expired(now);
         let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());

@@ -13,6 +13,7 @@
 //!
 //! Time is always passed in; a store never reads a clock.
 
+mod counters;
 pub mod local;
 mod marks;
 pub mod redis;
@@ -21,6 +22,7 @@ pub mod shared;
 use std::sync::Arc;
 
 use crate::time::Timestamp;
+pub use counters::Counters;
 
 /// Counts of one key in a sliding window: the previous complete interval, the current one, and
 /// how far into the current one `now` is.
@@ -73,18 +75,6 @@ pub struct CounterKey {
     pub slot: u64,
     pub id: u64,
 }
-
-/// For [`hashbrown::HashMap::entry_ref`]: the key is cloned only when it is inserted.
-impl From<&CounterKey> for CounterKey {
-    fn from(key: &CounterKey) -> CounterKey {
-        key.clone()
-    }
-}
-
-/// Exact counters by key. Its `entry_ref` looks a key up once and clones it only when it is
-/// new: counting to an existing counter leaves its scope's reference count, on a line every
-/// thread shares, unwritten.
-pub type CounterMap<V> = hashbrown::HashMap<CounterKey, V, ahash::RandomState>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CounterKind {

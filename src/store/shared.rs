@@ -30,7 +30,7 @@ use arc_swap::ArcSwap;
 
 use super::local::LocalStore;
 use super::{
-    Allotment, ClusterStatus, CounterKey, CounterKind, CounterMap, CounterStore, Invited, Mark,
+    Allotment, ClusterStatus, CounterKey, CounterKind, CounterStore, Counters, Invited, Mark,
     MarkKind, Ticket, WindowCounter, WindowSpec,
 };
 use crate::config::OnStoreFailure;
@@ -318,12 +318,7 @@ impl Demand {
 }
 
 /// `key` split into what the cluster had at the last sync and what this node counted since.
-fn split_of(
-    remote: &Remote,
-    own: &CounterMap<Own>,
-    key: &CounterKey,
-    now: Timestamp,
-) -> (i64, i64) {
+fn split_of(remote: &Remote, own: &Counters<Own>, key: &CounterKey, now: Timestamp) -> (i64, i64) {
     let others = remote.values.get(key).copied().unwrap_or(0);
     match own.get(key).filter(|o| o.expire_ms > now.millis()) {
         Some(o) => (others + o.pushed, o.value - o.pushed),
@@ -334,7 +329,7 @@ fn split_of(
 #[derive(Default)]
 struct Remote {
     /// The others' sum per counter.
-    values: CounterMap<i64>,
+    values: Counters<i64>,
     /// Per room: members' demand, in member order.
     shares: HashMap<Arc<str>, Allotment>,
     /// Live members, sorted.
@@ -357,7 +352,7 @@ pub struct SharedStore {
     on_failure: OnStoreFailure,
     /// Windows and marks (marks learned from the others are copied here).
     local: LocalStore,
-    own: Arc<Mutex<CounterMap<Own>>>,
+    own: Arc<Mutex<Counters<Own>>>,
     remote: Arc<ArcSwap<Remote>>,
     /// Shared windows, by spec (a window lives as long as some rule uses it).
     windows: Mutex<HashMap<WindowSpec, std::sync::Weak<SharedWindow>>>,
@@ -424,7 +419,7 @@ impl SharedStore {
         self.health.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn own_map(&self) -> std::sync::MutexGuard<'_, CounterMap<Own>> {
+    fn own_map(&self) -> std::sync::MutexGuard<'_, Counters<Own>> {
         self.own.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -444,8 +439,8 @@ impl SharedStore {
         let mut counters = Vec::new();
         for (k, o) in self.own_map().iter() {
             if o.expire_ms > now.millis() && (full || o.value != o.pushed) {
-                pushed.push((k.clone(), o.value));
-                counters.push((encode_key(k), o.value, o.expire_ms));
+                counters.push((encode_key(&k), o.value, o.expire_ms));
+                pushed.push((k, o.value));
             }
         }
         let demand = {
@@ -500,11 +495,10 @@ impl SharedStore {
                 }
             }
         }
-        let mut values =
-            CounterMap::with_capacity_and_hasher(reply.counters.len(), Default::default());
+        let mut values = Counters::default();
         for (k, v) in &reply.counters {
             if let Some(key) = decode_key(k) {
-                values.insert(key, *v);
+                *values.get_or_insert_with(&key, || 0) = *v;
             }
         }
         let mut members = reply.members.clone();
@@ -624,20 +618,11 @@ pub struct SharedWindow {
     scope: Arc<str>,
     interval_ms: u64,
     exchange_above: u64,
-    own: Arc<Mutex<CounterMap<Own>>>,
+    own: Arc<Mutex<Counters<Own>>>,
     remote: Arc<ArcSwap<Remote>>,
 }
 
 impl SharedWindow {
-    fn key(&self, slot: u64, id: u64) -> CounterKey {
-        CounterKey {
-            scope: self.scope.clone(),
-            kind: CounterKind::Window,
-            slot,
-            id,
-        }
-    }
-
     /// The others' counts of `key` in the previous and current interval.
     fn others(&self, key: u64, now: Timestamp) -> (u64, u64) {
         let remote = self.remote.load();
@@ -648,7 +633,7 @@ impl SharedWindow {
         let get = |s: u64| {
             remote
                 .values
-                .get(&self.key(s, key))
+                .get_in(&self.scope, CounterKind::Window, s, key)
                 .copied()
                 .unwrap_or(0)
                 .max(0) as u64
@@ -663,11 +648,12 @@ impl WindowCounter for SharedWindow {
         if s.curr >= self.exchange_above {
             let slot = now.millis() / self.interval_ms;
             let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-            let o = own.entry(self.key(slot, key)).or_insert(Own {
-                value: 0,
-                pushed: 0,
-                expire_ms: 0,
-            });
+            let o =
+                own.get_or_insert_with_in(&self.scope, CounterKind::Window, slot, key, || Own {
+                    value: 0,
+                    pushed: 0,
+                    expire_ms: 0,
+                });
             o.value = s.curr as i64;
             o.expire_ms = (slot + 2) * self.interval_ms;
         }
@@ -719,7 +705,7 @@ impl CounterStore for SharedStore {
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let remote = self.remote.load();
         let mut own = self.own_map();
-        let o = own.entry_ref(key).or_insert(Own {
+        let o = own.get_or_insert_with(key, || Own {
             value: 0,
             pushed: 0,
             expire_ms: 0,
@@ -761,14 +747,12 @@ impl CounterStore for SharedStore {
 
     fn scan(&self, scope: &str, kind: CounterKind, now: Timestamp) -> Vec<(u64, u64, i64)> {
         let mut merged: BTreeMap<(u64, u64), i64> = BTreeMap::new();
-        for (k, v) in self.remote.load().values.iter() {
-            if &*k.scope == scope && k.kind == kind {
-                *merged.entry((k.slot, k.id)).or_insert(0) += v;
-            }
+        for (slot, id, v) in self.remote.load().values.of(scope, kind) {
+            *merged.entry((slot, id)).or_insert(0) += v;
         }
-        for (k, o) in self.own_map().iter() {
-            if &*k.scope == scope && k.kind == kind && o.expire_ms > now.millis() {
-                *merged.entry((k.slot, k.id)).or_insert(0) += o.value;
+        for (slot, id, o) in self.own_map().of(scope, kind) {
+            if o.expire_ms > now.millis() {
+                *merged.entry((slot, id)).or_insert(0) += o.value;
             }
         }
         merged
@@ -809,7 +793,7 @@ impl CounterStore for SharedStore {
     }
 
     fn sweep(&self, now: Timestamp) {
-        self.own_map().retain(|_, o| o.expire_ms > now.millis());
+        self.own_map().retain(|o| o.expire_ms > now.millis());
         self.local.sweep(now);
     }
 

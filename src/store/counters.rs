@@ -1,0 +1,222 @@
+//! Exact counters, grouped by scope and kind.
+//!
+//! A capacity room reads its queue by scanning its counters of one kind (waiting users per tick
+//! and arrival bucket, say). In one flat map, each scan visited every counter of the store:
+//! every room's, and in a cluster every shared rate-limit key's, all under the store's lock.
+//! Here each (scope, kind) has a map of its own, so a scan visits only what it reads, and a
+//! lookup by parts (a shared window's key, looked up on every request under the rule) borrows
+//! the scope's name instead of cloning its `Arc`, whose count is a line every thread writes.
+
+use std::sync::Arc;
+
+use hashbrown::{Equivalent, HashMap};
+
+use super::{CounterKey, CounterKind};
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Group {
+    scope: Arc<str>,
+    kind: CounterKind,
+}
+
+/// A [`Group`] looked up without an `Arc`: the same fields, so the same hash.
+#[derive(Hash)]
+struct GroupRef<'a> {
+    scope: &'a str,
+    kind: CounterKind,
+}
+
+impl Equivalent<Group> for GroupRef<'_> {
+    fn equivalent(&self, group: &Group) -> bool {
+        *group.scope == *self.scope && group.kind == self.kind
+    }
+}
+
+impl From<&GroupRef<'_>> for Group {
+    fn from(g: &GroupRef<'_>) -> Group {
+        Group {
+            scope: Arc::from(g.scope),
+            kind: g.kind,
+        }
+    }
+}
+
+type Slots<V> = HashMap<(u64, u64), V, ahash::RandomState>;
+
+/// Counters by key. A group is never left empty, so an empty map has no groups.
+#[derive(Debug)]
+pub struct Counters<V> {
+    groups: HashMap<Group, Slots<V>, ahash::RandomState>,
+}
+
+impl<V> Default for Counters<V> {
+    fn default() -> Self {
+        Counters {
+            groups: HashMap::default(),
+        }
+    }
+}
+
+impl<V> Counters<V> {
+    /// The counter of `scope` and `kind` at (`slot`, `id`).
+    pub fn get_in(&self, scope: &str, kind: CounterKind, slot: u64, id: u64) -> Option<&V> {
+        self.groups.get(&GroupRef { scope, kind })?.get(&(slot, id))
+    }
+
+    pub fn get(&self, key: &CounterKey) -> Option<&V> {
+        self.get_in(&key.scope, key.kind, key.slot, key.id)
+    }
+
+    pub fn get_mut(&mut self, key: &CounterKey) -> Option<&mut V> {
+        let scope = &*key.scope;
+        self.groups
+            .get_mut(&GroupRef {
+                scope,
+                kind: key.kind,
+            })?
+            .get_mut(&(key.slot, key.id))
+    }
+
+    /// The counter of `scope` and `kind` at (`slot`, `id`), made with `new` when missing (the
+    /// scope's name is copied only for a new group).
+    pub fn get_or_insert_with_in(
+        &mut self,
+        scope: &str,
+        kind: CounterKind,
+        slot: u64,
+        id: u64,
+        new: impl FnOnce() -> V,
+    ) -> &mut V {
+        self.groups
+            .entry_ref(&GroupRef { scope, kind })
+            .or_default()
+            .entry((slot, id))
+            .or_insert_with(new)
+    }
+
+    pub fn get_or_insert_with(&mut self, key: &CounterKey, new: impl FnOnce() -> V) -> &mut V {
+        self.get_or_insert_with_in(&key.scope, key.kind, key.slot, key.id, new)
+    }
+
+    /// The counters of `scope` and `kind`, as (slot, id, value), in no particular order.
+    pub fn of(&self, scope: &str, kind: CounterKind) -> impl Iterator<Item = (u64, u64, &V)> {
+        self.groups
+            .get(&GroupRef { scope, kind })
+            .into_iter()
+            .flat_map(|slots| slots.iter().map(|(&(slot, id), v)| (slot, id, v)))
+    }
+
+    /// Every counter, with its key.
+    pub fn iter(&self) -> impl Iterator<Item = (CounterKey, &V)> {
+        self.groups.iter().flat_map(|(group, slots)| {
+            slots.iter().map(|(&(slot, id), v)| {
+                let key = CounterKey {
+                    scope: group.scope.clone(),
+                    kind: group.kind,
+                    slot,
+                    id,
+                };
+                (key, v)
+            })
+        })
+    }
+
+    /// Keeps the counters `keep` says to keep (and drops groups left empty).
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        self.groups.retain(|_, slots| {
+            slots.retain(|_, v| keep(v));
+            !slots.is_empty()
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(scope: &str, kind: CounterKind, slot: u64, id: u64) -> CounterKey {
+        CounterKey {
+            scope: Arc::from(scope),
+            kind,
+            slot,
+            id,
+        }
+    }
+
+    #[test]
+    fn a_counter_is_found_by_its_key_and_by_its_parts() {
+        let mut c = Counters::default();
+        *c.get_or_insert_with(&key("a", CounterKind::Active, 1, 2), || 0) += 5;
+        *c.get_or_insert_with_in("a", CounterKind::Active, 1, 2, || 100) += 1;
+        assert_eq!(c.get(&key("a", CounterKind::Active, 1, 2)), Some(&6));
+        assert_eq!(c.get_in("a", CounterKind::Active, 1, 2), Some(&6));
+        assert_eq!(
+            c.get_in("a", CounterKind::Waiting, 1, 2),
+            None,
+            "another kind"
+        );
+        assert_eq!(
+            c.get_in("b", CounterKind::Active, 1, 2),
+            None,
+            "another scope"
+        );
+        assert_eq!(
+            c.get_in("a", CounterKind::Active, 2, 1),
+            None,
+            "slot and id not swapped"
+        );
+        *c.get_mut(&key("a", CounterKind::Active, 1, 2)).unwrap() -= 6;
+        assert_eq!(c.get_in("a", CounterKind::Active, 1, 2), Some(&0));
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn a_scan_reads_one_scope_and_kind_only() {
+        let mut c = Counters::default();
+        for (scope, kind, slot, id, v) in [
+            ("shop", CounterKind::Waiting, 1, 7, 10),
+            ("shop", CounterKind::Waiting, 2, 7, 20),
+            ("shop", CounterKind::Arrived, 1, 7, 30),
+            ("shop2", CounterKind::Waiting, 1, 7, 40),
+            ("sho", CounterKind::Waiting, 1, 7, 50),
+        ] {
+            c.get_or_insert_with(&key(scope, kind, slot, id), || v);
+        }
+        let mut waiting: Vec<_> = c
+            .of("shop", CounterKind::Waiting)
+            .map(|(s, i, &v)| (s, i, v))
+            .collect();
+        waiting.sort_unstable();
+        assert_eq!(waiting, [(1, 7, 10), (2, 7, 20)]);
+        assert_eq!(c.of("nobody", CounterKind::Waiting).count(), 0);
+        assert_eq!(c.len(), 5);
+        let mut all: Vec<_> = c.iter().map(|(k, &v)| (k, v)).collect();
+        all.sort();
+        assert_eq!(all.len(), 5);
+        assert_eq!(all[0], (key("sho", CounterKind::Waiting, 1, 7), 50));
+    }
+
+    #[test]
+    fn retain_drops_counters_and_empty_groups() {
+        let mut c = Counters::default();
+        c.get_or_insert_with(&key("a", CounterKind::Active, 1, 0), || 1);
+        c.get_or_insert_with(&key("a", CounterKind::Active, 2, 0), || 2);
+        c.get_or_insert_with(&key("b", CounterKind::Active, 1, 0), || 3);
+        c.retain(|v| *v != 3);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.of("b", CounterKind::Active).count(), 0);
+        c.retain(|v| *v > 1);
+        assert_eq!(c.len(), 1);
+        c.retain(|_| false);
+        assert!(c.is_empty(), "no group is left empty");
+        assert_eq!(c.len(), 0);
+    }
+}
