@@ -315,6 +315,33 @@ fn identity(c: &mut Criterion) {
 }
 
 /// 1 thread, and 2 when the machine has 2 cores.
+/// A shared window (`shared = true`) on node "a" of a two-node cluster synced in memory, after
+/// node "b" counted keys 0..64 past the exchange threshold, and the time to read it at.
+fn shared_window_with_counts_from_another_node() -> (
+    std::sync::Arc<dyn vestibule::store::WindowCounter>,
+    Timestamp,
+) {
+    use vestibule::config::OnStoreFailure;
+    use vestibule::store::shared::{MemoryHub, SharedStore};
+    use vestibule::store::{CounterStore, WindowSpec};
+    let hub = MemoryHub::default();
+    let a = SharedStore::new("a", "1", 1_000, OnStoreFailure::LastShare);
+    let b = SharedStore::new("b", "1", 1_000, OnStoreFailure::LastShare);
+    let spec = WindowSpec {
+        name: "per-ip".into(),
+        interval_ms: 10_000,
+        max_keys: 16_384,
+        shared: Some(1),
+    };
+    let now = Timestamp::from_secs(1_700_000_000);
+    let on_b = b.window(&spec);
+    for key in 0..64 {
+        on_b.observe(key, 5, now);
+    }
+    assert!(hub.sync(&b, now) && hub.sync(&a, now));
+    (a.window(&spec), now)
+}
+
 /// A new visitor (the `n`th) arriving in `line` at `now`, and waiting.
 fn arrive(line: &Room, ring: &vestibule::keys::KeyRing, now: Timestamp, n: &mut u32) {
     *n += 1;
@@ -382,6 +409,7 @@ fn contended_decisions(c: &mut Criterion) {
     let (cap_set, cap_visitors, cap_now) = capacity_room_and_allow_tokens(2);
     let capacity = cap_set.iter().next().expect("room");
     let rules = three_rules();
+    let (shared_window, shared_now) = shared_window_with_counts_from_another_node();
     let mut headers = http::HeaderMap::new();
     headers.insert("x-api-key", http::HeaderValue::from_static("k-123"));
     // Each thread: its client (the same one for all, or its own), its clock and its checks.
@@ -481,6 +509,17 @@ fn contended_decisions(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 run_at_once_with(threads, iters, &|i| (i as u32) << 24, &|n| {
                     arrive(crowded, &ring, cap_now, n)
+                })
+            })
+        });
+        // A shared rule's window on a cluster node, each thread a key of its own that another
+        // node counted too: the others' counts are looked up on every request.
+        g.bench_function("shared_window_peek", |b| {
+            b.iter_custom(|iters| {
+                run_at_once_with(threads, iters, &|i| i as u64, &|key| {
+                    let s = shared_window.peek(*key, shared_now);
+                    assert!(s.curr >= 5, "the other node's counts: {s:?}");
+                    black_box(s);
                 })
             })
         });

@@ -43,6 +43,17 @@ impl From<&GroupRef<'_>> for Group {
 
 type Slots<V> = HashMap<(u64, u64), V, ahash::RandomState>;
 
+/// The counters of one scope and kind.
+pub struct CounterGroup<'a, V> {
+    slots: &'a Slots<V>,
+}
+
+impl<'a, V> CounterGroup<'a, V> {
+    pub fn get(&self, slot: u64, id: u64) -> Option<&'a V> {
+        self.slots.get(&(slot, id))
+    }
+}
+
 /// Counters by key. A group is never left empty, so an empty map has no groups.
 #[derive(Debug)]
 pub struct Counters<V> {
@@ -98,12 +109,18 @@ impl<V> Counters<V> {
         self.get_or_insert_with_in(&key.scope, key.kind, key.slot, key.id, new)
     }
 
-    /// The counters of `scope` and `kind`, as (slot, id, value), in no particular order.
-    pub fn of(&self, scope: &str, kind: CounterKind) -> impl Iterator<Item = (u64, u64, &V)> {
+    /// The counters of `scope` and `kind`, if it has any: looked up once for several reads.
+    pub fn group(&self, scope: &str, kind: CounterKind) -> Option<CounterGroup<'_, V>> {
         self.groups
             .get(&GroupRef { scope, kind })
+            .map(|slots| CounterGroup { slots })
+    }
+
+    /// The counters of `scope` and `kind`, as (slot, id, value), in no particular order.
+    pub fn of(&self, scope: &str, kind: CounterKind) -> impl Iterator<Item = (u64, u64, &V)> {
+        self.group(scope, kind)
             .into_iter()
-            .flat_map(|slots| slots.iter().map(|(&(slot, id), v)| (slot, id, v)))
+            .flat_map(|g| g.slots.iter().map(|(&(slot, id), v)| (slot, id, v)))
     }
 
     /// Every counter, with its key.
@@ -173,6 +190,9 @@ mod tests {
             None,
             "slot and id not swapped"
         );
+        let group = c.group("a", CounterKind::Active).expect("a group");
+        assert_eq!((group.get(1, 2), group.get(2, 1)), (Some(&6), None));
+        assert!(c.group("a", CounterKind::Waiting).is_none());
         *c.get_mut(&key("a", CounterKind::Active, 1, 2)).unwrap() -= 6;
         assert_eq!(c.get_in("a", CounterKind::Active, 1, 2), Some(&0));
         assert_eq!(c.len(), 1);

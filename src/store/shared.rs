@@ -626,18 +626,11 @@ impl SharedWindow {
     /// The others' counts of `key` in the previous and current interval.
     fn others(&self, key: u64, now: Timestamp) -> (u64, u64) {
         let remote = self.remote.load();
-        if remote.values.is_empty() {
+        let Some(counts) = remote.values.group(&self.scope, CounterKind::Window) else {
             return (0, 0);
-        }
-        let slot = now.millis() / self.interval_ms;
-        let get = |s: u64| {
-            remote
-                .values
-                .get_in(&self.scope, CounterKind::Window, s, key)
-                .copied()
-                .unwrap_or(0)
-                .max(0) as u64
         };
+        let slot = now.millis() / self.interval_ms;
+        let get = |s: u64| counts.get(s, key).copied().unwrap_or(0).max(0) as u64;
         (get(slot.wrapping_sub(1)), get(slot))
     }
 }
