@@ -224,6 +224,78 @@ mod tests {
         assert_eq!(all[0], (key("sho", CounterKind::Waiting, 1, 7), 50));
     }
 
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Add(usize, u8, u64, u64, i64),
+        Retain(i64),
+    }
+
+    const SCOPES: [&str; 3] = ["a", "ab", "b"];
+    const KINDS: [CounterKind; 3] = [
+        CounterKind::Active,
+        CounterKind::Waiting,
+        CounterKind::Window,
+    ];
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0..3usize, 0..3u8, 0..4u64, 0..4u64, -5..5i64)
+                .prop_map(|(s, k, slot, id, d)| Op::Add(s, k, slot, id, d)),
+            1 => (-5..5i64).prop_map(Op::Retain),
+        ]
+    }
+
+    proptest! {
+        /// Whatever is added and dropped, the grouped map reads as one flat map of keys would.
+        #[test]
+        fn reads_as_a_flat_map(ops in proptest::collection::vec(op(), 0..200)) {
+            let mut c = Counters::default();
+            let mut model = std::collections::BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Add(s, k, slot, id, d) => {
+                        let key = key(SCOPES[s], KINDS[k as usize], slot, id);
+                        *c.get_or_insert_with(&key, || 0) += d;
+                        *model.entry(key).or_insert(0) += d;
+                    }
+                    Op::Retain(above) => {
+                        c.retain(|v| *v > above);
+                        model.retain(|_, v| *v > above);
+                    }
+                }
+            }
+            prop_assert_eq!(c.len(), model.len());
+            prop_assert_eq!(c.is_empty(), model.is_empty());
+            let mut all: Vec<_> = c.iter().map(|(k, &v)| (k, v)).collect();
+            all.sort();
+            prop_assert_eq!(&all, &model.iter().map(|(k, &v)| (k.clone(), v)).collect::<Vec<_>>());
+            for scope in SCOPES {
+                for kind in KINDS {
+                    let mut scan: Vec<_> = c.of(scope, kind).map(|(s, i, &v)| (s, i, v)).collect();
+                    scan.sort_unstable();
+                    let want: Vec<_> = model
+                        .iter()
+                        .filter(|(k, _)| &*k.scope == scope && k.kind == kind)
+                        .map(|(k, &v)| (k.slot, k.id, v))
+                        .collect();
+                    prop_assert_eq!(&scan, &want);
+                    for slot in 0..4 {
+                        for id in 0..4 {
+                            let k = key(scope, kind, slot, id);
+                            prop_assert_eq!(c.get(&k), model.get(&k));
+                            prop_assert_eq!(
+                                c.group(scope, kind).and_then(|g| g.get(slot, id)),
+                                model.get(&k)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn retain_drops_counters_and_empty_groups() {
         let mut c = Counters::default();
