@@ -43,6 +43,26 @@ impl From<&GroupRef<'_>> for Group {
 
 type Slots<V> = HashMap<(u64, u64), V, ahash::RandomState>;
 
+/// A counter met by [`Counters::iter`]: its value, and its key, made only when asked for (it
+/// clones the scope's `Arc`).
+pub struct Entry<'a, V> {
+    group: &'a Group,
+    slot: u64,
+    id: u64,
+    pub value: &'a V,
+}
+
+impl<V> Entry<'_, V> {
+    pub fn key(&self) -> CounterKey {
+        CounterKey {
+            scope: self.group.scope.clone(),
+            kind: self.group.kind,
+            slot: self.slot,
+            id: self.id,
+        }
+    }
+}
+
 /// The counters of one scope and kind.
 pub struct CounterGroup<'a, V> {
     slots: &'a Slots<V>,
@@ -123,17 +143,14 @@ impl<V> Counters<V> {
             .flat_map(|g| g.slots.iter().map(|(&(slot, id), v)| (slot, id, v)))
     }
 
-    /// Every counter, with its key.
-    pub fn iter(&self) -> impl Iterator<Item = (CounterKey, &V)> {
+    /// Every counter.
+    pub fn iter(&self) -> impl Iterator<Item = Entry<'_, V>> {
         self.groups.iter().flat_map(|(group, slots)| {
-            slots.iter().map(|(&(slot, id), v)| {
-                let key = CounterKey {
-                    scope: group.scope.clone(),
-                    kind: group.kind,
-                    slot,
-                    id,
-                };
-                (key, v)
+            slots.iter().map(move |(&(slot, id), value)| Entry {
+                group,
+                slot,
+                id,
+                value,
             })
         })
     }
@@ -218,7 +235,7 @@ mod tests {
         assert_eq!(waiting, [(1, 7, 10), (2, 7, 20)]);
         assert_eq!(c.of("nobody", CounterKind::Waiting).count(), 0);
         assert_eq!(c.len(), 5);
-        let mut all: Vec<_> = c.iter().map(|(k, &v)| (k, v)).collect();
+        let mut all: Vec<_> = c.iter().map(|e| (e.key(), *e.value)).collect();
         all.sort();
         assert_eq!(all.len(), 5);
         assert_eq!(all[0], (key("sho", CounterKind::Waiting, 1, 7), 50));
@@ -268,7 +285,7 @@ mod tests {
             }
             prop_assert_eq!(c.len(), model.len());
             prop_assert_eq!(c.is_empty(), model.is_empty());
-            let mut all: Vec<_> = c.iter().map(|(k, &v)| (k, v)).collect();
+            let mut all: Vec<_> = c.iter().map(|e| (e.key(), *e.value)).collect();
             all.sort();
             prop_assert_eq!(&all, &model.iter().map(|(k, &v)| (k.clone(), v)).collect::<Vec<_>>());
             for scope in SCOPES {
