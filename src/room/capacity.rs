@@ -415,6 +415,19 @@ impl Capacity {
         }
     }
 
+    /// The per-minute counters of `scope` and `kind` over `minutes`, each split as
+    /// [`CounterStore::split`], read from the store at once.
+    fn split_minutes(
+        &self,
+        scope: &Arc<str>,
+        kind: CounterKind,
+        minutes: std::ops::RangeInclusive<u64>,
+        now: Timestamp,
+    ) -> Vec<(i64, i64)> {
+        let keys: Vec<CounterKey> = minutes.map(|m| self.key_in(scope, kind, m, 0)).collect();
+        self.store.split_each(&keys, now)
+    }
+
     /// Whether the room has priority lanes.
     fn laned(&self) -> bool {
         self.lanes.len() > 1
@@ -516,11 +529,7 @@ impl Capacity {
         // Arrivals of the last minutes against first check-ins of the same minutes (a first
         // check-in comes a refresh after its arrival, so the newest minute is left out).
         let sum = |kind, from: u64, to: u64| -> i64 {
-            let keys: Vec<CounterKey> = (from..=to)
-                .map(|m| self.key_in(scope, kind, m, 0))
-                .collect();
-            self.store
-                .split_each(&keys, now)
+            self.split_minutes(scope, kind, from..=to, now)
                 .into_iter()
                 .map(|(synced, pending)| (synced + pending).max(0))
                 .sum()
@@ -700,12 +709,9 @@ impl Capacity {
             limit(new_per_minute, self.store.split(&admitted_key, now));
         }
         if self.total_active > 0 {
-            let keys: Vec<CounterKey> = (self.first_active_minute(minute)..=minute)
-                .map(|m| self.key(CounterKind::Active, m, 0))
-                .collect();
+            let minutes = self.first_active_minute(minute)..=minute;
             let split = self
-                .store
-                .split_each(&keys, now)
+                .split_minutes(&self.scope, CounterKind::Active, minutes, now)
                 .into_iter()
                 .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
             limit(self.total_active, split);
