@@ -132,7 +132,7 @@ impl WindowCounter for LocalWindow {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Exact {
     value: i64,
     expire_ms: u64,
@@ -218,10 +218,7 @@ impl CounterStore for LocalStore {
 
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        let e = exact.get_or_insert_with(key, || Exact {
-            value: 0,
-            expire_ms: 0,
-        });
+        let e = exact.get_or_insert_with(key, Exact::default);
         // Expired but not swept yet: it starts again from zero.
         if e.expire_ms <= now.millis() {
             e.value = 0;

@@ -281,7 +281,7 @@ pub fn decode_mark(s: &str) -> Option<(String, Mark)> {
     Some((parts.next()?.to_owned(), Mark { kind, id }))
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Own {
     value: i64,
     /// The value the others know (sent at the last successful sync).
@@ -640,12 +640,13 @@ impl WindowCounter for SharedWindow {
         if s.curr >= self.exchange_above {
             let slot = now.millis() / self.interval_ms;
             let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-            let o =
-                own.get_or_insert_with_in(&self.scope, CounterKind::Window, slot, key, || Own {
-                    value: 0,
-                    pushed: 0,
-                    expire_ms: 0,
-                });
+            let o = own.get_or_insert_with_in(
+                &self.scope,
+                CounterKind::Window,
+                slot,
+                key,
+                Own::default,
+            );
             o.value = s.curr as i64;
             o.expire_ms = (slot + 2) * self.interval_ms;
         }
@@ -697,11 +698,7 @@ impl CounterStore for SharedStore {
     fn add(&self, key: &CounterKey, delta: i64, now: Timestamp, expire_at: Timestamp) -> i64 {
         let remote = self.remote.load();
         let mut own = self.own_map();
-        let o = own.get_or_insert_with(key, || Own {
-            value: 0,
-            pushed: 0,
-            expire_ms: 0,
-        });
+        let o = own.get_or_insert_with(key, Own::default);
         if o.expire_ms <= now.millis() {
             o.value = 0;
             o.pushed = 0;
