@@ -58,7 +58,7 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
 
     let mut proxy = Service::new(
         "vestibule proxy".into(),
-        Edge::new(http.clone(), app.clone()),
+        Edge::new(http.clone(), app.clone(), WRITE_BUFFER),
     );
     for addr in &config.server.listen {
         proxy.add_listener(bufferless(addr));
@@ -66,7 +66,10 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     server.add_service(proxy);
     if !config.server.tls_listen.is_empty() {
         // The edge runs the handshake itself, with the certificates in service at that moment.
-        let mut tls = Service::new("vestibule tls".into(), Edge::tls(http, app.clone()));
+        let mut tls = Service::new(
+            "vestibule tls".into(),
+            Edge::tls(http, app.clone(), WRITE_BUFFER),
+        );
         for addr in &config.server.tls_listen {
             tls.add_listener(bufferless(addr));
         }

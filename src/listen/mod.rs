@@ -34,6 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
 
+mod home;
 pub mod proxy_protocol;
 mod replay;
 pub mod tls;
@@ -92,25 +93,34 @@ pub struct Edge<A> {
     app: Arc<App>,
     /// This edge's listeners speak TLS (with the snapshot's certificates).
     tls: bool,
+    /// The write buffer of a client connection re-registered with the reactor of the worker
+    /// thread that serves it ([`home`]); `None` where the thread that accepted it serves it
+    /// anyway (one worker thread, or one shared runtime with work stealing).
+    rehome: Option<usize>,
 }
 
 impl<A> Edge<A> {
-    /// An edge for plain listeners.
-    pub fn new(inner: Arc<A>, app: Arc<App>) -> Edge<A> {
+    /// An edge for plain listeners, whose connections have `write_buffer` bytes of write buffer.
+    pub fn new(inner: Arc<A>, app: Arc<App>, write_buffer: usize) -> Edge<A> {
+        let rehome = {
+            // Thread count and work stealing take a restart, so the first snapshot's hold.
+            let server = &app.snapshot().config.server;
+            (!server.work_stealing && server.threads > 1).then_some(write_buffer)
+        };
         Edge {
             inner,
             app,
             tls: false,
+            rehome,
         }
     }
 
     /// An edge for TLS listeners: it runs the handshake itself (after any PROXY header), with
     /// the certificates of the snapshot in service when the connection arrives.
-    pub fn tls(inner: Arc<A>, app: Arc<App>) -> Edge<A> {
+    pub fn tls(inner: Arc<A>, app: Arc<App>, write_buffer: usize) -> Edge<A> {
         Edge {
-            inner,
-            app,
             tls: true,
+            ..Edge::new(inner, app, write_buffer)
         }
     }
 
@@ -149,21 +159,34 @@ impl<A> Edge<A> {
             handshakes[1].inc();
             return None;
         };
-        // Listeners hand over their own L4 streams; bytes read ahead go back in front.
-        let mut l4 = match stream.into_any().downcast::<L4Stream>() {
-            Ok(l4) => l4,
-            Err(_) => {
+        let timeout = snapshot.config.server.header_timeout;
+        drop(snapshot);
+        // Listeners hand over their own L4 streams (re-registered ones behind a write buffer);
+        // bytes read ahead go back in front.
+        let handshake = match Rewound::of(stream, early) {
+            Some(Rewound::L4(l4)) => {
+                tokio::time::timeout(timeout, async {
+                    let tls = tls.acceptor.tls_handshake(*l4).await?;
+                    Ok::<Stream, Box<pingora::Error>>(Box::new(tls))
+                })
+                .await
+            }
+            Some(Rewound::Homed(homed)) => {
+                tokio::time::timeout(timeout, async {
+                    let tls = tls.acceptor.tls_handshake(*homed).await?;
+                    Ok::<Stream, Box<pingora::Error>>(Box::new(tls))
+                })
+                .await
+            }
+            None => {
                 handshakes[1].inc();
                 return None;
             }
         };
-        l4.rewind(early);
-        let timeout = snapshot.config.server.header_timeout;
-        drop(snapshot);
-        match tokio::time::timeout(timeout, tls.acceptor.tls_handshake(*l4)).await {
+        match handshake {
             Ok(Ok(stream)) => {
                 handshakes[0].inc();
-                Some(Box::new(stream))
+                Some(stream)
             }
             Ok(Err(e)) => {
                 handshakes[1].inc();
@@ -245,6 +268,9 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
+        if let Some(write_buffer) = self.rehome {
+            stream = home::rehome(stream, write_buffer)?;
+        }
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
         // What followed a PROXY header in the same reads: the start of the first request.
@@ -325,9 +351,8 @@ where
             if first && !self.tls && h2c && head.starts_with(H2_PREFACE) {
                 // HTTP/2 with prior knowledge: Pingora's HTTP/2 loop takes the connection, and
                 // finds the preface it looks for where it was read.
-                let mut l4 = stream.into_any().downcast::<L4Stream>().ok()?;
-                l4.rewind(&head);
-                return ServerApp::process_new(&self.inner, l4, shutdown).await;
+                let stream = Rewound::of(stream, &head)?.into_stream();
+                return ServerApp::process_new(&self.inner, stream, shutdown).await;
             }
             let mut session = ServerSession::new_http1(stream);
             match settings.take() {
@@ -345,6 +370,37 @@ where
 
     async fn cleanup(&self) {
         ServerApp::cleanup(&*self.inner).await;
+    }
+}
+
+/// A listener's stream with bytes already read put back in front: Pingora's own L4 stream, or
+/// one re-registered with this thread's reactor.
+enum Rewound {
+    L4(Box<L4Stream>),
+    Homed(Box<home::Homed>),
+}
+
+impl Rewound {
+    /// `None` for any other kind of stream.
+    fn of(stream: Stream, data: &[u8]) -> Option<Rewound> {
+        match stream.into_any().downcast::<L4Stream>() {
+            Ok(mut l4) => {
+                l4.rewind(data);
+                Some(Rewound::L4(l4))
+            }
+            Err(other) => {
+                let mut homed = other.downcast::<home::Homed>().ok()?;
+                homed.rewind(data);
+                Some(Rewound::Homed(homed))
+            }
+        }
+    }
+
+    fn into_stream(self) -> Stream {
+        match self {
+            Rewound::L4(l4) => l4,
+            Rewound::Homed(homed) => homed,
+        }
     }
 }
 
