@@ -42,7 +42,7 @@ redis = [\"redis://127.0.0.1:$REDIS_PORT/0\"]
 sync_interval = \"$SYNC\""
 
 RESULTS="$OUT/results.tsv"
-printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\tthreads\n" > "$RESULTS"
+printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\tthreads\tctx_per_req\n" > "$RESULTS"
 STORE="$OUT/store.tsv"
 printf "round\tsyncs_per_s\tsent_bytes_per_s\treceived_bytes_per_s\tredis_cpu_pct\treq_per_s\n" > "$STORE"
 

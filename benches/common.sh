@@ -238,6 +238,10 @@ to_ms() { # wrk prints 1.23ms / 456.00us / 1.20s
   awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
 }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# Context switches of every thread of a process, voluntary or not: a worker thread that parks
+# for lack of work and is woken again counts one.
+switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }'; }
+per_request() { awk -v d="$1" -v n="$2" 'BEGIN { printf "%.2f", (n > 0 ? d / n : 0) }'; }
 
 FAILED=()
 # Checks that a scenario measured the path its name claims: every request of the run was
@@ -263,17 +267,20 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
   if [ -n "${EXPECT:-}" ]; then
     if [ "$EXPECT" = origin ]; then counted=$(forwarded "$ADMIN"); else counted=$(room_pages "$ADMIN"); fi
   fi
+  local sw_before; sw_before=$(switches "$pid")
   local before; before=$(ticks "$pid")
   local w="$OUT/$name.round$ROUND.wrk"
   $LOAD_PIN wrk -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$@" "$url" > "$w"
   local after; after=$(ticks "$pid")
-  local requests rps p50 p99 cpu rss
+  local sw_after; sw_after=$(switches "$pid")
+  local requests rps p50 p99 cpu rss ctx
   requests=$(awk '/requests in/ { print $1 }' "$w")
   rps=$(awk '/Requests\/sec/ { print $2 }' "$w")
   p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' "$w")")
   p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' "$w")")
   cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
   rss=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
+  ctx=$(per_request $((sw_after - sw_before)) "$requests")
   if grep -q "Non-2xx" "$w"; then
     echo "!! $name had non-2xx answers: $(grep Non-2xx "$w")" >&2
     FAILED+=("$name (round $ROUND): $(grep Non-2xx "$w")")
@@ -281,8 +288,8 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
   if [ -n "${EXPECT:-}" ]; then
     check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" "$PROXY_THREADS" >> "$RESULTS"
-  echo "   $name: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu us CPU/req, RSS $rss KiB"
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$p50" "$p99" "$cpu" "$rss" "$PROXY_THREADS" "$ctx" >> "$RESULTS"
+  echo "   $name: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu us CPU/req, $ctx context switches/req, RSS $rss KiB"
 }
 
 # One h2load measurement over TLS (HTTP/2 by ALPN), recorded like measure's: needs the same
@@ -296,16 +303,19 @@ measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
     if [ "$EXPECT" = origin ]; then counted=$(forwarded "$ADMIN"); else counted=$(room_pages "$ADMIN"); fi
   fi
   local h="$OUT/$name.round$ROUND.h2load"
+  local sw_before; sw_before=$(switches "$pid")
   local before; before=$(ticks "$pid")
   $LOAD_PIN h2load -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -m"${H2_STREAMS:-10}" -D"$DURATION" "$@" "$url" > "$h"
   local after; after=$(ticks "$pid")
-  local requests rps mean cpu rss ok
+  local sw_after; sw_after=$(switches "$pid")
+  local requests rps mean cpu rss ok ctx
   requests=$(awk '/^requests:/ { print $8 }' "$h")
   ok=$(awk '/^status codes:/ { print $3 }' "$h")
   rps=$(awk '/^finished in/ { print $4 }' "$h")
   mean=$(to_ms "$(awk '/^time for request:/ { print $6 }' "$h")")
   cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
   rss=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
+  ctx=$(per_request $((sw_after - sw_before)) "$requests")
   # Answers that arrive as h2load stops count in its status codes but not as done.
   if [ "$ok" -lt "$requests" ]; then
     echo "!! $name: $requests requests done, $ok with 2xx" >&2
@@ -315,6 +325,6 @@ measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
     # Streams in flight when h2load stops are answered but not counted by it.
     SLACK=$((CONNECTIONS * ${H2_STREAMS:-10} * 2)) check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$mean" "-" "$cpu" "$rss" "$PROXY_THREADS" >> "$RESULTS"
-  echo "   $name: $rps req/s, mean $mean ms, $cpu us CPU/req, RSS $rss KiB"
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$ROUND" "$name" "$rps" "$mean" "-" "$cpu" "$rss" "$PROXY_THREADS" "$ctx" >> "$RESULTS"
+  echo "   $name: $rps req/s, mean $mean ms, $cpu us CPU/req, $ctx context switches/req, RSS $rss KiB"
 }

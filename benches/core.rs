@@ -666,6 +666,102 @@ fn cluster_sync(c: &mut Criterion) {
     g.finish();
 }
 
+/// A kept-alive client connection, served by an echo task on runtime B: the client's end, once
+/// B holds the socket. `rehomed`: re-registered with B's reactor, as the edge does without work
+/// stealing. Otherwise left registered with the reactor of runtime A, which accepted it and is
+/// otherwise idle, as Pingora hands connections to a random worker thread.
+fn echo_connection(rehomed: bool) -> std::net::TcpStream {
+    use pingora::protocols::l4::stream::Stream as L4Stream;
+    use pingora::protocols::{GetSocketDigest, SocketDigest, Stream};
+    use std::os::fd::AsRawFd;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let (accepted_tx, accepted_rx) = std::sync::mpsc::channel::<Stream>();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // Runtime A: accepts, hands the connection over, then idles on its reactor (for good: the
+    // bench process ends with it).
+    std::thread::spawn(move || {
+        runtime().block_on(async {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let mut l4 = L4Stream::from(tcp);
+            let digest = SocketDigest::from_raw_fd(l4.as_raw_fd());
+            l4.set_socket_digest(digest);
+            accepted_tx.send(Box::new(l4)).unwrap();
+            std::future::pending::<()>().await
+        })
+    });
+    // Runtime B: serves the connection until the client closes it.
+    std::thread::spawn(move || {
+        runtime().block_on(async {
+            let mut stream = accepted_rx.recv().unwrap();
+            if rehomed {
+                stream = vestibule::listen::home::rehome(stream, 8192).unwrap();
+            }
+            let mut buf = [0u8; 64];
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                if stream.write_all(&buf[..n]).await.is_err() || stream.flush().await.is_err() {
+                    break;
+                }
+            }
+        })
+    });
+    let client = std::net::TcpStream::connect(addr).unwrap();
+    client.set_nodelay(true).unwrap();
+    client
+}
+
+/// The CPU time of this process so far, every thread's.
+fn process_cpu() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "CLOCK_PROCESS_CPUTIME_ID");
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// One request and response on a kept-alive connection (64 bytes each way), by where the
+/// connection's socket is registered: what a worker thread's reactor saves per request.
+/// `wall` is the round trip's time; `cpu` is the CPU time it took in the whole process (the
+/// client's thread, the serving runtime's and the accepting runtime's).
+fn edge_round_trip(c: &mut Criterion) {
+    use std::io::{Read, Write};
+    let mut g = c.benchmark_group("edge_round_trip");
+    for (name, rehomed) in [
+        ("registered_where_accepted", false),
+        ("registered_where_served", true),
+    ] {
+        let mut client = echo_connection(rehomed);
+        let mut buf = [7u8; 64];
+        let mut round_trip = move || {
+            client.write_all(&buf).unwrap();
+            client.read_exact(&mut buf).unwrap();
+        };
+        g.bench_function(format!("{name}/wall"), |b| b.iter(&mut round_trip));
+        g.bench_function(format!("{name}/cpu"), |b| {
+            b.iter_custom(|iters| {
+                let start = process_cpu();
+                for _ in 0..iters {
+                    round_trip();
+                }
+                process_cpu() - start
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     tokens,
@@ -678,6 +774,7 @@ criterion_group!(
     contended_metrics,
     contended_pages,
     contended_decisions,
-    cluster_sync
+    cluster_sync,
+    edge_round_trip
 );
 criterion_main!(benches);

@@ -10,6 +10,7 @@
 #                                        # in Arabic), 3 rules and access-log rows (baseline_*), same rounds
 #   BASELINE_PAGES=/path/to/its/pages     # the pages folder of that build, when the templates changed since
 #   ONLY='handshakes' TLS=1 benches/load.sh   # just the scenarios matching a regex
+#   CLOSE=1 benches/load.sh              # also a new connection for every request (plain HTTP)
 #   TLS=1 benches/load.sh                # also over TLS: h1 keep-alive (wrk), h2 (h2load),
 #                                        # and full handshakes (wrk, a new connection each time)
 #   benches/load.sh --threads 1,2 --cpus 0-1:0-1:0-1      # scaling, here (2 cores shared)
@@ -64,7 +65,7 @@ start_origin
 
 # --- one measurement ------------------------------------------------------------------------
 RESULTS="$OUT/results.tsv"
-printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\tthreads\n" > "$RESULTS"
+printf "round\tscenario\trps\tp50_ms\tp99_ms\tcpu_us_per_req\trss_kib\tthreads\tctx_per_req\n" > "$RESULTS"
 
 # to_ms, ticks, check_path and measure are in common.sh.
 
@@ -130,6 +131,15 @@ for ROUND in $(seq 1 "$ROUNDS"); do
       EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}"
       EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page_ar "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}" -H "Accept-Language: ar-EG,ar;q=0.9,en-US;q=0.6,en;q=0.5"
     fi
+    if [ "${CLOSE:-0}" = 1 ]; then
+      # A new connection for every request: what a connection costs on its own (accepting it,
+      # and, at more than one thread without work stealing, registering it where it is served).
+      measure plain_proxy_close "http://127.0.0.1:${P[$t plain_port]}/" "${P[$t plain_pid]}" -H "Connection: close"
+      EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed_close "http://127.0.0.1:${P[$t allowed_port]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE" -H "Connection: close"
+      if [ -n "${BASELINE_BIN:-}" ]; then
+        EXPECT=origin ADMIN=${P[$t b_allowed_admin]} measure baseline_allowed_close "http://127.0.0.1:${P[$t b_allowed_port]}/" "${P[$t b_allowed_pid]}" -H "Cookie: $COOKIE" -H "Connection: close"
+      fi
+    fi
     if [ "${TLS:-0}" = 1 ]; then
       measure plain_proxy_tls "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}"
       EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed_tls "https://127.0.0.1:${P[$t allowed_tls]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE"
@@ -161,7 +171,7 @@ def num(v):
 # listener (same rustls, same certificate), h2 rows with its h2, handshake rows with its
 # handshakes.
 def ref(name):
-    for suffix in ("_tls", "_h2", "_handshakes"):
+    for suffix in ("_tls", "_h2", "_handshakes", "_close"):
         if name.endswith(suffix):
             return "plain_proxy" + suffix
     return "plain_proxy"
@@ -185,8 +195,8 @@ def table(threads):
         for r in sel:
             rounds.setdefault(r["round"], {})[r["scenario"]] = float(r["cpu_us_per_req"])
         return [v[name] / v[ref(name)] for v in rounds.values() if name in v and ref(name) in v]
-    print("| scenario | req/s | p50 ms | p99 ms | CPU us/req | RSS KiB | CPU vs plain | CPU vs plain, best | RSS vs plain |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| scenario | req/s | p50 ms | p99 ms | CPU us/req | switches/req | RSS KiB | CPU vs plain | CPU vs plain, best | RSS vs plain |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in order:
         cpu, rss = med(name, "cpu_us_per_req"), peak(name)
         if name == "origin" or name == ref(name):
@@ -195,7 +205,7 @@ def table(threads):
             cmp = (f"{statistics.median(ratios(name)):.2f}x",
                    f"{best(name, 'cpu_us_per_req') / best(ref(name), 'cpu_us_per_req'):.2f}x",
                    f"{rss / peak(ref(name)):.2f}x")
-        print(f"| {name} | {med(name, 'rps'):.0f} | {med(name, 'p50_ms'):.3f} | {med(name, 'p99_ms'):.3f} | {cpu:.1f} | {rss:.0f} | {' | '.join(cmp)} |")
+        print(f"| {name} | {med(name, 'rps'):.0f} | {med(name, 'p50_ms'):.3f} | {med(name, 'p99_ms'):.3f} | {cpu:.1f} | {med(name, 'ctx_per_req'):.2f} | {rss:.0f} | {' | '.join(cmp)} |")
     print(f"\n(medians of {max(len(v) for v in by.values())} rounds; RSS is the peak)")
 
 for threads in counts:
@@ -209,8 +219,8 @@ if len(counts) > 1:
     print("\n### Scaling: CPU us per request by proxy threads\n")
     first, last = counts[0], counts[-1]
     head = " | ".join(str(t) for t in counts)
-    print(f"| scenario | {head} | {last} vs {first} | req/s at {last} | req/s at {last} vs plain default |")
-    print("| --- | " + " | ".join("---:" for _ in counts) + " | ---: | ---: | ---: |")
+    print(f"| scenario | {head} | {last} vs {first} | switches/req at {first} | at {last} | req/s at {last} | req/s at {last} vs plain default |")
+    print("| --- | " + " | ".join("---:" for _ in counts) + " | ---: | ---: | ---: | ---: | ---: |")
     cell = {}
     for r in rows:
         cell.setdefault((r["scenario"], int(r["threads"])), {})[r["round"]] = r
@@ -219,10 +229,11 @@ if len(counts) > 1:
         meds = [statistics.median(float(v["cpu_us_per_req"]) for v in cell[(name, t)].values()) for t in counts]
         per_round = [float(cell[(name, last)][k]["cpu_us_per_req"]) / float(cell[(name, first)][k]["cpu_us_per_req"])
                      for k in cell[(name, last)] if k in cell[(name, first)]]
+        sw = [statistics.median(float(v["ctx_per_req"]) for v in cell[(name, t)].values()) for t in (first, last)]
         rps = statistics.median(float(v["rps"]) for v in cell[(name, last)].values())
         plain = statistics.median(float(v["rps"]) for v in cell[(ref(name), last)].values())
         print(f"| {name} | " + " | ".join(f"{m:.1f}" for m in meds)
-              + f" | {statistics.median(per_round):.2f}x | {rps:.0f} | {rps / plain:.2f}x |")
+              + f" | {statistics.median(per_round):.2f}x | {sw[0]:.2f} | {sw[1]:.2f} | {rps:.0f} | {rps / plain:.2f}x |")
 PY
 echo
 echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page (any language) <= 0.60x plain CPU/req (SPEC §13: <= 0.5x); RSS <= 2x."

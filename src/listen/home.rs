@@ -9,7 +9,9 @@
 //! [`rehome`] duplicates the socket, registers the duplicate with the serving thread's reactor,
 //! and closes the original. Dropping the original deregisters it from the acceptor's epoll
 //! before closing, so the acceptor hears nothing more of the connection. That costs four system
-//! calls once per connection (`dup`, `epoll_ctl` twice, `close`), not per request.
+//! calls once per connection (`dup`, `epoll_ctl` twice, `close`), not per request, and tokio
+//! does not take the new registration for readable until its reactor says so. The edge
+//! therefore re-registers a plain connection only when it comes back for a second request.
 //!
 //! An `L4Stream` built from a socket has no write buffer. Pingora sizes a listener's buffer
 //! only inside its own crate. So [`Homed`] puts one in front, of the listener's size:

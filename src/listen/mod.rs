@@ -34,7 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
 
-mod home;
+pub mod home;
 pub mod proxy_protocol;
 mod replay;
 pub mod tls;
@@ -94,8 +94,9 @@ pub struct Edge<A> {
     /// This edge's listeners speak TLS (with the snapshot's certificates).
     tls: bool,
     /// The write buffer of a client connection re-registered with the reactor of the worker
-    /// thread that serves it ([`home`]); `None` where the thread that accepted it serves it
-    /// anyway (one worker thread, or one shared runtime with work stealing).
+    /// thread that serves it ([`home`]): a TLS one before its handshake, a plain one when a
+    /// second request begins. `None` where the thread that accepted it serves it anyway (one
+    /// worker thread, or one shared runtime with work stealing).
     rehome: Option<usize>,
 }
 
@@ -268,8 +269,14 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        if let Some(write_buffer) = self.rehome {
-            stream = home::rehome(stream, write_buffer)?;
+        // A plain connection is re-registered where it is served once it comes back for a
+        // second request: one that closes after its first pays nothing. A TLS connection is
+        // re-registered before its handshake, which reads several times.
+        let mut rehome = self.rehome;
+        if self.tls {
+            if let Some(write_buffer) = rehome.take() {
+                stream = home::rehome(stream, write_buffer)?;
+            }
         }
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
@@ -318,6 +325,13 @@ where
         let down = shutdown_rx.wait_for(|down| *down);
         tokio::pin!(down);
         loop {
+            if !first {
+                if let Some(write_buffer) = rehome.take() {
+                    // Nothing may stay behind in the stream given up (Pingora flushed the answer).
+                    stream.flush().await.ok()?;
+                    stream = home::rehome(stream, write_buffer)?;
+                }
+            }
             let waits = self.waits();
             // A new connection gets header_timeout for its first byte; a kept-alive one may
             // idle for keepalive_timeout.
