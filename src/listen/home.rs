@@ -19,19 +19,13 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::raw_connect::ProxyDigest;
-use pingora::protocols::tls::SslDigest;
-use pingora::protocols::{
-    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
-    TimingDigest, UniqueID, UniqueIDType, ALPN,
-};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter, ReadBuf};
+use pingora::protocols::{GetSocketDigest, Peek, Shutdown, SocketDigest, Stream};
+use tokio::io::{AsyncRead, AsyncWriteExt, BufWriter, ReadBuf};
 
 /// A TCP connection registered with this thread's reactor, behind a write buffer that
 /// [`flush`](AsyncWriteExt::flush) empties (Pingora flushes after each response head and body).
@@ -41,6 +35,14 @@ pub struct Homed {
 }
 
 impl Homed {
+    fn io(&self) -> &L4Stream {
+        self.inner.get_ref()
+    }
+
+    fn io_mut(&mut self) -> &mut L4Stream {
+        self.inner.get_mut()
+    }
+
     /// Puts `data` back in front of what the connection reads next.
     pub fn rewind(&mut self, data: &[u8]) {
         self.inner.get_mut().rewind(data);
@@ -115,36 +117,7 @@ impl AsyncRead for Homed {
     }
 }
 
-impl AsyncWrite for Homed {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        // Writes out what is buffered, then shuts the socket's sending side.
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
+forward_async_write!(Homed, inner);
 
 #[async_trait]
 impl Shutdown for Homed {
@@ -155,51 +128,7 @@ impl Shutdown for Homed {
     }
 }
 
-impl UniqueID for Homed {
-    fn id(&self) -> UniqueIDType {
-        self.inner.get_ref().id()
-    }
-}
-
-impl Ssl for Homed {
-    fn get_ssl(&self) -> Option<&pingora::protocols::tls::TlsRef> {
-        None
-    }
-
-    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
-        None
-    }
-
-    fn selected_alpn_proto(&self) -> Option<ALPN> {
-        None
-    }
-}
-
-impl GetTimingDigest for Homed {
-    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
-        self.inner.get_ref().get_timing_digest()
-    }
-}
-
-impl GetProxyDigest for Homed {
-    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
-        self.inner.get_ref().get_proxy_digest()
-    }
-
-    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
-        self.inner.get_mut().set_proxy_digest(digest)
-    }
-}
-
-impl GetSocketDigest for Homed {
-    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
-        self.inner.get_ref().get_socket_digest()
-    }
-
-    fn set_socket_digest(&mut self, digest: SocketDigest) {
-        self.inner.get_mut().set_socket_digest(digest)
-    }
-}
+forward_digests!(Homed, io, io_mut);
 
 #[async_trait]
 impl Peek for Homed {

@@ -34,6 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
 
+#[macro_use]
+mod forward;
 pub mod home;
 pub mod proxy_protocol;
 mod replay;

@@ -3,18 +3,12 @@
 //! `header_timeout`, which the HTTP/2 handshake alone does not bound).
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use bytes::{Buf, Bytes};
-use pingora::protocols::raw_connect::ProxyDigest;
-use pingora::protocols::tls::SslDigest;
-use pingora::protocols::{
-    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
-    TimingDigest, UniqueID, UniqueIDType, ALPN,
-};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use pingora::protocols::{Peek, Shutdown, Stream, IO};
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// `inner`, read as `early` followed by whatever `inner` reads next.
 #[derive(Debug)]
@@ -26,6 +20,14 @@ pub struct Replay {
 impl Replay {
     pub fn new(inner: Stream, early: Bytes) -> Replay {
         Replay { early, inner }
+    }
+
+    fn io(&self) -> &dyn IO {
+        &*self.inner
+    }
+
+    fn io_mut(&mut self) -> &mut dyn IO {
+        &mut *self.inner
     }
 }
 
@@ -45,35 +47,7 @@ impl AsyncRead for Replay {
     }
 }
 
-impl AsyncWrite for Replay {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
+forward_async_write!(Replay, inner);
 
 #[async_trait]
 impl Shutdown for Replay {
@@ -82,51 +56,7 @@ impl Shutdown for Replay {
     }
 }
 
-impl UniqueID for Replay {
-    fn id(&self) -> UniqueIDType {
-        self.inner.id()
-    }
-}
-
-impl Ssl for Replay {
-    fn get_ssl(&self) -> Option<&pingora::protocols::tls::TlsRef> {
-        self.inner.get_ssl()
-    }
-
-    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
-        self.inner.get_ssl_digest()
-    }
-
-    fn selected_alpn_proto(&self) -> Option<ALPN> {
-        self.inner.selected_alpn_proto()
-    }
-}
-
-impl GetTimingDigest for Replay {
-    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
-        self.inner.get_timing_digest()
-    }
-}
-
-impl GetProxyDigest for Replay {
-    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
-        self.inner.get_proxy_digest()
-    }
-
-    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
-        self.inner.set_proxy_digest(digest)
-    }
-}
-
-impl GetSocketDigest for Replay {
-    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
-        self.inner.get_socket_digest()
-    }
-
-    fn set_socket_digest(&mut self, digest: SocketDigest) {
-        self.inner.set_socket_digest(digest)
-    }
-}
+forward_digests!(Replay, io, io_mut);
 
 #[async_trait]
 impl Peek for Replay {}
