@@ -53,12 +53,12 @@ impl Homed {
 /// connection (a Unix socket, a stream already wrapped) comes back as it was. `None` when the
 /// socket cannot be duplicated or registered: the connection is then closed.
 pub fn rehome(stream: Stream, write_buffer: usize) -> Option<Stream> {
-    let tcp = stream
+    let digest = stream
         .get_socket_digest()
-        .is_some_and(|d| matches!(d.peer_addr(), Some(PeerAddr::Inet(_))));
-    if !tcp || !stream.as_any().is::<L4Stream>() {
+        .filter(|d| matches!(d.peer_addr(), Some(PeerAddr::Inet(_))));
+    let Some(digest) = digest.filter(|_| stream.as_any().is::<L4Stream>()) else {
         return Some(stream);
-    }
+    };
     let old = stream.into_any().downcast::<L4Stream>().ok()?;
     // SAFETY: `old` owns this descriptor and stays alive until the duplicate exists.
     let fd = unsafe { BorrowedFd::borrow_raw(old.as_raw_fd()) };
@@ -79,16 +79,12 @@ pub fn rehome(stream: Stream, write_buffer: usize) -> Option<Stream> {
         }
     };
     let established = old.established_ts;
-    let digest = old.get_socket_digest();
     // Deregisters from the accepting reactor, then closes the original descriptor.
     drop(old);
     let mut new = L4Stream::from(tcp);
     new.established_ts = established;
-    match digest {
-        // The addresses it may already hold stay; they are the same socket's.
-        Some(d) => new.set_socket_digest(rebound(&d, new.as_raw_fd())),
-        None => new.set_socket_digest(SocketDigest::from_raw_fd(new.as_raw_fd())),
-    }
+    // The addresses the digest already holds stay: they are the same socket's.
+    new.set_socket_digest(rebound(&digest, new.as_raw_fd()));
     Some(Box::new(Homed {
         inner: BufWriter::with_capacity(write_buffer, new),
     }))

@@ -166,26 +166,11 @@ impl<A> Edge<A> {
         drop(snapshot);
         // Listeners hand over their own L4 streams (re-registered ones behind a write buffer);
         // bytes read ahead go back in front.
-        let handshake = match Rewound::of(stream, early) {
-            Some(Rewound::L4(l4)) => {
-                tokio::time::timeout(timeout, async {
-                    let tls = tls.acceptor.tls_handshake(*l4).await?;
-                    Ok::<Stream, Box<pingora::Error>>(Box::new(tls))
-                })
-                .await
-            }
-            Some(Rewound::Homed(homed)) => {
-                tokio::time::timeout(timeout, async {
-                    let tls = tls.acceptor.tls_handshake(*homed).await?;
-                    Ok::<Stream, Box<pingora::Error>>(Box::new(tls))
-                })
-                .await
-            }
-            None => {
-                handshakes[1].inc();
-                return None;
-            }
+        let Some(rewound) = Rewound::of(stream, early) else {
+            handshakes[1].inc();
+            return None;
         };
+        let handshake = tokio::time::timeout(timeout, rewound.tls_handshake(&tls.acceptor)).await;
         match handshake {
             Ok(Ok(stream)) => {
                 handshakes[0].inc();
@@ -410,6 +395,17 @@ impl Rewound {
                 Some(Rewound::Homed(homed))
             }
         }
+    }
+
+    /// The TLS handshake over this stream.
+    async fn tls_handshake(
+        self,
+        acceptor: &pingora::listeners::tls::Acceptor,
+    ) -> pingora::Result<Stream> {
+        Ok(match self {
+            Rewound::L4(l4) => Box::new(acceptor.tls_handshake(*l4).await?),
+            Rewound::Homed(homed) => Box::new(acceptor.tls_handshake(*homed).await?),
+        })
     }
 
     fn into_stream(self) -> Stream {
