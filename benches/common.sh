@@ -52,11 +52,15 @@ ORIGIN_PIN=$(pin "${ORIGIN_CPUS:-}")
 # nginx workers: one per origin CPU unless ORIGIN_WORKERS says otherwise.
 ORIGIN_WORKERS=${ORIGIN_WORKERS:-$( [ -n "${ORIGIN_CPUS:-}" ] && cpu_count "$ORIGIN_CPUS" || echo 1)}
 
+# Builds vestibule and the plain proxy, unless both are given prebuilt (VESTIBULE_BIN and
+# PLAIN_BIN: a machine without cargo, as in benches/bundle.sh's tarball).
 build() {
-  echo "== building (release)"
-  (cd "$ROOT" && cargo build --release --quiet --bin vestibule --example plain_proxy)
+  if [ -z "${VESTIBULE_BIN:-}" ] || [ -z "${PLAIN_BIN:-}" ]; then
+    echo "== building (release)"
+    (cd "$ROOT" && cargo build --release --quiet --bin vestibule --example plain_proxy)
+  fi
   BIN=${VESTIBULE_BIN:-$ROOT/target/release/vestibule}
-  PLAIN=$ROOT/target/release/examples/plain_proxy
+  PLAIN=${PLAIN_BIN:-$ROOT/target/release/examples/plain_proxy}
   BENCH_KEY=$("$BIN" keygen)
 }
 
@@ -66,16 +70,25 @@ start_origin() {
   if command -v nginx >/dev/null; then
     ORIGIN_KIND=nginx
     mkdir -p "$OUT/nginx"
+    # Everything nginx writes is under $OUT and its workers run as this user: a machine that
+    # only carries nginx's binary (benches/bundle.sh) has no /var/lib/nginx, and maybe no
+    # "nogroup" group, nginx's compiled-in defaults.
     cat > "$OUT/nginx/nginx.conf" <<EOF
 daemon off;
 master_process $( [ "$ORIGIN_WORKERS" -gt 1 ] && echo on || echo off );
 worker_processes $ORIGIN_WORKERS;
+$( [ "$(id -u)" = 0 ] && echo "user $(id -un) $(id -gn);" )
 pid $OUT/nginx/nginx.pid;
 error_log $OUT/nginx/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
   keepalive_requests 1000000;
+  client_body_temp_path $OUT/nginx/body;
+  proxy_temp_path $OUT/nginx/proxy;
+  fastcgi_temp_path $OUT/nginx/fastcgi;
+  uwsgi_temp_path $OUT/nginx/uwsgi;
+  scgi_temp_path $OUT/nginx/scgi;
   server {
     listen 127.0.0.1:$ORIGIN_PORT;
     location / { default_type text/plain; return 200 "hello from the origin\n"; }
