@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::Opt;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{background_service, BackgroundService};
@@ -17,6 +16,7 @@ use pingora::services::listening::Service;
 use crate::admin::Admin;
 use crate::app::App;
 use crate::demo::DemoOrigin;
+use crate::listen::threads::ThreadService;
 use crate::listen::Edge;
 use crate::proxy::Proxy;
 use crate::reload::Reloader;
@@ -56,24 +56,27 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     // crate's limits on resets and CONTINUATION frames (README, "TLS, HTTP/2 and balancers").
     let http = Arc::new(http);
 
-    let mut proxy = Service::new(
-        "vestibule proxy".into(),
-        Edge::new(http.clone(), app.clone(), WRITE_BUFFER),
-    );
-    for addr in &config.server.listen {
-        proxy.add_listener(bufferless(addr));
-    }
-    server.add_service(proxy);
-    if !config.server.tls_listen.is_empty() {
-        // The edge runs the handshake itself, with the certificates in service at that moment.
-        let mut tls = Service::new(
-            "vestibule tls".into(),
-            Edge::tls(http, app.clone(), WRITE_BUFFER),
-        );
-        for addr in &config.server.tls_listen {
-            tls.add_listener(bufferless(addr));
+    // The edge runs a TLS handshake itself, with the certificates in service at that moment.
+    // Each connection is accepted and served on one thread (src/listen/threads.rs).
+    let (threads, stealing) = (config.server.threads, config.server.work_stealing);
+    for (name, edge, addrs) in [
+        (
+            "vestibule proxy",
+            Arc::new(Edge::new(http.clone(), app.clone())),
+            &config.server.listen,
+        ),
+        (
+            "vestibule tls",
+            Arc::new(Edge::tls(http, app.clone())),
+            &config.server.tls_listen,
+        ),
+    ] {
+        if addrs.is_empty() {
+            continue;
         }
-        server.add_service(tls);
+        for service in ThreadService::all(name, addrs, threads, stealing, edge, WRITE_BUFFER) {
+            server.add_service(service);
+        }
     }
 
     let mut admin = Service::new("vestibule admin".into(), Admin::new(app.clone()));
@@ -114,16 +117,6 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
 /// in one send. Pingora's default of 1,460 bytes sent a page's head and body apart, a
 /// second system call for every page.
 const WRITE_BUFFER: usize = 8 * 1024;
-
-/// A TCP listener without an L4 read buffer: the HTTP/1 parser and rustls read into their own
-/// buffers, and an idle connection then holds none (Pingora's default puts 64 KiB in front of
-/// every socket).
-fn bufferless(addr: &SocketAddr) -> ListenerConfig {
-    ListenerConfig::tcp(addr.to_string()).l4_buffer(L4BufferSettings {
-        read: Some(0),
-        write: Some(WRITE_BUFFER),
-    })
-}
 
 /// The demo origin as a service of its own, listening on `addr` if given (callers may add
 /// listeners, such as a TLS one, themselves).

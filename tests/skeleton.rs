@@ -358,13 +358,9 @@ fn upstream_tls_verifies_the_origin_by_sni() {
     );
 }
 
-/// SIGQUIT hands the listening sockets to a process started with `--upgrade`: clients see no
-/// failed request, and the old process exits.
-#[test]
-fn zero_downtime_upgrade() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let origin = Origin::start();
-    let mut old = Setup::new(origin.addr).start();
+/// Starts a process with `--upgrade` on `old`'s config file, and waits until it listens on the
+/// upgrade socket for the old one's sockets.
+fn upgrade_to(old: &Vestibule) -> Proc {
     let config = old.config_path();
     let sock = std::path::PathBuf::from(format!("/tmp/vestibule-test-{}.sock", old.proxy.port()));
     let _ = std::fs::remove_file(&sock);
@@ -373,13 +369,23 @@ fn zero_downtime_upgrade() {
         &old.path("new.log"),
         &[],
     );
-    // The new process listens on the upgrade socket for the old one's sockets.
     assert!(
         eventually(Duration::from_secs(10), || sock.exists()),
         "the new process never listened on {}:\n{}",
         sock.display(),
         new.log_text()
     );
+    new
+}
+
+/// SIGQUIT hands the listening sockets to a process started with `--upgrade`: clients see no
+/// failed request, and the old process exits.
+#[test]
+fn zero_downtime_upgrade() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let origin = Origin::start();
+    let mut old = Setup::new(origin.addr).start();
+    let new = upgrade_to(&old);
     let stop = AtomicBool::new(false);
     let url = old.url("/__echo");
     let (ok, failed) = std::thread::scope(|s| {
@@ -417,4 +423,67 @@ fn zero_downtime_upgrade() {
     assert!(ok > 50, "{ok}");
     // The new process serves on its own.
     assert_eq!(client().get(&url).send().unwrap().status(), 200);
+}
+
+/// Each worker thread listens on a socket of its own (SO_REUSEPORT), and an upgrade passes them
+/// all on. A new process with fewer threads accepts on every socket it was passed: the kernel
+/// goes on queueing connections on each of them, and one left unserved would leave about a
+/// third of the new connections here waiting forever.
+#[test]
+fn an_upgrade_to_fewer_threads_accepts_on_every_socket_it_was_passed() {
+    let origin = Origin::start();
+    let mut old = Setup::new(origin.addr).threads(3).start();
+    let config = old.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("threads = 3\n"), "{text}");
+    std::fs::write(&config, text.replace("threads = 3\n", "threads = 1\n")).unwrap();
+    let new = upgrade_to(&old);
+    old.proc.signal("QUIT");
+    assert!(
+        old.proc.wait_exit(Duration::from_secs(20)).is_some(),
+        "the old process did not exit"
+    );
+    // A new connection each time: the kernel hashes each to one of the 3 sockets.
+    let quick = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = old.url("/__echo");
+    let failed: Vec<String> = (0..60)
+        .filter_map(|_| match quick.get(&url).send() {
+            Ok(r) if r.status() == 200 => None,
+            Ok(r) => Some(format!("status {}", r.status())),
+            Err(e) => Some(e.to_string()),
+        })
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}\n{}", new.log_text());
+}
+
+/// With work stealing on, one service on a runtime of all the worker threads accepts on one
+/// socket per address (its threads take work from each other): it serves new and kept-alive
+/// connections alike.
+#[test]
+fn with_work_stealing_one_shared_service_serves() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .threads(3)
+        .server("work_stealing = true")
+        .start();
+    let kept = client();
+    let fresh = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    for c in [&kept, &fresh] {
+        for _ in 0..20 {
+            assert_eq!(c.get(v.url("/__echo")).send().unwrap().status(), 200);
+        }
+    }
+    assert!(
+        v.log_text().contains("Starting service: vestibule proxy\n"),
+        "{}",
+        v.log_text()
+    );
 }

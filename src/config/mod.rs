@@ -25,6 +25,8 @@ use crate::identity::IdentityPolicy;
 
 /// Default config path, relative to the working directory.
 pub const DEFAULT_PATH: &str = "conf/vestibule.toml";
+/// The most `[server] threads` may be.
+pub const MAX_THREADS: usize = 1024;
 
 /// Everything a config file says, validated.
 #[derive(Clone, Debug, PartialEq)]

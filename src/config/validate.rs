@@ -296,10 +296,10 @@ impl Validator<'_> {
                 listen.push(a);
             }
         }
-        if s.threads == 0 || s.threads > 1024 {
+        if s.threads == 0 || s.threads > MAX_THREADS {
             self.err(
                 "server.threads",
-                format!("must be between 1 and 1024, got {}", s.threads),
+                format!("must be between 1 and {MAX_THREADS}, got {}", s.threads),
             );
         }
         if s.pid_file.trim().is_empty() {

@@ -27,7 +27,6 @@ use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
-use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{SocketDigest, Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -39,6 +38,7 @@ mod forward;
 pub mod home;
 pub mod proxy_protocol;
 mod replay;
+pub mod threads;
 pub mod tls;
 
 /// The largest request head accepted (request line and headers). Browsers send a few KiB;
@@ -95,35 +95,24 @@ pub struct Edge<A> {
     app: Arc<App>,
     /// This edge's listeners speak TLS (with the snapshot's certificates).
     tls: bool,
-    /// The write buffer of a client connection re-registered with the reactor of the worker
-    /// thread that serves it ([`home`]): a TLS one before its handshake, a plain one when a
-    /// second request begins. `None` where the thread that accepted it serves it anyway (one
-    /// worker thread, or one shared runtime with work stealing).
-    rehome: Option<usize>,
 }
 
 impl<A> Edge<A> {
-    /// An edge for plain listeners, whose connections have `write_buffer` bytes of write buffer.
-    pub fn new(inner: Arc<A>, app: Arc<App>, write_buffer: usize) -> Edge<A> {
-        let rehome = {
-            // Thread count and work stealing take a restart, so the first snapshot's hold.
-            let server = &app.snapshot().config.server;
-            (!server.work_stealing && server.threads > 1).then_some(write_buffer)
-        };
+    /// An edge for plain listeners.
+    pub fn new(inner: Arc<A>, app: Arc<App>) -> Edge<A> {
         Edge {
             inner,
             app,
             tls: false,
-            rehome,
         }
     }
 
     /// An edge for TLS listeners: it runs the handshake itself (after any PROXY header), with
     /// the certificates of the snapshot in service when the connection arrives.
-    pub fn tls(inner: Arc<A>, app: Arc<App>, write_buffer: usize) -> Edge<A> {
+    pub fn tls(inner: Arc<A>, app: Arc<App>) -> Edge<A> {
         Edge {
             tls: true,
-            ..Edge::new(inner, app, write_buffer)
+            ..Edge::new(inner, app)
         }
     }
 
@@ -164,17 +153,16 @@ impl<A> Edge<A> {
         };
         let timeout = snapshot.config.server.header_timeout;
         drop(snapshot);
-        // Listeners hand over their own L4 streams (re-registered ones behind a write buffer);
-        // bytes read ahead go back in front.
-        let Some(rewound) = Rewound::of(stream, early) else {
+        // Bytes read ahead go back in front of the listener's stream.
+        let Some(homed) = rewound(stream, early) else {
             handshakes[1].inc();
             return None;
         };
-        let handshake = tokio::time::timeout(timeout, rewound.tls_handshake(&tls.acceptor)).await;
+        let handshake = tokio::time::timeout(timeout, tls.acceptor.tls_handshake(*homed)).await;
         match handshake {
             Ok(Ok(stream)) => {
                 handshakes[0].inc();
-                Some(stream)
+                Some(Box::new(stream))
             }
             Ok(Err(e)) => {
                 handshakes[1].inc();
@@ -256,15 +244,6 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        // A plain connection is re-registered where it is served once it comes back for a
-        // second request: one that closes after its first pays nothing. A TLS connection is
-        // re-registered before its handshake, which reads several times.
-        let mut rehome = self.rehome;
-        if self.tls {
-            if let Some(write_buffer) = rehome.take() {
-                stream = home::rehome(stream, write_buffer)?;
-            }
-        }
         let mut settings: Option<HttpPersistentSettings> = None;
         let mut first = true;
         // What followed a PROXY header in the same reads: the start of the first request.
@@ -312,13 +291,6 @@ where
         let down = shutdown_rx.wait_for(|down| *down);
         tokio::pin!(down);
         loop {
-            if !first {
-                if let Some(write_buffer) = rehome.take() {
-                    // Nothing may stay behind in the stream given up (Pingora flushed the answer).
-                    stream.flush().await.ok()?;
-                    stream = home::rehome(stream, write_buffer)?;
-                }
-            }
             let waits = self.waits();
             // A new connection gets header_timeout for its first byte; a kept-alive one may
             // idle for keepalive_timeout.
@@ -352,7 +324,7 @@ where
             if first && !self.tls && h2c && head.starts_with(H2_PREFACE) {
                 // HTTP/2 with prior knowledge: Pingora's HTTP/2 loop takes the connection, and
                 // finds the preface it looks for where it was read.
-                let stream = Rewound::of(stream, &head)?.into_stream();
+                let stream: Stream = rewound(stream, &head)?;
                 return ServerApp::process_new(&self.inner, stream, shutdown).await;
             }
             let mut session = ServerSession::new_http1(stream);
@@ -374,46 +346,12 @@ where
     }
 }
 
-/// A listener's stream with bytes already read put back in front: Pingora's own L4 stream, or
-/// one re-registered with this thread's reactor.
-enum Rewound {
-    L4(Box<L4Stream>),
-    Homed(Box<home::Homed>),
-}
-
-impl Rewound {
-    /// `None` for any other kind of stream.
-    fn of(stream: Stream, data: &[u8]) -> Option<Rewound> {
-        match stream.into_any().downcast::<L4Stream>() {
-            Ok(mut l4) => {
-                l4.rewind(data);
-                Some(Rewound::L4(l4))
-            }
-            Err(other) => {
-                let mut homed = other.downcast::<home::Homed>().ok()?;
-                homed.rewind(data);
-                Some(Rewound::Homed(homed))
-            }
-        }
-    }
-
-    /// The TLS handshake over this stream.
-    async fn tls_handshake(
-        self,
-        acceptor: &pingora::listeners::tls::Acceptor,
-    ) -> pingora::Result<Stream> {
-        Ok(match self {
-            Rewound::L4(l4) => Box::new(acceptor.tls_handshake(*l4).await?),
-            Rewound::Homed(homed) => Box::new(acceptor.tls_handshake(*homed).await?),
-        })
-    }
-
-    fn into_stream(self) -> Stream {
-        match self {
-            Rewound::L4(l4) => l4,
-            Rewound::Homed(homed) => homed,
-        }
-    }
+/// A listener's stream ([`home::Homed`]) with bytes already read put back in front; `None` for
+/// any other kind of stream.
+fn rewound(stream: Stream, data: &[u8]) -> Option<Box<home::Homed>> {
+    let mut homed = stream.into_any().downcast::<home::Homed>().ok()?;
+    homed.rewind(data);
+    Some(homed)
 }
 
 /// What reading a request head came to.

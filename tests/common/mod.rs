@@ -165,6 +165,8 @@ pub struct Setup {
     pub env: Vec<(String, String)>,
     /// Files written into the proxy's folder before it starts: (relative path, contents).
     pub files: Vec<(String, Vec<u8>)>,
+    /// `[server] threads`.
+    pub threads: usize,
 }
 
 impl Setup {
@@ -178,7 +180,14 @@ impl Setup {
             keys: format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
             env: Vec::new(),
             files: Vec::new(),
+            threads: 2,
         }
+    }
+
+    /// `[server] threads` (2 unless set).
+    pub fn threads(mut self, threads: usize) -> Setup {
+        self.threads = threads;
+        self
     }
 
     /// Writes `contents` to `name` (relative to the config file) before the proxy starts.
@@ -235,11 +244,12 @@ pub struct Vestibule {
 impl Vestibule {
     pub fn config_text(setup: &Setup, proxy: SocketAddr, admin: &str) -> String {
         format!(
-            "[server]\nlisten = [\"{proxy}\"]\nthreads = 2\ngraceful_shutdown = \"2s\"\npid_file = \"/tmp/vestibule-test-{port}.pid\"\nupgrade_sock = \"/tmp/vestibule-test-{port}.sock\"\n{server_extra}\
+            "[server]\nlisten = [\"{proxy}\"]\nthreads = {threads}\ngraceful_shutdown = \"2s\"\npid_file = \"/tmp/vestibule-test-{port}.pid\"\nupgrade_sock = \"/tmp/vestibule-test-{port}.sock\"\n{server_extra}\
              [admin]\n{admin}\n\
              [upstream]\npeers = {peers}\n{upstream_extra}\n\
              {extra}",
             port = proxy.port(),
+            threads = setup.threads,
             peers = setup.upstream,
             server_extra = setup.server_extra,
             upstream_extra = setup.upstream_extra,
