@@ -667,10 +667,10 @@ fn cluster_sync(c: &mut Criterion) {
 }
 
 /// A kept-alive client connection, served by an echo task on runtime B: the client's end, once
-/// B holds the socket. `rehomed`: re-registered with B's reactor, as the edge does without work
-/// stealing. Otherwise left registered with the reactor of runtime A, which accepted it and is
-/// otherwise idle, as Pingora hands connections to a random worker thread.
-fn echo_connection(rehomed: bool) -> std::net::TcpStream {
+/// B holds the socket. `here`: B accepted it itself, as each worker thread does on its own
+/// socket. Otherwise runtime A accepted it and handed it over, as Pingora's listener does, so
+/// the socket stays registered with A's reactor (A is otherwise idle).
+fn echo_connection(here: bool) -> std::net::TcpStream {
     use pingora::protocols::l4::stream::Stream as L4Stream;
     use pingora::protocols::{GetSocketDigest, SocketDigest, Stream};
     use std::os::fd::AsRawFd;
@@ -678,34 +678,42 @@ fn echo_connection(rehomed: bool) -> std::net::TcpStream {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
-    let (accepted_tx, accepted_rx) = std::sync::mpsc::channel::<Stream>();
     let runtime = || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
     };
-    // Runtime A: accepts, hands the connection over, then idles on its reactor (for good: the
-    // bench process ends with it).
-    std::thread::spawn(move || {
-        runtime().block_on(async {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let (tcp, _) = listener.accept().await.unwrap();
-            tcp.set_nodelay(true).unwrap();
-            let mut l4 = L4Stream::from(tcp);
-            let digest = SocketDigest::from_raw_fd(l4.as_raw_fd());
-            l4.set_socket_digest(digest);
-            accepted_tx.send(Box::new(l4)).unwrap();
-            std::future::pending::<()>().await
-        })
-    });
+    let accept = |listener: std::net::TcpListener| async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut l4 = L4Stream::from(tcp);
+        let digest = SocketDigest::from_raw_fd(l4.as_raw_fd());
+        l4.set_socket_digest(digest);
+        let stream: Stream = Box::new(vestibule::listen::home::Homed::new(l4, 8192));
+        stream
+    };
+    let (accepted_tx, accepted_rx) = std::sync::mpsc::channel::<Stream>();
+    let mut listener = Some(listener);
+    if !here {
+        // Runtime A: accepts, hands the connection over, then idles on its reactor (for good:
+        // the bench process ends with it).
+        let listener = listener.take().unwrap();
+        std::thread::spawn(move || {
+            runtime().block_on(async {
+                accepted_tx.send(accept(listener).await).unwrap();
+                std::future::pending::<()>().await
+            })
+        });
+    }
     // Runtime B: serves the connection until the client closes it.
     std::thread::spawn(move || {
         runtime().block_on(async {
-            let mut stream = accepted_rx.recv().unwrap();
-            if rehomed {
-                stream = vestibule::listen::home::rehome(stream, 8192).unwrap();
-            }
+            let mut stream = match listener {
+                Some(listener) => accept(listener).await,
+                None => accepted_rx.recv().unwrap(),
+            };
             let mut buf = [0u8; 64];
             while let Ok(n @ 1..) = stream.read(&mut buf).await {
                 if stream.write_all(&buf[..n]).await.is_err() || stream.flush().await.is_err() {
@@ -731,18 +739,19 @@ fn process_cpu() -> std::time::Duration {
     std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// One request and response on a kept-alive connection (64 bytes each way), by where the
-/// connection's socket is registered: what a worker thread's reactor saves per request.
-/// `wall` is the round trip's time; `cpu` is the CPU time it took in the whole process (the
-/// client's thread, the serving runtime's and the accepting runtime's).
+/// One request and response on a kept-alive connection (64 bytes each way), by which thread
+/// accepted the connection, and so with which reactor its socket is registered: what accepting
+/// on the serving thread saves per request. `wall` is the round trip's time; `cpu` is the CPU
+/// time it took in the whole process (the client's thread, the serving runtime's and the
+/// accepting runtime's).
 fn edge_round_trip(c: &mut Criterion) {
     use std::io::{Read, Write};
     let mut g = c.benchmark_group("edge_round_trip");
-    for (name, rehomed) in [
-        ("registered_where_accepted", false),
-        ("registered_where_served", true),
+    for (name, here) in [
+        ("accepted_on_another_thread", false),
+        ("accepted_where_served", true),
     ] {
-        let mut client = echo_connection(rehomed);
+        let mut client = echo_connection(here);
         let mut buf = [7u8; 64];
         let mut round_trip = move || {
             client.write_all(&buf).unwrap();
@@ -762,6 +771,92 @@ fn edge_round_trip(c: &mut Criterion) {
     g.finish();
 }
 
+/// One exchange over a pooled origin connection (64 bytes each way), taken from Pingora's
+/// connection pool and given back, on thread 0 of a Pingora worker pool without work stealing:
+/// what a proxied request does with its origin connection. Given back, the connection is
+/// watched by a task that Pingora spawns on `current_handle()`: a random thread of the pool.
+/// The next request that takes it wakes that task and waits for it to let go. With a pool of
+/// `threads` = 2 (one service for all worker threads, as Pingora runs them) the task lands on
+/// the other thread half of the time; with 1 (a service per worker thread, as vestibule runs
+/// them) it never does. `cpu` is the whole process's CPU time per exchange (the echo origin's
+/// thread included).
+fn origin_reuse(c: &mut Criterion) {
+    use pingora::connectors::TransportConnector;
+    use pingora::upstreams::peer::{BasicPeer, Peer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The origin: echoes on every connection, on a thread of its own.
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = origin.local_addr().unwrap();
+    origin.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let origin = tokio::net::TcpListener::from_std(origin).unwrap();
+            loop {
+                let (mut s, _) = origin.accept().await.unwrap();
+                s.set_nodelay(true).unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n @ 1..) = s.read(&mut buf).await {
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        })
+    });
+    let mut g = c.benchmark_group("origin_reuse");
+    for threads in [2, 1] {
+        let pool = pingora_runtime::Runtime::new_no_steal(threads, "bench");
+        let pingora_runtime::Runtime::NoSteal(pool) = pool else {
+            unreachable!("a pool without work stealing")
+        };
+        // Thread 0 of the pool runs the exchanges it is asked for and says when they are done.
+        let (ask, asked) = tokio::sync::mpsc::unbounded_channel::<u64>();
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        pool.get_runtime_at(0).spawn(async move {
+            let mut asked = asked;
+            let connector = TransportConnector::new(None);
+            let peer = BasicPeer::new(&addr.to_string());
+            while let Some(n) = asked.recv().await {
+                for _ in 0..n {
+                    let mut s = match connector.reused_stream(&peer).await {
+                        Some(s) => s,
+                        None => connector.new_stream(&peer).await.unwrap(),
+                    };
+                    let mut buf = [7u8; 64];
+                    s.write_all(&buf).await.unwrap();
+                    s.flush().await.unwrap();
+                    s.read_exact(&mut buf).await.unwrap();
+                    connector.release_stream(s, peer.reuse_hash(), None);
+                }
+                done_tx.send(()).unwrap();
+            }
+        });
+        let name = if threads == 1 {
+            "watched_on_its_own_thread"
+        } else {
+            "watched_on_a_random_thread_of_2"
+        };
+        g.bench_function(format!("{name}/cpu"), |b| {
+            b.iter_custom(|iters| {
+                let start = process_cpu();
+                ask.send(iters).unwrap();
+                done.recv().unwrap();
+                process_cpu() - start
+            })
+        });
+        drop(ask);
+        // The pool's threads end with the process.
+        std::mem::forget(pool);
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     tokens,
@@ -775,6 +870,7 @@ criterion_group!(
     contended_pages,
     contended_decisions,
     cluster_sync,
-    edge_round_trip
+    edge_round_trip,
+    origin_reuse
 );
 criterion_main!(benches);
