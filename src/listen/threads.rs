@@ -9,12 +9,13 @@
 //! waits for it to let go. For (N − 1)/N of the requests at N threads, that is two wake-ups
 //! across threads, as well as the hop from the accepting thread.
 //!
-//! With more than one worker thread and no work stealing, vestibule runs one service of one
-//! thread per worker instead ([`ThreadService`]). Each service has its own socket per listen
-//! address, bound with `SO_REUSEPORT`, so the kernel spreads new connections over the threads.
-//! Each accepts on its own thread and serves the connection there: the socket is registered
-//! with that thread's reactor from the start. `current_handle()` of a pool of one thread is that
-//! thread, so whatever Pingora spawns for the connection stays there too.
+//! Without work stealing, vestibule runs one service of one thread per worker instead
+//! ([`ThreadService`]). Each service has its own socket per listen address, bound with
+//! `SO_REUSEPORT`, so the kernel spreads new connections over the threads. Each accepts on its
+//! own thread and serves the connection there: the socket is registered with that thread's
+//! reactor from the start. `current_handle()` of a pool of one thread is that thread, so
+//! whatever Pingora spawns for the connection stays there too. With work stealing, one service
+//! on a runtime of all the worker threads accepts on one socket per address.
 //!
 //! [`Sockets`] binds the sockets of a listener kind (plain or TLS) once, for every thread, and
 //! names them in Pingora's table of listening sockets (`<address>#<index>`), so an upgrade
@@ -253,9 +254,13 @@ impl<A: ServerApp + Send + Sync + 'static> Service for ThreadService<A> {
     }
 
     /// The names of every socket an upgraded-from process may pass on for these addresses (it
-    /// had at most [`MAX_THREADS`] threads). Pingora closes the inherited sockets that no service
-    /// names, such as those of an address no longer listened on.
+    /// had at most [`MAX_THREADS`] threads), given by the first service of the group. Pingora
+    /// closes the inherited sockets that no service names, such as those of an address no longer
+    /// listened on.
     fn listen_addresses(&self) -> Option<Vec<String>> {
+        if self.index > 0 {
+            return Some(Vec::new());
+        }
         Some(
             self.sockets
                 .addrs
@@ -266,7 +271,7 @@ impl<A: ServerApp + Send + Sync + 'static> Service for ThreadService<A> {
     }
 }
 
-/// Accepts on `listener` until shutdown; each connection is served by a task on this thread.
+/// Accepts on `listener` until shutdown; each connection is served by a task on this runtime.
 pub async fn accept_loop<A: ServerApp + Send + Sync + 'static>(
     addr: SocketAddr,
     listener: std::net::TcpListener,
