@@ -142,12 +142,13 @@ fn socket_name(addr: SocketAddr, index: usize) -> String {
     format!("{addr}#{index}")
 }
 
-/// Binds `addr` without `SO_REUSEPORT` for a moment: fails as the port is in use.
+/// Binds `addr` without `SO_REUSEPORT` for a moment: fails as another socket listens on the
+/// port. It does not listen itself, so nothing connects to it: a client that found the port
+/// open in between would be refused once it closes.
 fn exclusive_probe(addr: SocketAddr) -> std::io::Result<()> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(1)?;
     Ok(())
 }
 
