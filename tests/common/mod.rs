@@ -234,11 +234,13 @@ impl Setup {
 
 /// A running proxy with its own folder (config, keys, pages, log).
 pub struct Vestibule {
+    /// Dropped first (fields drop in order): a failing test prints the log from `dir` before
+    /// the folder goes.
+    pub proc: Proc,
     pub dir: tempfile::TempDir,
     pub proxy: SocketAddr,
     pub admin: SocketAddr,
     pub admin_token: Option<String>,
-    pub proc: Proc,
 }
 
 impl Vestibule {
