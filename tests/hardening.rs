@@ -593,3 +593,39 @@ fn a_place_in_one_room_is_no_place_in_another() {
         1.0
     );
 }
+
+/// An origin that takes a request and never answers gets `read_timeout`, then the client a 504
+/// page; one that stops in the middle of a body has the client's connection closed, so neither
+/// holds a client (or a worker's connection) for ever.
+#[test]
+fn an_origin_that_stops_answering_times_out() {
+    use std::io::{Read, Write};
+    let v = Setup::new(stalling_origin(b""))
+        .upstream_extra("health_check = \"0s\"\nread_timeout = \"1s\"\n")
+        .start();
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+
+    // A streamed answer: what came is passed on at once, then the connection is closed without
+    // the last chunk, so the client can tell the answer was cut short.
+    let v = Setup::new(stalling_origin(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\ne\r\nthe first part\r\n",
+    ))
+    .upstream_extra("health_check = \"0s\"\nread_timeout = \"1s\"\n")
+    .start();
+    let mut s = std::net::TcpStream::connect(v.proxy).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = Vec::new();
+    // Ok: the proxy closed the connection (an error would be this client's own timeout).
+    let closed = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(closed.is_ok(), "{closed:?} after {text}");
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.ends_with("\r\nthe first part\r\n"),
+        "{text}"
+    );
+}

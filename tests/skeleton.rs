@@ -487,3 +487,27 @@ fn with_work_stealing_one_shared_service_serves() {
         v.log_text()
     );
 }
+
+/// Origin timeouts run on each worker's own timer wheel: once requests have gone through (each
+/// one armed and cancelled a `read_timeout`), the process has no clock thread of Pingora's
+/// ("Timer thread"), which would wake 100 times a second to take every worker's timer lock.
+#[test]
+fn origin_timeouts_need_no_clock_thread() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr).start();
+    let c = client();
+    for _ in 0..20 {
+        assert_eq!(c.get(v.url("/__echo")).send().unwrap().status(), 200);
+    }
+    let tasks = format!("/proc/{}/task", v.proc.pid());
+    let names: Vec<String> = std::fs::read_dir(&tasks)
+        .expect("a Linux /proc")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("vestibule proxy")),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n == "Timer thread"), "{names:?}");
+}

@@ -620,6 +620,13 @@ impl Config {
         conf.grace_period_seconds = Some(total - timeout - slack);
         conf.graceful_shutdown_timeout_seconds = Some(timeout);
         conf.work_stealing = self.server.work_stealing;
+        // Pingora's timeouts of a second or more (an origin's reads and writes, above all) go on
+        // the worker's own Tokio timer wheel, not on Pingora's shared 10 ms ticks: a timeout
+        // that is cancelled (an answer that came in time, nearly always) leaves the wheel at
+        // once, where a tick's timer stayed until it expired (`read_timeout`, 30 s, after the
+        // request), and no clock thread wakes every 10 ms to take each worker's timer lock
+        // (README, "What the profile showed").
+        conf.fast_timeout_to_tokio_threshold_seconds = Some(0);
         // Pingora's default (128) is below the concurrency of a busy edge: once more
         // connections are in flight than the pool holds, released ones are closed and the next
         // requests open new ones (README, TLS and HTTP/2 figures).

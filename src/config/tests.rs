@@ -300,6 +300,8 @@ fn pingora_conf_bounds_shutdown() {
     assert_eq!(p.grace_period_seconds, Some(1));
     assert_eq!(p.graceful_shutdown_timeout_seconds, Some(1));
     assert_eq!(p.pid_file, "/tmp/vestibule.pid");
+    // Timeouts of 1 s and more on Tokio's timer wheel.
+    assert_eq!(p.fast_timeout_to_tokio_threshold_seconds, Some(0));
     let c = parse(&format!("{MINIMAL}[server]\ngraceful_shutdown = \"0s\"\n")).unwrap();
     assert_eq!(c.pingora_conf().grace_period_seconds, Some(0));
 }

@@ -636,6 +636,34 @@ pub fn canned_origin(answer: &'static [u8]) -> SocketAddr {
     addr
 }
 
+/// An origin that reads each request head, writes `answer` (possibly nothing, possibly part of
+/// a response), and then holds the connection open without another byte for up to 30 s.
+pub fn stalling_origin(answer: &'static [u8]) -> SocketAddr {
+    use std::io::Write;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let _ = s.write_all(answer);
+                // Until the proxy gives up on it (a read returns 0) or 30 s pass.
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                let _ = s.read(&mut byte);
+            });
+        }
+    });
+    addr
+}
+
 /// The ring the harness writes into every `keys.toml` ([`KEY1`] as `key1`).
 pub fn test_ring() -> vestibule::keys::KeyRing {
     vestibule::keys::KeyRing::from_entries("key1", &[("key1", KEY1)]).expect("test ring")
