@@ -612,33 +612,19 @@ pub fn decision_in(body: &serde_json::Value) -> String {
 }
 
 /// An origin that answers every request with the same bytes, written as given (for answers the
-/// demo origin cannot give, such as informational responses). Serves until the test ends.
+/// demo origin cannot give, such as informational responses), then closes the connection.
+/// Serves until the test ends.
 pub fn canned_origin(answer: &'static [u8]) -> SocketAddr {
-    use std::io::Write;
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match s.read(&mut byte) {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let _ = s.write_all(answer);
-            });
-        }
-    });
-    addr
+    scripted_origin(answer, false)
 }
 
 /// An origin that reads each request head, writes `answer` (possibly nothing, possibly part of
 /// a response), and then holds the connection open without another byte for up to 30 s.
 pub fn stalling_origin(answer: &'static [u8]) -> SocketAddr {
+    scripted_origin(answer, true)
+}
+
+fn scripted_origin(answer: &'static [u8], hold: bool) -> SocketAddr {
     use std::io::Write;
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -655,9 +641,11 @@ pub fn stalling_origin(answer: &'static [u8]) -> SocketAddr {
                     }
                 }
                 let _ = s.write_all(answer);
-                // Until the proxy gives up on it (a read returns 0) or 30 s pass.
-                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-                let _ = s.read(&mut byte);
+                if hold {
+                    // Until the proxy gives up on it (a read returns 0) or 30 s pass.
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                    let _ = s.read(&mut byte);
+                }
             });
         }
     });
