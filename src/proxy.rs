@@ -47,6 +47,13 @@ impl Proxy {
     }
 }
 
+/// Per-request state, boxed. Pingora keeps a request's context in its per-request future (three
+/// copies of it: `process_new_http` holds one, `process_request` an upvar and a local), and that
+/// future is boxed and moved (copied) once per request. Behind a `Box` the context is 8 bytes
+/// there instead of ~480 three times over: the future shrinks by ~1.4 KiB, against one small
+/// allocation.
+pub type Ctx = Box<RequestCtx>;
+
 /// Per-request state. Dropped after `logging` on every path.
 pub struct RequestCtx {
     /// This thread's reference to the snapshot in service (see `App::request_snapshot`).
@@ -89,10 +96,10 @@ pub struct RequestCtx {
 
 #[async_trait]
 impl ProxyHttp for Proxy {
-    type CTX = RequestCtx;
+    type CTX = Ctx;
 
-    fn new_ctx(&self) -> RequestCtx {
-        RequestCtx {
+    fn new_ctx(&self) -> Ctx {
+        Box::new(RequestCtx {
             snapshot: self.app.request_snapshot(),
             started: Instant::now(),
             peer_ip: None,
@@ -112,10 +119,10 @@ impl ProxyHttp for Proxy {
             upstream_status: None,
             upstream_seconds: None,
             upstream_failed: false,
-        }
+        })
     }
 
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let now = Timestamp::now();
         let snapshot = ctx.snapshot.clone();
         let peer = session
@@ -193,11 +200,7 @@ impl ProxyHttp for Proxy {
         }
     }
 
-    async fn upstream_peer(
-        &self,
-        _session: &mut Session,
-        ctx: &mut RequestCtx,
-    ) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         match ctx.snapshot.upstream.select(&ctx.tried) {
             Some(mut peer) => {
                 if !ctx.snapshot.config.server.work_stealing {
@@ -221,7 +224,7 @@ impl ProxyHttp for Proxy {
         &self,
         _session: &mut Session,
         _peer: &HttpPeer,
-        ctx: &mut RequestCtx,
+        ctx: &mut Ctx,
         mut e: Box<Error>,
     ) -> Box<Error> {
         // Another peer may answer: let upstream_peer pick the next untried one.
@@ -235,7 +238,7 @@ impl ProxyHttp for Proxy {
         &self,
         _session: &mut Session,
         upstream: &mut RequestHeader,
-        ctx: &mut RequestCtx,
+        ctx: &mut Ctx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
         if let Some(uri) = without_invitation(&upstream.uri) {
@@ -260,7 +263,7 @@ impl ProxyHttp for Proxy {
         &self,
         _session: &mut Session,
         upstream_response: &mut ResponseHeader,
-        ctx: &mut RequestCtx,
+        ctx: &mut Ctx,
     ) -> Result<()> {
         // The command never reaches the client, on informational answers (103) either.
         let command = upstream_response.remove_header(COMMAND_HEADER);
@@ -287,7 +290,7 @@ impl ProxyHttp for Proxy {
         &self,
         _session: &mut Session,
         response: &mut ResponseHeader,
-        ctx: &mut RequestCtx,
+        ctx: &mut Ctx,
     ) -> Result<()> {
         if let Some(value) = ctx.set_cookie.take() {
             // Added, not set: cookies the origin sets survive.
@@ -311,7 +314,7 @@ impl ProxyHttp for Proxy {
         _session: &mut Session,
         _body: &mut Option<Bytes>,
         end_of_stream: bool,
-        ctx: &mut RequestCtx,
+        ctx: &mut Ctx,
     ) -> Result<Option<std::time::Duration>> {
         if end_of_stream {
             ctx.slots.clear();
@@ -319,12 +322,7 @@ impl ProxyHttp for Proxy {
         Ok(None)
     }
 
-    async fn fail_to_proxy(
-        &self,
-        session: &mut Session,
-        e: &Error,
-        ctx: &mut RequestCtx,
-    ) -> FailToProxy {
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         let code = match e.etype() {
             ErrorType::HTTPStatus(code) => *code,
             ErrorType::ReadTimedout | ErrorType::WriteTimedout
@@ -372,7 +370,7 @@ impl ProxyHttp for Proxy {
     /// Errors a client causes (it went away mid-answer, closed without TLS close_notify, sent
     /// something broken) are not logged at error level: any client could otherwise write one
     /// line per connection, and they say nothing about the proxy. They stay at debug.
-    fn suppress_error_log(&self, session: &Session, ctx: &RequestCtx, error: &Error) -> bool {
+    fn suppress_error_log(&self, session: &Session, ctx: &Ctx, error: &Error) -> bool {
         let client = error.esource() == &ErrorSource::Downstream;
         if client {
             log::debug!(
@@ -385,7 +383,7 @@ impl ProxyHttp for Proxy {
 
     /// What Pingora's own error lines say about a request: no query string, which may carry
     /// secrets, and no headers.
-    fn request_summary(&self, session: &Session, _ctx: &RequestCtx) -> String {
+    fn request_summary(&self, session: &Session, _ctx: &Ctx) -> String {
         let req = session.req_header();
         format!(
             "{} {}, Host: {}",
@@ -395,7 +393,7 @@ impl ProxyHttp for Proxy {
         )
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
         if let Some(status) = ctx.upstream_status {
             self.app
                 .metrics
@@ -1223,6 +1221,17 @@ fn set_forwarded_for(req: &mut RequestHeader, peer: IpAddr, trusted: bool) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pingora keeps three copies of the context in the per-request future it boxes (and so
+    /// copies) for every request: the context must stay one pointer there, however
+    /// `RequestCtx` grows.
+    #[test]
+    fn the_request_context_is_one_pointer_in_pingoras_future() {
+        assert_eq!(
+            std::mem::size_of::<<Proxy as ProxyHttp>::CTX>(),
+            std::mem::size_of::<usize>()
+        );
+    }
 
     #[test]
     fn forwarded_for_trust() {
