@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: vestibule::alloc::MiMalloc = vestibule::alloc::MiMalloc;
 
 #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
 #[global_allocator]
