@@ -109,7 +109,9 @@ mod tests {
                     let grown = size * 3 + 5;
                     let r = MiMalloc.realloc(p, layout, grown);
                     assert_eq!(r as usize % align, 0, "realloc({size}, {align})");
-                    assert!(std::slice::from_raw_parts(r, size).iter().all(|b| *b == 0xA5));
+                    assert!(std::slice::from_raw_parts(r, size)
+                        .iter()
+                        .all(|b| *b == 0xA5));
                     MiMalloc.dealloc(z, layout);
                     // Some blocks stay allocated a while, so pages fill and free lists run dry
                     // (the path where the aligned call used to go generic).
