@@ -21,7 +21,7 @@ pub fn collect() {
 /// The `mimalloc` crate's allocator passes every request to `mi_malloc_aligned`, whatever the
 /// alignment. For the usual alignment (8 or less) that is a detour: when the page's free list is
 /// empty, mimalloc's aligned path goes generic, and for a size whose block is not a power of two
-/// (24, 40, 480 bytes…) it over-allocates `size + alignment - 1` and marks the page as holding
+/// (24, 40, 160 bytes…) it over-allocates `size + alignment - 1` and marks the page as holding
 /// aligned blocks, which every later `free` on that page pays for (mimalloc issue #889). About
 /// ten allocations per proxied request took that path.
 ///
