@@ -103,6 +103,44 @@ fn token_bucket_blocks_the_sixteenth_for_its_penalty() {
     );
 }
 
+/// Two buckets on one request: one `RateLimit-Policy` and one `RateLimit` field, each a list
+/// with an item per bucket, in the rules' order.
+#[test]
+fn two_buckets_list_both_quotas() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra("[[rate_limit]]\nname = \"per-ip\"\nalgorithm = \"token_bucket\"\nlimit = 15\nperiod = \"10s\"")
+        .extra("[[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 50")
+        .extra("[[rate_limit]]\nname = \"per-path\"\nkey = [\"client_ip\", \"path\"]\nalgorithm = \"token_bucket\"\nlimit = 100\nperiod = \"1m\"")
+        .start();
+    for i in 0..3u64 {
+        let resp = get(&v, "/__echo", "198.51.100.20");
+        assert_eq!(resp.status(), 200);
+        let policies: Vec<_> = resp.headers().get_all("ratelimit-policy").iter().collect();
+        assert_eq!(
+            policies,
+            ["\"per-ip\";q=15;w=10, \"per-path\";q=100;w=60"],
+            "request {}",
+            i + 1
+        );
+        let items: Vec<_> = resp.headers().get_all("ratelimit").iter().collect();
+        assert_eq!(items.len(), 1, "{items:?}");
+        // `t`, the seconds until a bucket is full again, grows with every token taken.
+        let item = items[0].to_str().unwrap();
+        let parts: Vec<_> = item.split(", ").collect();
+        assert_eq!(parts.len(), 2, "{item}");
+        assert!(
+            parts[0].starts_with(&format!("\"per-ip\";r={};t=", 14 - i)),
+            "{item}"
+        );
+        assert!(
+            parts[1].starts_with(&format!("\"per-path\";r={};t=", 99 - i)),
+            "{item}"
+        );
+    }
+}
+
 #[test]
 fn window_penalty_box_json_and_metrics() {
     let origin = Origin::start();

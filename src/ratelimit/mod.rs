@@ -474,6 +474,9 @@ fn policy_item(c: &RuleConfig) -> String {
 #[derive(Debug, Default)]
 pub struct RuleSet {
     rules: Vec<Rule>,
+    /// Whether any rule runs in [`Scope::All`], and in [`Scope::Origin`]: a request skips a
+    /// scope with none.
+    scopes: [bool; 2],
 }
 
 /// A rule's verdict, with the rule's position.
@@ -488,7 +491,13 @@ pub type Checks = smallvec::SmallVec<[Checked; 4]>;
 
 impl RuleSet {
     pub fn new(rules: Vec<Rule>) -> RuleSet {
-        RuleSet { rules }
+        let scopes = [Scope::All, Scope::Origin].map(|s| rules.iter().any(|r| r.config.scope == s));
+        RuleSet { rules, scopes }
+    }
+
+    /// Whether any rule runs in `scope`.
+    pub fn has_scope(&self, scope: Scope) -> bool {
+        self.scopes[scope as usize]
     }
 
     pub fn get(&self, index: usize) -> Option<&Rule> {
@@ -497,10 +506,6 @@ impl RuleSet {
 
     pub fn iter(&self) -> impl Iterator<Item = &Rule> {
         self.rules.iter()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
     }
 
     /// Checks the rules of `scope` that apply, in order, appending each verdict to `out`.
@@ -687,6 +692,18 @@ mod tests {
             None
         );
         assert_eq!(out.iter().map(|c| c.rule).collect::<Vec<_>>(), [1]);
+        assert!(set.has_scope(Scope::All) && set.has_scope(Scope::Origin));
+    }
+
+    #[test]
+    fn a_scope_without_rules_is_known_empty() {
+        let (all, _, _) = rules("[[rate_limit]]\nname = \"a\"\nwindow = \"1s\"\nlimit = 1\n");
+        assert!(all.has_scope(Scope::All) && !all.has_scope(Scope::Origin));
+        let (origin, _, _) =
+            rules("[[rate_limit]]\nname = \"o\"\nscope = \"origin\"\nwindow = \"1s\"\nlimit = 1\n");
+        assert!(!origin.has_scope(Scope::All) && origin.has_scope(Scope::Origin));
+        let (none, _, _) = rules("");
+        assert!(!none.has_scope(Scope::All) && !none.has_scope(Scope::Origin));
     }
 
     #[test]
