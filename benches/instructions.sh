@@ -5,9 +5,15 @@
 #
 #   benches/instructions.sh            # N1=1000, N2=3000 requests per scenario
 #   ONLY='waiting' benches/instructions.sh   # the plain proxy and the scenarios matching a regex
+#   PROXY_THREADS=2 CLIENTS=2 benches/instructions.sh   # 2 worker threads, 2 connections at once
 #
-# Each proxy runs under callgrind twice, serving N1 and then N2 keep-alive requests from one
-# client; (instructions(N2) - instructions(N1)) / (N2 - N1) cancels start-up and shutdown.
+# Valgrind runs one thread at a time, so counts at 2 threads show the work that grows with
+# threads (wake-ups, hand-offs between threads, lock and pool paths), not what cache lines
+# shared between cores cost.
+#
+# Each proxy runs under callgrind twice, serving N1 and then N2 keep-alive requests (from one
+# connection unless CLIENTS says more); (instructions(N2) - instructions(N1)) / (N2 - N1) cancels
+# start-up and shutdown.
 set -euo pipefail
 N1=${N1:-1000}
 N2=${N2:-3000}
@@ -23,44 +29,62 @@ get_cookie
 # Sends N sequential keep-alive requests (with optional headers) and reads every response;
 # fails unless every answer took the path the scenario claims: the origin's ("origin"), or a
 # room page vestibule wrote itself ("page").
-drive() { # port n expect [header...]
+drive() { # port n expect [header...]; CLIENTS connections share the n requests
   python3 - "$@" <<'PY'
-import socket, sys
+import os, socket, sys, threading
 port, n, expect, headers = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+clients = int(os.environ.get("CLIENTS", "1"))
 ORIGIN_TEXT = (b"hello from the origin", b"demo origin")
 # A client the proxy forwards keeps the cookie it is sent, like a browser: an allow token
 # changes value once per allow_period (a capacity room's once a minute), and a client that kept
 # presenting the old one would pay a renewal on every request after that. A page scenario
 # measures new arrivals, which never send one back.
 FOLLOW = expect == "origin"
-s = socket.create_connection(("127.0.0.1", port))
-req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
-buf = b""
-for _ in range(n):
-    s.sendall(req)
-    while True:
-        i = buf.find(b"\r\n\r\n")
-        if i >= 0:
-            length = 0
-            for line in buf[:i].decode().split("\r\n"):
-                if line.lower().startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            if len(buf) >= i + 4 + length:
-                head, body = buf[:i], buf[i + 4:i + 4 + length]
-                for line in head.decode().split("\r\n"):
-                    if FOLLOW and line.lower().startswith("set-cookie:"):
-                        value = line.split(":", 1)[1].strip().split(";")[0]
-                        headers = [h for h in headers if not h.lower().startswith("cookie:")] + ["Cookie: " + value]
-                        req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
-                from_origin = any(t in body for t in ORIGIN_TEXT)
-                if not head.startswith(b"HTTP/1.1 200") or from_origin != (expect == "origin"):
-                    sys.exit(f"an answer did not take the {expect} path: {head[:200]!r}")
-                buf = buf[i + 4 + length:]
-                break
-        data = s.recv(65536)
-        if not data:
-            sys.exit("connection closed")
-        buf += data
+errors = []
+
+def client(n, headers):
+    s = socket.create_connection(("127.0.0.1", port))
+    req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+    buf = b""
+    for _ in range(n):
+        s.sendall(req)
+        while True:
+            i = buf.find(b"\r\n\r\n")
+            if i >= 0:
+                length = 0
+                for line in buf[:i].decode().split("\r\n"):
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                if len(buf) >= i + 4 + length:
+                    head, body = buf[:i], buf[i + 4:i + 4 + length]
+                    for line in head.decode().split("\r\n"):
+                        if FOLLOW and line.lower().startswith("set-cookie:"):
+                            value = line.split(":", 1)[1].strip().split(";")[0]
+                            headers = [h for h in headers if not h.lower().startswith("cookie:")] + ["Cookie: " + value]
+                            req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+                    from_origin = any(t in body for t in ORIGIN_TEXT)
+                    if not head.startswith(b"HTTP/1.1 200") or from_origin != (expect == "origin"):
+                        raise RuntimeError(f"an answer did not take the {expect} path: {head[:200]!r}")
+                    buf = buf[i + 4 + length:]
+                    break
+            data = s.recv(65536)
+            if not data:
+                raise RuntimeError("connection closed")
+            buf += data
+
+def run(n):
+    try:
+        client(n, list(headers))
+    except Exception as e:
+        errors.append(str(e))
+
+threads = [threading.Thread(target=run, args=(n // clients + (k < n % clients),)) for k in range(clients)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+if errors:
+    sys.exit(errors[0])
 PY
 }
 
@@ -90,7 +114,7 @@ measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [heade
   echo "   $name: ${PER[$name]} instructions per request"
 }
 
-echo "== callgrind, $N1 and $N2 requests per scenario (origin: $ORIGIN_KIND)"
+echo "== callgrind, $N1 and $N2 requests per scenario over ${CLIENTS:-1} connection(s), proxy threads $PROXY_THREADS (origin: $ORIGIN_KIND)"
 measure plain_proxy plain origin ""
 measure vestibule_allowed vestibule origin "$ROOM" "Cookie: $COOKIE"
 measure vestibule_3_rules vestibule origin "$ROOM
