@@ -284,6 +284,14 @@ current_cookie() { # url; updates COOKIE, and fails when the proxy renewed it
   [ -z "$renewed" ] || { COOKIE=$renewed; return 1; }
 }
 
+# After a run on the origin path: whether the proxy renewed the cookie meanwhile, so the run is
+# to be measured again (once: MEASURED_AGAIN is set for the second run).
+renewed_during() { # name url
+  [ "${EXPECT:-}" = origin ] && [ -z "${MEASURED_AGAIN:-}" ] || return 1
+  current_cookie "$2" && return 1
+  echo "   $1: the room cookie was renewed during the run; measuring again"
+}
+
 # Sets ARGS to the given arguments, with any cookie header carrying the current COOKIE.
 current_args() { # url [args...]
   local url=$1 a; shift
@@ -327,8 +335,7 @@ measure() { # name url pid [wrk args...]; EXPECT=origin|page ADMIN=port check th
   if [ -n "${EXPECT:-}" ]; then
     check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
-  if [ "${EXPECT:-}" = origin ] && ! current_cookie "$url" && [ -z "${MEASURED_AGAIN:-}" ]; then
-    echo "   $name: the room cookie was renewed during the run; measuring again"
+  if renewed_during "$name" "$url"; then
     MEASURED_AGAIN=1 measure "$name" "$url" "$pid" "${given[@]}"
     return
   fi
@@ -371,8 +378,7 @@ measure_h2() { # name url pid [h2load args...]; EXPECT/ADMIN as for measure
     # Streams in flight when h2load stops are answered but not counted by it.
     SLACK=$((CONNECTIONS * ${H2_STREAMS:-10} * 2)) check_path "$name" "$EXPECT" "$ADMIN" "$counted" "$requests"
   fi
-  if [ "${EXPECT:-}" = origin ] && ! current_cookie "$url" && [ -z "${MEASURED_AGAIN:-}" ]; then
-    echo "   $name: the room cookie was renewed during the run; measuring again"
+  if renewed_during "$name" "$url"; then
     MEASURED_AGAIN=1 measure_h2 "$name" "$url" "$pid" "${given[@]}"
     return
   fi
