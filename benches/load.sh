@@ -54,9 +54,9 @@ CLK_TCK=$(getconf CLK_TCK)
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install -y wrk" >&2; exit 1; }
 # shellcheck source=benches/common.sh
 source "$(dirname "$0")/common.sh"
-# With --threads, every scenario runs at each thread count (all proxies start at once and each
-# round measures them all, so drift hits every count alike), and plain Pingora is measured in
-# its default configuration and with work stealing off.
+# With --threads, every scenario runs at each thread count (all proxies start at once, and each
+# round measures a scenario at every count back to back, so drift hits every count alike), and
+# plain Pingora is measured in its default configuration and with work stealing off.
 SCALING=0
 if [ -n "$THREAD_LIST" ]; then SCALING=1; else THREAD_LIST=$PROXY_THREADS; fi
 THREAD_LIST=${THREAD_LIST//,/ }
@@ -104,52 +104,66 @@ $RULES"; P[$t b_rules_pid]=$VPID P[$t b_rules_port]=$VPORT P[$t b_rules_admin]=$
   fi
 done
 
+# One scenario at every thread count of the round, back to back, so a comparison across thread
+# counts spans seconds of the machine's drift, not a whole round of it. Odd rounds go up the
+# thread list and even rounds down it: on this shared machine whichever of two runs comes first
+# tends to cost more, and alternating cancels that out of the medians.
+each() { # measure|measure_h2 proxy(P key) port|tls name origin|page|- [wrk/h2load args...]
+  local how=$1 key=$2 via=$3 name=$4 expect=$5; shift 5
+  [ "$expect" = - ] && expect=""
+  local scheme=http; [ "$via" = tls ] && scheme=https
+  local t
+  for t in $ORDER; do
+    PROXY_THREADS=$t EXPECT=$expect ADMIN=${P[$t ${key}_admin]:-} \
+      "$how" "$name" "$scheme://127.0.0.1:${P[$t ${key}_$via]}/" "${P[$t ${key}_pid]}" "$@"
+  done
+}
+
+ARABIC="Accept-Language: ar-EG,ar;q=0.9,en-US;q=0.6,en;q=0.5"
 for ROUND in $(seq 1 "$ROUNDS"); do
   echo "== round $ROUND/$ROUNDS"
+  ORDER=$THREAD_LIST
+  if [ $((ROUND % 2)) = 0 ]; then ORDER=$(printf '%s\n' $THREAD_LIST | tac | tr '\n' ' '); fi
   measure origin "http://127.0.0.1:$ORIGIN_PORT/" "$ORIGIN_PID"
-  for PROXY_THREADS in $THREAD_LIST; do
-    t=$PROXY_THREADS
-    [ "$SCALING" = 1 ] && echo "   -- $t proxy threads"
-    measure plain_proxy "http://127.0.0.1:${P[$t plain_port]}/" "${P[$t plain_pid]}"
-    if [ "$SCALING" = 1 ]; then
-      measure plain_proxy_no_work_stealing "http://127.0.0.1:${P[$t nosteal_port]}/" "${P[$t nosteal_pid]}"
-    fi
-    EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed "http://127.0.0.1:${P[$t allowed_port]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE"
-    EXPECT=origin ADMIN=${P[$t rules_admin]} measure vestibule_3_rules "http://127.0.0.1:${P[$t rules_port]}/" "${P[$t rules_pid]}" -H "Cookie: $COOKIE"
-    EXPECT=page ADMIN=${P[$t waiting_admin]} measure vestibule_waiting_page "http://127.0.0.1:${P[$t waiting_port]}/" "${P[$t waiting_pid]}"
-    # The same page in a language negotiated from a browser's Accept-Language (SPEC §13).
-    EXPECT=page ADMIN=${P[$t waiting_admin]} measure vestibule_waiting_page_ar "http://127.0.0.1:${P[$t waiting_port]}/" "${P[$t waiting_pid]}" -H "Accept-Language: ar-EG,ar;q=0.9,en-US;q=0.6,en;q=0.5"
-    # An event's pre-queue page, for a new visitor each time (SPEC §13).
-    EXPECT=page ADMIN=${P[$t prequeue_admin]} measure vestibule_prequeue_page "http://127.0.0.1:${P[$t prequeue_port]}/" "${P[$t prequeue_pid]}"
-    # A proof-of-work room's challenge page, a challenge of its own for each request (SPEC §14).
-    EXPECT=page ADMIN=${P[$t challenge_admin]} measure vestibule_challenge_page "http://127.0.0.1:${P[$t challenge_port]}/" "${P[$t challenge_pid]}"
-    EXPECT=origin ADMIN=${P[$t log_admin]} measure vestibule_allowed_with_access_log "http://127.0.0.1:${P[$t log_port]}/" "${P[$t log_pid]}" -H "Cookie: $COOKIE"
+  each measure plain port plain_proxy -
+  if [ "$SCALING" = 1 ]; then
+    each measure nosteal port plain_proxy_no_work_stealing -
+  fi
+  each measure allowed port vestibule_allowed origin -H "Cookie: $COOKIE"
+  each measure rules port vestibule_3_rules origin -H "Cookie: $COOKIE"
+  each measure waiting port vestibule_waiting_page page
+  # The same page in a language negotiated from a browser's Accept-Language (SPEC §13).
+  each measure waiting port vestibule_waiting_page_ar page -H "$ARABIC"
+  # An event's pre-queue page, for a new visitor each time (SPEC §13).
+  each measure prequeue port vestibule_prequeue_page page
+  # A proof-of-work room's challenge page, a challenge of its own for each request (SPEC §14).
+  each measure challenge port vestibule_challenge_page page
+  each measure log port vestibule_allowed_with_access_log origin -H "Cookie: $COOKIE"
+  if [ -n "${BASELINE_BIN:-}" ]; then
+    each measure b_allowed port baseline_allowed origin -H "Cookie: $COOKIE"
+    each measure b_rules port baseline_3_rules origin -H "Cookie: $COOKIE"
+    each measure b_log port baseline_allowed_with_access_log origin -H "Cookie: $COOKIE"
+    each measure b_waiting port baseline_waiting_page page
+    each measure b_waiting port baseline_waiting_page_ar page -H "$ARABIC"
+  fi
+  if [ "${CLOSE:-0}" = 1 ]; then
+    # A new connection for every request: what a connection costs on its own (accepting it,
+    # and, at more than one thread without work stealing, registering it where it is served).
+    each measure plain port plain_proxy_close - -H "Connection: close"
+    each measure allowed port vestibule_allowed_close origin -H "Cookie: $COOKIE" -H "Connection: close"
     if [ -n "${BASELINE_BIN:-}" ]; then
-      EXPECT=origin ADMIN=${P[$t b_allowed_admin]} measure baseline_allowed "http://127.0.0.1:${P[$t b_allowed_port]}/" "${P[$t b_allowed_pid]}" -H "Cookie: $COOKIE"
-      EXPECT=origin ADMIN=${P[$t b_rules_admin]} measure baseline_3_rules "http://127.0.0.1:${P[$t b_rules_port]}/" "${P[$t b_rules_pid]}" -H "Cookie: $COOKIE"
-      EXPECT=origin ADMIN=${P[$t b_log_admin]} measure baseline_allowed_with_access_log "http://127.0.0.1:${P[$t b_log_port]}/" "${P[$t b_log_pid]}" -H "Cookie: $COOKIE"
-      EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}"
-      EXPECT=page ADMIN=${P[$t b_waiting_admin]} measure baseline_waiting_page_ar "http://127.0.0.1:${P[$t b_waiting_port]}/" "${P[$t b_waiting_pid]}" -H "Accept-Language: ar-EG,ar;q=0.9,en-US;q=0.6,en;q=0.5"
+      each measure b_allowed port baseline_allowed_close origin -H "Cookie: $COOKIE" -H "Connection: close"
     fi
-    if [ "${CLOSE:-0}" = 1 ]; then
-      # A new connection for every request: what a connection costs on its own (accepting it,
-      # and, at more than one thread without work stealing, registering it where it is served).
-      measure plain_proxy_close "http://127.0.0.1:${P[$t plain_port]}/" "${P[$t plain_pid]}" -H "Connection: close"
-      EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed_close "http://127.0.0.1:${P[$t allowed_port]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE" -H "Connection: close"
-      if [ -n "${BASELINE_BIN:-}" ]; then
-        EXPECT=origin ADMIN=${P[$t b_allowed_admin]} measure baseline_allowed_close "http://127.0.0.1:${P[$t b_allowed_port]}/" "${P[$t b_allowed_pid]}" -H "Cookie: $COOKIE" -H "Connection: close"
-      fi
-    fi
-    if [ "${TLS:-0}" = 1 ]; then
-      measure plain_proxy_tls "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}"
-      EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed_tls "https://127.0.0.1:${P[$t allowed_tls]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE"
-      measure_h2 plain_proxy_h2 "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}"
-      EXPECT=origin ADMIN=${P[$t allowed_admin]} measure_h2 vestibule_allowed_h2 "https://127.0.0.1:${P[$t allowed_tls]}/" "${P[$t allowed_pid]}" -H "cookie: $COOKIE"
-      EXPECT=page ADMIN=${P[$t waiting_admin]} measure_h2 vestibule_waiting_page_h2 "https://127.0.0.1:${P[$t waiting_tls]}/" "${P[$t waiting_pid]}"
-      measure plain_proxy_handshakes "https://127.0.0.1:${P[$t plain_tls]}/" "${P[$t plain_pid]}" -H "Connection: close"
-      EXPECT=origin ADMIN=${P[$t allowed_admin]} measure vestibule_allowed_handshakes "https://127.0.0.1:${P[$t allowed_tls]}/" "${P[$t allowed_pid]}" -H "Cookie: $COOKIE" -H "Connection: close"
-    fi
-  done
+  fi
+  if [ "${TLS:-0}" = 1 ]; then
+    each measure plain tls plain_proxy_tls -
+    each measure allowed tls vestibule_allowed_tls origin -H "Cookie: $COOKIE"
+    each measure_h2 plain tls plain_proxy_h2 -
+    each measure_h2 allowed tls vestibule_allowed_h2 origin -H "cookie: $COOKIE"
+    each measure_h2 waiting tls vestibule_waiting_page_h2 page
+    each measure plain tls plain_proxy_handshakes - -H "Connection: close"
+    each measure allowed tls vestibule_allowed_handshakes origin -H "Cookie: $COOKIE" -H "Connection: close"
+  fi
 done
 
 # --- the table ------------------------------------------------------------------------------
@@ -219,8 +233,8 @@ if len(counts) > 1:
     print("\n### Scaling: CPU us per request by proxy threads\n")
     first, last = counts[0], counts[-1]
     head = " | ".join(str(t) for t in counts)
-    print(f"| scenario | {head} | {last} vs {first} | switches/req at {first} | at {last} | req/s at {last} | req/s at {last} vs plain default |")
-    print("| --- | " + " | ".join("---:" for _ in counts) + " | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| scenario | {head} | {last} vs {first} | middle half of rounds | switches/req at {first} | at {last} | req/s at {last} | req/s at {last} vs plain default |")
+    print("| --- | " + " | ".join("---:" for _ in counts) + " | ---: | ---: | ---: | ---: | ---: | ---: |")
     cell = {}
     for r in rows:
         cell.setdefault((r["scenario"], int(r["threads"])), {})[r["round"]] = r
@@ -234,8 +248,11 @@ if len(counts) > 1:
         # ONLY= may leave the plain reference out: no ratio then.
         plain = cell.get((ref(name), last))
         vs = f"{rps / statistics.median(float(v['rps']) for v in plain.values()):.2f}x" if plain else "-"
+        # The spread of the per-round ratios: with few rounds one ratio says little, and the
+        # middle half shows how far a single run may land from the median.
+        q = statistics.quantiles(per_round, n=4, method="inclusive") if len(per_round) > 1 else per_round * 3
         print(f"| {name} | " + " | ".join(f"{m:.1f}" for m in meds)
-              + f" | {statistics.median(per_round):.2f}x | {sw[0]:.2f} | {sw[1]:.2f} | {rps:.0f} | {vs} |")
+              + f" | {statistics.median(per_round):.2f}x | {q[0]:.2f}-{q[-1]:.2f}x | {sw[0]:.2f} | {sw[1]:.2f} | {rps:.0f} | {vs} |")
 PY
 echo
 echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page (any language) <= 0.60x plain CPU/req (SPEC §13: <= 0.5x); RSS <= 2x."
