@@ -59,7 +59,7 @@ EOF
   chmod +x "$STAGE/bin/$name"
 done
 
-cp "$ROOT/benches/load.sh" "$ROOT/benches/common.sh" "$STAGE/benches/"
+cp "$ROOT/benches/load.sh" "$ROOT/benches/common.sh" "$ROOT/benches/table.py" "$STAGE/benches/"
 cp -r "$ROOT/pages" "$STAGE/pages"
 cat > "$STAGE/load.sh" <<'EOF'
 #!/usr/bin/env bash
