@@ -42,9 +42,12 @@ ORIGIN_TEXT = (b"hello from the origin", b"demo origin")
 FOLLOW = expect == "origin"
 errors = []
 
+def request(headers):
+    return ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+
 def client(n, headers):
     s = socket.create_connection(("127.0.0.1", port))
-    req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+    req = request(headers)
     buf = b""
     for _ in range(n):
         s.sendall(req)
@@ -61,7 +64,7 @@ def client(n, headers):
                         if FOLLOW and line.lower().startswith("set-cookie:"):
                             value = line.split(":", 1)[1].strip().split(";")[0]
                             headers = [h for h in headers if not h.lower().startswith("cookie:")] + ["Cookie: " + value]
-                            req = ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+                            req = request(headers)
                     from_origin = any(t in body for t in ORIGIN_TEXT)
                     if not head.startswith(b"HTTP/1.1 200") or from_origin != (expect == "origin"):
                         raise RuntimeError(f"an answer did not take the {expect} path: {head[:200]!r}")
