@@ -117,15 +117,26 @@ fn scaling_ratios_are_taken_within_each_round() {
         (1.0..=1.1).contains(&lo) && (1.1..=1.3).contains(&hi) && lo < hi,
         "{t}"
     );
+    // Against the 2-thread goal (1.08x): of allowed's five rounds only one (1.0) is within it,
+    // and a resample's median is within it when three of its five draws are that round:
+    // 1 - P(at most two of five), p = 0.2, is 5.8 %.
+    assert!(t.contains("| resampled medians <= 1.08x |"), "{t}");
+    let share: f64 = allowed[5].trim_end_matches(" %").parse().unwrap();
+    assert!((2.0..=12.0).contains(&share), "{t}");
     // req/s at 2 threads against plain's default at 2 threads.
-    assert_eq!(allowed[7..9], ["12500", "1.25x"], "{t}");
+    assert_eq!(allowed[8..10], ["12500", "1.25x"], "{t}");
 
-    // The same ratio in every round: the interval is that ratio.
+    // The same ratio in every round: the interval is that ratio, and no resample is within
+    // the goal.
     let rules = row(&t, scaling, "vestibule_3_rules");
-    assert_eq!(rules[3..5], ["1.10x", "1.10-1.10x"], "{t}");
+    assert_eq!(rules[3..6], ["1.10x", "1.10-1.10x", "0 %"], "{t}");
 
+    // Two of plain's five rounds are within the goal: P(three or more of five), p = 0.4, is
+    // 31.7 %.
     let plain = row(&t, scaling, "plain_proxy");
     assert_eq!(plain[1..4], ["70.0", "66.0", "1.10x"], "{t}");
+    let share: f64 = plain[5].trim_end_matches(" %").parse().unwrap();
+    assert!((24.0..=40.0).contains(&share), "{t}");
 
     // Against the plain proxy within each 1-thread round: 10/50, 10/60, ... median 10/70.
     let one = row(&t, "### 1 proxy thread", "vestibule_allowed");
@@ -138,6 +149,10 @@ fn few_rounds_give_no_interval() {
         + &rounds("vestibule_allowed", [1, 1], &[10.0, 10.0], &[11.0, 12.0]);
     let Some(t) = table(&results) else { return };
     let allowed = row(&t, "### Scaling", "vestibule_allowed");
-    assert_eq!(allowed[3..5], ["1.15x", "(few rounds)"], "{t}");
+    assert_eq!(
+        allowed[3..6],
+        ["1.15x", "(few rounds)", "(few rounds)"],
+        "{t}"
+    );
     assert!(ratio(&allowed[3]) > 1.0);
 }
