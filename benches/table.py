@@ -85,11 +85,12 @@ if len(counts) > 1:
     # within each round (every count ran in every round) and the median reported.
     print("\n### Scaling: CPU us per request by proxy threads\n")
     first, last = counts[0], counts[-1]
-    head = " | ".join(str(t) for t in counts)
     goal = GOALS.get((first, last))
-    goal_head = f" | resampled medians <= {goal:.2f}x" if goal else ""
-    print(f"| scenario | {head} | {last} vs {first} | its 90 % interval{goal_head} | switches/req at {first} | at {last} | req/s at {last} | req/s at {last} vs plain default |")
-    print("| --- | " + " | ".join("---:" for _ in counts) + " | ---: | ---: |" + (" ---: |" if goal else "") + " ---: | ---: | ---: | ---: |")
+    columns = ["scenario", *map(str, counts), f"{last} vs {first}", "its 90 % interval",
+               *([f"resampled medians <= {goal:.2f}x"] if goal else []),
+               f"switches/req at {first}", f"at {last}", f"req/s at {last}", f"req/s at {last} vs plain default"]
+    print("| " + " | ".join(columns) + " |")
+    print("| --- |" + " ---: |" * (len(columns) - 1))
     cell = {}
     for r in rows:
         cell.setdefault((r["scenario"], int(r["threads"])), {})[r["round"]] = r
@@ -104,10 +105,10 @@ if len(counts) > 1:
         plain = cell.get((ref(name), last))
         vs = f"{rps / statistics.median(float(v['rps']) for v in plain.values()):.2f}x" if plain else "-"
         # Under 4 rounds a resample says nothing.
-        few = len(per_round) < 4
-        resampled = None if few else resampled_medians(per_round)
-        spread = "(few rounds)" if few else interval(resampled)
+        resampled = resampled_medians(per_round) if len(per_round) >= 4 else None
+        spread = [interval(resampled) if resampled else "(few rounds)"]
         if goal:
-            spread += " | " + ("(few rounds)" if few else within(resampled, goal))
-        print(f"| {name} | " + " | ".join(f"{m:.1f}" for m in meds)
-              + f" | {statistics.median(per_round):.2f}x | {spread} | {sw[0]:.2f} | {sw[1]:.2f} | {rps:.0f} | {vs} |")
+            spread.append(within(resampled, goal) if resampled else "(few rounds)")
+        cells = [name, *(f"{m:.1f}" for m in meds), f"{statistics.median(per_round):.2f}x", *spread,
+                 f"{sw[0]:.2f}", f"{sw[1]:.2f}", f"{rps:.0f}", vs]
+        print("| " + " | ".join(cells) + " |")
