@@ -80,17 +80,19 @@ pub fn strip<S: AsRef<str>>(header: &[u8], names: &[S]) -> Stripped {
     for pair in pairs(header) {
         let ours = is_ours(pair);
         if ours && out.is_none() {
-            // Everything before this pair is kept as it was.
-            let mut v = Vec::with_capacity(header.len());
+            // Everything before this pair is kept as it was. Nothing is allocated until a
+            // pair is kept: a header holding only the room cookie (an admitted visitor's
+            // usual request) is dropped without one.
+            let mut v = Vec::new();
             for earlier in pairs(&header[..start.saturating_sub(1)]) {
                 if !trim(earlier).is_empty() {
-                    push_pair(&mut v, earlier);
+                    push_pair(&mut v, earlier, header.len());
                 }
             }
             out = Some(v);
         } else if !ours && !trim(pair).is_empty() {
             if let Some(v) = out.as_mut() {
-                push_pair(v, pair);
+                push_pair(v, pair, header.len());
             }
         }
         start += pair.len() + 1;
@@ -102,9 +104,11 @@ pub fn strip<S: AsRef<str>>(header: &[u8], names: &[S]) -> Stripped {
     }
 }
 
-/// Appends one kept pair, byte for byte (the first without its leading space).
-fn push_pair(out: &mut Vec<u8>, pair: &[u8]) {
+/// Appends one kept pair, byte for byte (the first without its leading space). The first
+/// reserves room for the whole header, which the kept pairs never exceed.
+fn push_pair(out: &mut Vec<u8>, pair: &[u8], header_len: usize) {
     if out.is_empty() {
+        out.reserve_exact(header_len);
         out.extend_from_slice(trim_start(pair));
     } else {
         out.push(b';');
@@ -268,7 +272,7 @@ mod tests {
         }
         let mut out = Vec::new();
         for p in kept {
-            push_pair(&mut out, p);
+            push_pair(&mut out, p, header.len());
         }
         Stripped::Changed(out)
     }

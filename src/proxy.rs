@@ -903,14 +903,17 @@ async fn write_room_page(
 
 /// `RateLimit-Policy` and `RateLimit` values for the token buckets that passed a request.
 fn quota_headers(snapshot: &Snapshot, quotas: &[(usize, u64, u64)]) -> (HeaderValue, HeaderValue) {
-    let mut items = String::with_capacity(32 * quotas.len());
     if let [(rule, remaining, reset)] = quotas {
-        // One bucket (the usual case): its policy value was made at load.
+        // One bucket (the usual case): its policy value was made at load, and its item is
+        // written to a buffer of exactly its size.
         if let Some(rule) = snapshot.rules.get(*rule) {
-            rule.write_ratelimit_item(&mut items, *remaining, *reset);
-            return (rule.policy_value(), list_value(items));
+            let item = Bytes::from(rule.ratelimit_item(*remaining, *reset));
+            let item = HeaderValue::from_maybe_shared(item)
+                .unwrap_or_else(|_| HeaderValue::from_static(""));
+            return (rule.policy_value(), item);
         }
     }
+    let mut items = String::with_capacity(32 * quotas.len());
     let mut policy = String::with_capacity(32 * quotas.len());
     for (i, (rule, remaining, reset)) in quotas.iter().enumerate() {
         let Some(rule) = snapshot.rules.get(*rule) else {

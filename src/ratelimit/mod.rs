@@ -72,9 +72,10 @@ pub struct Check {
     pub outcome: Outcome,
     /// Seconds until trying again makes sense (denials and dry runs).
     pub retry_after: u64,
-    /// Quota left (token buckets: whole tokens; windows: requests in the window).
+    /// Quota left, for the passes a response advertises (token buckets: whole tokens;
+    /// concurrency: free slots). A window's pass leaves it at 0: it is not advertised.
     pub remaining: u64,
-    /// Seconds until the quota is whole again.
+    /// Seconds until the quota is whole again (0 for a window's pass, as above).
     pub reset: u64,
     /// A concurrency slot, held until the request ends.
     pub guard: Option<Guard>,
@@ -329,8 +330,8 @@ impl Rule {
             ) => {
                 let sample = counter.observe(key, 1, now);
                 if window::rate(&sample, window) <= f64::from(limit) {
-                    let reset = ceil_secs(window::time_to_recover(&sample, window, 0));
-                    return Check::pass(window::remaining(&sample, window, limit), reset);
+                    // A window's pass is not advertised (only buckets' are): no quota to work out.
+                    return Check::pass(0, 0);
                 }
                 let wait = if penalty.is_zero() {
                     window::time_to_recover(&sample, window, limit)
@@ -411,21 +412,41 @@ impl Rule {
             .clone()
     }
 
-    /// The `RateLimit` item: `"<rule>";r=<remaining>;t=<seconds>`.
-    pub fn ratelimit_item(&self, remaining: u64, reset: u64) -> String {
-        let mut s = String::with_capacity(self.config.name.len() + 24);
-        self.write_ratelimit_item(&mut s, remaining, reset);
-        s
+    /// The `RateLimit` item, `"<rule>";r=<remaining>;t=<seconds>`, in a buffer of exactly its
+    /// length: `Bytes` takes such a buffer as it is, so the header value costs one allocation.
+    pub fn ratelimit_item(&self, remaining: u64, reset: u64) -> Vec<u8> {
+        let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let parts = self.item_parts(&mut r, &mut t, remaining, reset);
+        let mut item = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for part in parts {
+            item.extend_from_slice(part.as_bytes());
+        }
+        item
     }
 
-    /// Appends the `RateLimit` item to `out`.
+    /// Appends the `RateLimit` item to `out` (a list of several buckets' items).
     pub fn write_ratelimit_item(&self, out: &mut String, remaining: u64, reset: u64) {
-        // Per allowed request under a bucket: plain appends, no formatter.
-        let mut digits = itoa::Buffer::new();
-        out.push_str(&self.item_prefix);
-        out.push_str(digits.format(remaining));
-        out.push_str(";t=");
-        out.push_str(digits.format(reset));
+        let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+        // Plain appends, no formatter.
+        for part in self.item_parts(&mut r, &mut t, remaining, reset) {
+            out.push_str(part);
+        }
+    }
+
+    /// The item's pieces, the numbers written into `r` and `t`.
+    fn item_parts<'a>(
+        &'a self,
+        r: &'a mut itoa::Buffer,
+        t: &'a mut itoa::Buffer,
+        remaining: u64,
+        reset: u64,
+    ) -> [&'a str; 4] {
+        [
+            &self.item_prefix,
+            r.format(remaining),
+            ";t=",
+            t.format(reset),
+        ]
     }
 
     pub fn is_token_bucket(&self) -> bool {
@@ -770,6 +791,13 @@ mod tests {
         );
         let p: Vec<&str> = set.iter().map(Rule::policy).collect();
         assert_eq!(p, ["\"w\";q=1000;w=10", "\"b\";q=15;w=10", "\"c\";q=4"]);
-        assert_eq!(set.get(1).unwrap().ratelimit_item(3, 7), "\"b\";r=3;t=7");
+        let item = set.get(1).unwrap().ratelimit_item(3, 7);
+        assert_eq!(item, b"\"b\";r=3;t=7");
+        assert_eq!(item.capacity(), item.len());
+        let mut written = String::new();
+        set.get(1)
+            .unwrap()
+            .write_ratelimit_item(&mut written, 12, 3600);
+        assert_eq!(written, "\"b\";r=12;t=3600");
     }
 }

@@ -1,5 +1,5 @@
-//! The arithmetic of a sliding window: the rate estimate, the quota left, and how long until a
-//! key over the limit would fall back under it.
+//! The arithmetic of a sliding window: the rate estimate, and how long until a key over the
+//! limit would fall back under it.
 
 use std::time::Duration;
 
@@ -8,12 +8,6 @@ use crate::store::WindowSample;
 /// Estimated requests per second over the window: `(prev·(1−f) + curr) / window`.
 pub fn rate(sample: &WindowSample, window: Duration) -> f64 {
     sample.weighted() / window.as_secs_f64()
-}
-
-/// Requests left in the window before the estimate exceeds `limit` requests/s.
-pub fn remaining(sample: &WindowSample, window: Duration, limit: u32) -> u64 {
-    let quota = f64::from(limit) * window.as_secs_f64();
-    (quota - sample.weighted()).max(0.0).floor() as u64
 }
 
 /// With no further requests, how long until the estimate is back at or under `limit`.
@@ -58,8 +52,6 @@ mod tests {
         // Half-way through, half of prev still counts.
         assert_eq!(rate(&s(1000, 0, 0.5), w), 50.0);
         assert_eq!(rate(&s(1000, 500, 0.5), w), 100.0);
-        assert_eq!(remaining(&s(1000, 500, 0.5), w, 100), 0);
-        assert_eq!(remaining(&s(0, 10, 0.0), w, 100), 990);
     }
 
     #[test]
