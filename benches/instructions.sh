@@ -93,11 +93,33 @@ PY
 
 total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'; }
 
-declare -A PER
+# Calls to epoll_wait in a callgrind file: each is the worker waiting for its sockets (both
+# Tokio runtimes park there). About 2 a request (the client's next request, the origin's
+# answer); a run with more was disturbed: every extra wake-up costs a few hundred instructions
+# of timer wheel, clock and epoll, so it is counted and shown next to the instructions.
+epoll_waits() {
+  python3 - "$1" <<'PY'
+import re, sys
+names, total, counting = {}, 0, False
+with open(sys.argv[1], errors="replace") as f:
+    for line in f:
+        m = re.match(r"(c?)fn=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+        if m:
+            if m.group(3) is not None:
+                names[m.group(2)] = m.group(3)
+            counting = m.group(1) == "c" and names.get(m.group(2)) == "epoll_wait"
+        elif line.startswith("calls=") and counting:
+            total += int(line[6:].split()[0])
+            counting = False
+print(total)
+PY
+}
+
+declare -A PER WAKES
 measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [header...]
   local name=$1 kind=$2 expect=$3 extra=$4; shift 4
   if [ -n "${ONLY:-}" ] && [ "$name" != plain_proxy ] && ! [[ "$name" =~ $ONLY ]]; then return; fi
-  local counts=()
+  local counts=() waits=()
   for n in $N1 $N2; do
     local out="$OUT/$name.$n.callgrind"
     local vg=(valgrind --tool=callgrind --callgrind-out-file="$out")
@@ -112,9 +134,11 @@ measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [heade
     drive "$port" "$n" "$expect" "$@"
     kill -INT "$pid"; wait "$pid" 2>/dev/null || true
     counts+=("$(total "$out")")
+    waits+=("$(epoll_waits "$out")")
   done
   PER[$name]=$(( (counts[1] - counts[0]) / (N2 - N1) ))
-  echo "   $name: ${PER[$name]} instructions per request"
+  WAKES[$name]=$(awk -v a="${waits[0]}" -v b="${waits[1]}" -v n=$(( N2 - N1 )) 'BEGIN { printf "%.2f", (b - a) / n }')
+  echo "   $name: ${PER[$name]} instructions per request, ${WAKES[$name]} epoll waits per request"
 }
 
 echo "== callgrind, $N1 and $N2 requests per scenario over ${CLIENTS:-1} connection(s), proxy threads $PROXY_THREADS (origin: $ORIGIN_KIND)"
@@ -132,11 +156,12 @@ measure vestibule_3_rules_api_key_header vestibule origin "$ROOM
 $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
 
 {
-  echo "| scenario | instructions/request | vs plain | reference |"
-  echo "| --- | ---: | ---: | --- |"
+  echo "| scenario | instructions/request | vs plain | reference | epoll waits/request |"
+  echo "| --- | ---: | ---: | --- | ---: |"
   row() { # scenario reference
     [ -n "${PER[$1]:-}" ] && [ -n "${PER[$2]:-}" ] || return 0
-    awk -v s="$1" -v n="${PER[$1]}" -v r="$2" -v p="${PER[$2]}" 'BEGIN { printf "| %s | %d | %.2fx | %s |\n", s, n, n / p, r }'
+    awk -v s="$1" -v n="${PER[$1]}" -v r="$2" -v p="${PER[$2]}" -v w="${WAKES[$1]}" \
+      'BEGIN { printf "| %s | %d | %.2fx | %s | %s |\n", s, n, n / p, r, w }'
   }
   for s in plain_proxy vestibule_allowed vestibule_3_rules vestibule_waiting_page vestibule_challenge_page vestibule_capacity_allowed; do
     row "$s" plain_proxy
