@@ -16,12 +16,30 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_vestibule");
 pub const KEY1: &str = "dGVzdC1rZXktb25lLXRlc3Qta2V5LW9uZS10ZXN0LWtleS1vbmUtdGVzdC1rZXktMQ==";
 pub const KEY2: &str = "dGVzdC1rZXktdHdvLXRlc3Qta2V5LXR3by10ZXN0LWtleS10d28tdGVzdC1rZXktMg==";
 
-/// A loopback port nobody listens on right now.
+/// A loopback listener on a port never handed out before in this test process.
+///
+/// Ports from [`free_port`] are released before the process that will listen on them starts,
+/// and the kernel may give such a port to the next `bind(0)`. With every port recorded, two
+/// tests running at once are never handed the same one, so one test's requests cannot reach
+/// another's proxy or origin.
+pub fn bind_loopback() -> TcpListener {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..1000 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return listener;
+        }
+    }
+    panic!("no loopback port left that this test process has not used already");
+}
+
+/// A loopback port nobody listens on right now, and never handed out before in this test
+/// process (see [`bind_loopback`]).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    bind_loopback().local_addr().expect("its address").port()
 }
 
 pub fn free_addr() -> SocketAddr {
@@ -626,7 +644,7 @@ pub fn stalling_origin(answer: &'static [u8]) -> SocketAddr {
 
 fn scripted_origin(answer: &'static [u8], hold: bool) -> SocketAddr {
     use std::io::Write;
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let listener = bind_loopback();
     let addr = listener.local_addr().expect("addr");
     std::thread::spawn(move || {
         for stream in listener.incoming() {
