@@ -72,8 +72,8 @@ pub struct Check {
     pub outcome: Outcome,
     /// Seconds until trying again makes sense (denials and dry runs).
     pub retry_after: u64,
-    /// Quota left, for the passes a response advertises (token buckets: whole tokens;
-    /// concurrency: free slots). A window's pass leaves it at 0: it is not advertised.
+    /// Quota left: a token bucket's whole tokens (advertised in `RateLimit`), a concurrency
+    /// cap's free slots. A window's pass leaves it at 0: nothing reads it.
     pub remaining: u64,
     /// Seconds until the quota is whole again (0 for a window's pass, as above).
     pub reset: u64,
