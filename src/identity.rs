@@ -166,22 +166,36 @@ impl IdentityPolicy {
     }
 }
 
-/// Dotted-quad text of an IPv4 address, without the formatting machinery (on every request).
-pub fn ipv4_text(ip: std::net::Ipv4Addr) -> String {
-    let mut s = String::with_capacity(15);
+/// The longest dotted quad: `255.255.255.255`.
+pub const IPV4_TEXT_MAX: usize = 15;
+
+/// Writes the dotted-quad text of an IPv4 address into `buf` and returns it (a slice of `buf`):
+/// a header value is made from the bytes with one copy, without a `String` on the way.
+pub fn write_ipv4(ip: std::net::Ipv4Addr, buf: &mut [u8; IPV4_TEXT_MAX]) -> &[u8] {
+    let mut n = 0;
     for (i, octet) in ip.octets().into_iter().enumerate() {
         if i > 0 {
-            s.push('.');
+            buf[n] = b'.';
+            n += 1;
         }
         if octet >= 100 {
-            s.push(char::from(b'0' + octet / 100));
+            buf[n] = b'0' + octet / 100;
+            n += 1;
         }
         if octet >= 10 {
-            s.push(char::from(b'0' + octet / 10 % 10));
+            buf[n] = b'0' + octet / 10 % 10;
+            n += 1;
         }
-        s.push(char::from(b'0' + octet % 10));
+        buf[n] = b'0' + octet % 10;
+        n += 1;
     }
-    s
+    &buf[..n]
+}
+
+/// Dotted-quad text of an IPv4 address, without the formatting machinery (on every request).
+pub fn ipv4_text(ip: std::net::Ipv4Addr) -> String {
+    // ASCII digits and dots: always UTF-8.
+    String::from(std::str::from_utf8(write_ipv4(ip, &mut [0; IPV4_TEXT_MAX])).unwrap_or_default())
 }
 
 /// Text of an address as `X-Forwarded-For` and logs write it.
@@ -364,6 +378,20 @@ mod tests {
         ] {
             let v4: std::net::Ipv4Addr = ip.parse().unwrap();
             assert_eq!(ipv4_text(v4), v4.to_string());
+        }
+        // Every octet at each digit-count boundary, in every position.
+        let edges = [0u8, 1, 9, 10, 11, 99, 100, 101, 199, 200, 249, 250, 255];
+        for a in edges {
+            for b in edges {
+                for c in edges {
+                    for d in edges {
+                        let v4 = std::net::Ipv4Addr::new(a, b, c, d);
+                        let text = ipv4_text(v4);
+                        assert_eq!(text, v4.to_string());
+                        assert_eq!(write_ipv4(v4, &mut [b'x'; IPV4_TEXT_MAX]), text.as_bytes());
+                    }
+                }
+            }
         }
     }
 
