@@ -38,7 +38,9 @@ pub struct Take {
 /// The refill arithmetic, pure: refills `bucket` up to `now` and takes a token if there is one.
 pub fn take(bucket: &mut Bucket, limit: u32, period: Duration, now: Timestamp) -> Take {
     let limit = f64::from(limit.max(1));
-    let per_ms = limit / period.as_millis().max(1) as f64;
+    // Whole milliseconds as a u64 first: `u128 as f64` is a software conversion.
+    let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+    let per_ms = limit / period_ms as f64;
     let elapsed = now.millis().saturating_sub(bucket.updated_ms) as f64;
     bucket.tokens = (bucket.tokens + elapsed * per_ms).min(limit);
     bucket.updated_ms = bucket.updated_ms.max(now.millis());
