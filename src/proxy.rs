@@ -34,8 +34,8 @@ use crate::token::Dec;
 /// Request headers with this prefix are ours: a client's copies never reach the origin.
 const INTERNAL_PREFIX: &str = "vestibule-";
 const NO_STORE: &str = "no-store, private";
-/// The origin's response header to command vestibule (`revoke`).
-/// The origin's command to the proxy (`Vestibule-Command: revoke`), never passed on.
+/// The origin's response header to command vestibule (`Vestibule-Command: revoke`), never
+/// passed on.
 const COMMAND_HEADER: http::HeaderName = http::HeaderName::from_static("vestibule-command");
 
 pub struct Proxy {
