@@ -98,8 +98,14 @@ total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ && !done {
 # answer); a run with more was disturbed: every extra wake-up costs a few hundred instructions
 # of timer wheel, clock and epoll, so it is counted and shown next to the instructions.
 epoll_waits() {
-  python3 - "$1" <<'PY'
+  calls_to "$1" '^epoll_wait$'
+}
+
+# Calls in a callgrind file to the functions whose names match a regex.
+calls_to() { # file regex
+  python3 - "$1" "$2" <<'PY'
 import re, sys
+want = re.compile(sys.argv[2])
 names, total, counting = {}, 0, False
 with open(sys.argv[1], errors="replace") as f:
     for line in f:
@@ -107,12 +113,21 @@ with open(sys.argv[1], errors="replace") as f:
         if m:
             if m.group(3) is not None:
                 names[m.group(2)] = m.group(3)
-            counting = m.group(1) == "c" and names.get(m.group(2)) == "epoll_wait"
+            counting = m.group(1) == "c" and bool(want.search(names.get(m.group(2), "")))
         elif line.startswith("calls=") and counting:
             total += int(line[6:].split()[0])
             counting = False
 print(total)
 PY
+}
+
+# Timers Pingora armed on Tokio per request (its timeouts of 1 s and more, once
+# `fast_timeout_to_tokio_threshold_seconds` is 0): what `--origin-timeouts` must add.
+tokio_timers() { # name
+  local a b
+  a=$(calls_to "$OUT/$1.$N1.callgrind" 'FastOrTokioTimeout as pingora_timeout::ToTimeout>::timeout$')
+  b=$(calls_to "$OUT/$1.$N2.callgrind" 'FastOrTokioTimeout as pingora_timeout::ToTimeout>::timeout$')
+  awk -v a="$a" -v b="$b" -v n=$(( N2 - N1 )) 'BEGIN { printf "%.2f", (b - a) / n }'
 }
 
 declare -A PER WAKES
@@ -125,7 +140,9 @@ measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [heade
     local vg=(valgrind --tool=callgrind --callgrind-out-file="$out")
     if [ "$kind" = plain ]; then
       local port; port=$(free_port)
-      "${vg[@]}" "$PLAIN" "127.0.0.1:$port" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/$name.$n.log" 2>&1 &
+      local flags=()
+      read -ra flags <<<"$extra" # the plain proxy's extra config: its flags
+      "${vg[@]}" "$PLAIN" "${flags[@]}" "127.0.0.1:$port" "127.0.0.1:$ORIGIN_PORT" "$PROXY_THREADS" >"$OUT/$name.$n.log" 2>&1 &
       local pid=$!; PIDS+=("$pid"); wait_port "$port"
     else
       start_vestibule "$name" "$extra" "${vg[@]}"
@@ -143,6 +160,22 @@ measure() { # name kind(plain|vestibule) expect(origin|page) extra-config [heade
 
 echo "== callgrind, $N1 and $N2 requests per scenario over ${CLIENTS:-1} connection(s), proxy threads $PROXY_THREADS (origin: $ORIGIN_KIND)"
 measure plain_proxy plain origin ""
+# The plain proxy with vestibule's origin timeouts (read, write, the pool's idle one), which
+# Pingora's default peer does not set: what those timers cost by themselves. The goals are
+# against the default; this row says how much of vestibule's difference is its timeouts.
+measure plain_proxy_origin_timeouts plain origin "--origin-timeouts"
+if [ -n "${PER[plain_proxy_origin_timeouts]:-}" ]; then
+  # The reference is only worth its row if the flag armed the timers vestibule arms (2.5 a
+  # request: the origin's answer, and the pool's idle watch), and the default proxy none.
+  for name in plain_proxy plain_proxy_origin_timeouts; do
+    echo "   $name: $(tokio_timers "$name") Tokio timers per request"
+  done
+  awk -v t="$(tokio_timers plain_proxy_origin_timeouts)" -v d="$(tokio_timers plain_proxy)" \
+    'BEGIN { exit !(t >= 1.5 && d < 0.05) }' || {
+    echo "plain_proxy --origin-timeouts armed no Tokio timers per request, or the default did" >&2
+    exit 1
+  }
+fi
 measure vestibule_allowed vestibule origin "$ROOM" "Cookie: $COOKIE"
 measure vestibule_3_rules vestibule origin "$ROOM
 $RULES" "Cookie: $COOKIE"
@@ -166,6 +199,9 @@ $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
   for s in plain_proxy vestibule_allowed vestibule_3_rules vestibule_waiting_page vestibule_challenge_page vestibule_capacity_allowed; do
     row "$s" plain_proxy
   done
+  row plain_proxy_origin_timeouts plain_proxy
+  row vestibule_allowed plain_proxy_origin_timeouts
+  row vestibule_3_rules plain_proxy_origin_timeouts
   row plain_proxy_api_key_header plain_proxy
   row vestibule_3_rules_api_key_header plain_proxy
   row vestibule_3_rules_api_key_header plain_proxy_api_key_header

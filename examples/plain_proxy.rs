@@ -1,10 +1,17 @@
 //! The reference for every load figure: a Pingora proxy with no features at all, same pingora
 //! version, same thread count, one fixed upstream.
 //!
-//! `cargo run --release --example plain_proxy -- [--no-work-stealing] <listen> <upstream> <threads> [<tls_listen> <cert> <key>]`
+//! `cargo run --release --example plain_proxy -- [--no-work-stealing] [--origin-timeouts] <listen> <upstream> <threads> [<tls_listen> <cert> <key>]`
 //!
 //! Its configuration is Pingora's default (work stealing on) unless `--no-work-stealing` says
 //! otherwise: the scaling benchmark measures both.
+//!
+//! By default it sets no timeout on the origin, as Pingora's default peer has none.
+//! `--origin-timeouts` gives it vestibule's default ones instead: connect 2 s (4 s in all), read
+//! and write 30 s, pooled connections closed after 60 s idle, all on Tokio's timer (vestibule's
+//! `fast_timeout_to_tokio_threshold_seconds = 0`). It is a second reference for
+//! `benches/instructions.sh`, to show what those timers cost a proxy by themselves; the goals
+//! are against the default.
 //!
 //! With a TLS listener, it is Pingora's own: rustls with ring, TLS 1.2 and 1.3, ALPN h2 and
 //! http/1.1 (what vestibule's TLS listeners offer too).
@@ -14,9 +21,11 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::upstreams::peer::HttpPeer;
+use std::time::Duration;
 
 struct Plain {
     upstream: std::net::SocketAddr,
+    origin_timeouts: bool,
 }
 
 #[async_trait]
@@ -26,14 +35,24 @@ impl ProxyHttp for Plain {
     fn new_ctx(&self) {}
 
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
-        Ok(Box::new(HttpPeer::new(self.upstream, false, String::new())))
+        let mut peer = HttpPeer::new(self.upstream, false, String::new());
+        if self.origin_timeouts {
+            // vestibule's defaults (`upstream::Upstream::peer`).
+            peer.options.connection_timeout = Some(Duration::from_secs(2));
+            peer.options.total_connection_timeout = Some(Duration::from_secs(4));
+            peer.options.read_timeout = Some(Duration::from_secs(30));
+            peer.options.write_timeout = Some(Duration::from_secs(30));
+            peer.options.idle_timeout = Some(Duration::from_secs(60));
+        }
+        Ok(Box::new(peer))
     }
 }
 
 fn main() {
     let all: Vec<String> = std::env::args().skip(1).collect();
     let work_stealing = !all.iter().any(|a| a == "--no-work-stealing");
-    let mut args = all.into_iter().filter(|a| a != "--no-work-stealing");
+    let origin_timeouts = all.iter().any(|a| a == "--origin-timeouts");
+    let mut args = all.into_iter().filter(|a| !a.starts_with("--"));
     let listen = args.next().unwrap_or_else(|| "127.0.0.1:8090".into());
     let upstream = args
         .next()
@@ -46,11 +65,18 @@ fn main() {
         work_stealing,
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(1),
+        fast_timeout_to_tokio_threshold_seconds: origin_timeouts.then_some(0),
         ..Default::default()
     };
     let mut server = Server::new_with_opt_and_conf(Opt::default(), conf);
     server.bootstrap();
-    let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, Plain { upstream });
+    let mut proxy = pingora::proxy::http_proxy_service(
+        &server.configuration,
+        Plain {
+            upstream,
+            origin_timeouts,
+        },
+    );
     proxy.add_tcp(&listen);
     if let (Some(tls), Some(cert), Some(key)) = (args.next(), args.next(), args.next()) {
         let mut settings =
