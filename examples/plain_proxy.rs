@@ -50,6 +50,14 @@ impl ProxyHttp for Plain {
 
 fn main() {
     let all: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(flag) = all.iter().find(|a| {
+        a.starts_with("--") && !["--no-work-stealing", "--origin-timeouts"].contains(&a.as_str())
+    }) {
+        eprintln!(
+            "plain_proxy: unknown option {flag} (known: --no-work-stealing, --origin-timeouts)"
+        );
+        std::process::exit(2);
+    }
     let work_stealing = !all.iter().any(|a| a == "--no-work-stealing");
     let origin_timeouts = all.iter().any(|a| a == "--origin-timeouts");
     let mut args = all.into_iter().filter(|a| !a.starts_with("--"));
