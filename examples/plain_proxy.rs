@@ -7,8 +7,9 @@
 //! otherwise: the scaling benchmark measures both.
 //!
 //! By default it sets no timeout on the origin, as Pingora's default peer has none.
-//! `--origin-timeouts` gives it vestibule's default ones instead: connect 2 s (4 s in all), read
-//! and write 30 s, pooled connections closed after 60 s idle, all on Tokio's timer (vestibule's
+//! `--origin-timeouts` gives it vestibule's default ones instead, set by vestibule's own
+//! `upstream::set_timeouts` (connect 2 s, 4 s in all; read and write 30 s; pooled connections
+//! closed after 60 s idle), all on Tokio's timer (vestibule's
 //! `fast_timeout_to_tokio_threshold_seconds = 0`). It is a second reference for
 //! `benches/instructions.sh`, to show what those timers cost a proxy by themselves; the goals
 //! are against the default.
@@ -21,7 +22,6 @@ use pingora::prelude::*;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::upstreams::peer::HttpPeer;
-use std::time::Duration;
 
 struct Plain {
     upstream: std::net::SocketAddr,
@@ -37,12 +37,12 @@ impl ProxyHttp for Plain {
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
         let mut peer = HttpPeer::new(self.upstream, false, String::new());
         if self.origin_timeouts {
-            // vestibule's defaults (`upstream::Upstream::peer`).
-            peer.options.connection_timeout = Some(Duration::from_secs(2));
-            peer.options.total_connection_timeout = Some(Duration::from_secs(4));
-            peer.options.read_timeout = Some(Duration::from_secs(30));
-            peer.options.write_timeout = Some(Duration::from_secs(30));
-            peer.options.idle_timeout = Some(Duration::from_secs(60));
+            // vestibule's defaults, set as vestibule sets them.
+            vestibule::upstream::set_timeouts(
+                &mut peer.options,
+                vestibule::config::DEFAULT_CONNECT_TIMEOUT,
+                vestibule::config::DEFAULT_READ_TIMEOUT,
+            );
         }
         Ok(Box::new(peer))
     }

@@ -13,12 +13,23 @@ use std::time::{Duration, Instant};
 use pingora::lb::health_check::TcpHealthCheck;
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::LoadBalancer;
-use pingora::upstreams::peer::HttpPeer;
+use pingora::upstreams::peer::{HttpPeer, PeerOptions};
 
 use crate::config::UpstreamConfig;
 
 /// Idle pooled connections to the origin are closed after this long.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An origin peer's timeouts: `connect` to connect (twice that for the whole connection, TLS
+/// included), `read` for each read and write, and [`IDLE_TIMEOUT`] for a pooled connection. The
+/// plain reference proxy's `--origin-timeouts` sets the same.
+pub fn set_timeouts(options: &mut PeerOptions, connect: Duration, read: Duration) {
+    options.connection_timeout = Some(connect);
+    options.total_connection_timeout = Some(connect * 2);
+    options.read_timeout = Some(read);
+    options.write_timeout = Some(read);
+    options.idle_timeout = Some(IDLE_TIMEOUT);
+}
 
 pub struct Upstream {
     config: UpstreamConfig,
@@ -122,11 +133,11 @@ impl Upstream {
     fn peer(&self, addr: SocketAddr, sni: &str) -> Box<HttpPeer> {
         let config = &self.config;
         let mut peer = HttpPeer::new(addr, config.tls, sni.to_owned());
-        peer.options.connection_timeout = Some(config.connect_timeout);
-        peer.options.total_connection_timeout = Some(config.connect_timeout * 2);
-        peer.options.read_timeout = Some(config.read_timeout);
-        peer.options.write_timeout = Some(config.read_timeout);
-        peer.options.idle_timeout = Some(IDLE_TIMEOUT);
+        set_timeouts(
+            &mut peer.options,
+            config.connect_timeout,
+            config.read_timeout,
+        );
         Box::new(peer)
     }
 

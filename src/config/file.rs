@@ -185,10 +185,10 @@ fn default_keepalive_pool_size() -> usize {
 }
 
 fn default_connect_timeout() -> Duration {
-    Duration::from_secs(2)
+    super::DEFAULT_CONNECT_TIMEOUT
 }
 fn default_read_timeout() -> Duration {
-    Duration::from_secs(30)
+    super::DEFAULT_READ_TIMEOUT
 }
 fn default_health_check() -> Duration {
     Duration::from_secs(5)

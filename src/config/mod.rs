@@ -9,6 +9,11 @@ pub mod diff;
 pub mod error;
 pub mod event;
 mod file;
+
+/// `upstream.connect_timeout` when the file leaves it out.
+pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// `upstream.read_timeout` when the file leaves it out.
+pub const DEFAULT_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub mod locate;
 mod validate;
 
