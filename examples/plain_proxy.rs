@@ -50,11 +50,14 @@ impl ProxyHttp for Plain {
 
 fn main() {
     let all: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(flag) = all.iter().find(|a| {
-        a.starts_with("--") && !["--no-work-stealing", "--origin-timeouts"].contains(&a.as_str())
-    }) {
+    const FLAGS: [&str; 2] = ["--no-work-stealing", "--origin-timeouts"];
+    if let Some(flag) = all
+        .iter()
+        .find(|a| a.starts_with("--") && !FLAGS.contains(&a.as_str()))
+    {
         eprintln!(
-            "plain_proxy: unknown option {flag} (known: --no-work-stealing, --origin-timeouts)"
+            "plain_proxy: unknown option {flag} (known: {})",
+            FLAGS.join(", ")
         );
         std::process::exit(2);
     }

@@ -18,7 +18,7 @@ use pingora::upstreams::peer::{HttpPeer, PeerOptions};
 use crate::config::UpstreamConfig;
 
 /// Idle pooled connections to the origin are closed after this long.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An origin peer's timeouts: `connect` to connect (twice that for the whole connection, TLS
 /// included), `read` for each read and write, and [`IDLE_TIMEOUT`] for a pooled connection. The

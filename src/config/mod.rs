@@ -9,11 +9,6 @@ pub mod diff;
 pub mod error;
 pub mod event;
 mod file;
-
-/// `upstream.connect_timeout` when the file leaves it out.
-pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-/// `upstream.read_timeout` when the file leaves it out.
-pub const DEFAULT_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub mod locate;
 mod validate;
 
@@ -32,6 +27,10 @@ use crate::identity::IdentityPolicy;
 pub const DEFAULT_PATH: &str = "conf/vestibule.toml";
 /// The most `[server] threads` may be.
 pub const MAX_THREADS: usize = 1024;
+/// `upstream.connect_timeout` when the file leaves it out.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// `upstream.read_timeout` when the file leaves it out.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Everything a config file says, validated.
 #[derive(Clone, Debug, PartialEq)]
