@@ -159,6 +159,52 @@ make_certificate() {
     -keyout "$TLS_KEY" -out "$TLS_CERT" 2>/dev/null
 }
 
+# Starts nginx as a reverse proxy in front of the origin, the peer's figure in the same run:
+# one worker pinned like the proxy under test, kept-alive origin connections, and its
+# access log off, on (one write(2) a line) or buffered (`buffer=64k`, flushed at least every
+# 100 ms, as vestibule flushes its own). Sets NGINX_PROXY_PORT, NGINX_PROXY_PID.
+start_nginx_proxy() { # name off|on|buffered
+  local name=$1 access=$2 dir="$OUT/$1"
+  NGINX_PROXY_PORT=$(free_port)
+  mkdir -p "$dir"
+  local log="access_log off;"
+  case $access in
+    on) log="access_log $dir/access.log combined;" ;;
+    buffered) log="access_log $dir/access.log combined buffer=64k flush=100ms;" ;;
+  esac
+  cat > "$dir/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+$( [ "$(id -u)" = 0 ] && echo "user $(id -un) $(id -gn);" )
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+  $log
+  keepalive_requests 1000000;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  fastcgi_temp_path $dir/fastcgi;
+  uwsgi_temp_path $dir/uwsgi;
+  scgi_temp_path $dir/scgi;
+  upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGINX_PROXY_PORT;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  $PROXY_PIN nginx -p "$dir" -c "$dir/nginx.conf" >"$dir/stdout.log" 2>&1 &
+  NGINX_PROXY_PID=$!
+  PIDS+=("$NGINX_PROXY_PID")
+  wait_port "$NGINX_PROXY_PORT"
+}
+
 # Starts the plain Pingora proxy (the reference) in front of the origin; sets PLAIN_PORT,
 # PLAIN_PID (and PLAIN_TLS_PORT with TLS=1). Arguments go to plain_proxy (--no-work-stealing).
 start_plain() {

@@ -295,6 +295,36 @@ fn pages(c: &mut Criterion) {
     });
 }
 
+/// One access line, as `[log] access = true` writes it for every request: into a buffer that
+/// has grown to a line's size, as the thread's buffer has.
+fn access_line(c: &mut Criterion) {
+    use vestibule::config::LogFormat;
+    use vestibule::logging::AccessLine;
+    let rules = [("per-ip", "pass"), ("per-path", "pass"), ("slots", "pass")];
+    let line = AccessLine {
+        client: Some("203.0.113.7".parse().unwrap()),
+        method: "GET",
+        path: "/checkout/pay",
+        status: 200,
+        room: Some("default"),
+        decision: Some("allow"),
+        rules: &rules,
+        upstream: Some("10.0.0.5:8000".parse().unwrap()),
+        upstream_ms: Some(12.43),
+        ms: 13.07,
+    };
+    let mut buf = Vec::with_capacity(1024);
+    for (name, format) in [("plain", LogFormat::Plain), ("json", LogFormat::Json)] {
+        c.bench_function(&format!("access_line/{name}"), |b| {
+            b.iter(|| {
+                buf.clear();
+                black_box(&line).write_as(&mut buf, format);
+                black_box(buf.len())
+            })
+        });
+    }
+}
+
 fn identity(c: &mut Criterion) {
     use vestibule::identity::IdentityPolicy;
     let policy = IdentityPolicy {
@@ -865,6 +895,7 @@ criterion_group!(
     decisions,
     rate_limits,
     pages,
+    access_line,
     identity,
     contended_metrics,
     contended_pages,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side load benchmark: the origin alone, a plain Pingora proxy, and vestibule on its
-# allowed path, with three rate-limit rules, and serving the waiting page -- all in one run, so
-# the ratios hold even on a shared machine whose absolute speed drifts.
+# allowed path, with three rate-limit rules, and serving the waiting page, and nginx as a proxy
+# with its access log off, on and buffered -- all in one run, so the ratios hold even on a
+# shared machine whose absolute speed drifts.
 #
 #   benches/load.sh                      # 3 rounds x 8 scenarios x 10 s
 #   ROUNDS=5 DURATION=20 CONNECTIONS=64 benches/load.sh
@@ -92,6 +93,13 @@ $RULES"; P[$t rules_pid]=$VPID P[$t rules_port]=$VPORT P[$t rules_admin]=$VADMIN
   start_vestibule "prequeue.t$t" "$PREQUEUE_ROOM"; P[$t prequeue_pid]=$VPID P[$t prequeue_port]=$VPORT P[$t prequeue_admin]=$VADMIN
   start_vestibule "challenge.t$t" "$CHALLENGE_ROOM"; P[$t challenge_pid]=$VPID P[$t challenge_port]=$VPORT P[$t challenge_admin]=$VADMIN
   ACCESS_LOG=true start_vestibule "access_log.t$t" "$ROOM"; P[$t log_pid]=$VPID P[$t log_port]=$VPORT P[$t log_admin]=$VADMIN
+  if [ "$ORIGIN_KIND" = nginx ] && [ "$t" = 1 ]; then
+    # nginx as the proxy, the peer's figure: access log off, on, and buffered. One worker (with
+    # more, its CPU would be in processes other than the one whose time is read).
+    start_nginx_proxy "nginx_proxy.t$t" off; P[$t ngx_pid]=$NGINX_PROXY_PID P[$t ngx_port]=$NGINX_PROXY_PORT
+    start_nginx_proxy "nginx_proxy_log.t$t" on; P[$t ngx_log_pid]=$NGINX_PROXY_PID P[$t ngx_log_port]=$NGINX_PROXY_PORT
+    start_nginx_proxy "nginx_proxy_log_buffered.t$t" buffered; P[$t ngx_buf_pid]=$NGINX_PROXY_PID P[$t ngx_buf_port]=$NGINX_PROXY_PORT
+  fi
   if [ -n "${BASELINE_BIN:-}" ]; then
     # An earlier build, in the same rounds: before/after figures that share the machine's drift.
     SAVED_BIN=$BIN BIN=$BASELINE_BIN
@@ -139,6 +147,13 @@ for ROUND in $(seq 1 "$ROUNDS"); do
   # A proof-of-work room's challenge page, a challenge of its own for each request (SPEC §14).
   each measure challenge port vestibule_challenge_page page
   each measure log port vestibule_allowed_with_access_log origin -H "Cookie: $COOKIE"
+  if [ -n "${P[1 ngx_pid]:-}" ]; then
+    SAVED_ORDER=$ORDER ORDER=1
+    each measure ngx port nginx_proxy -
+    each measure ngx_log port nginx_proxy_with_access_log -
+    each measure ngx_buf port nginx_proxy_with_access_log_buffered -
+    ORDER=$SAVED_ORDER
+  fi
   if [ -n "${BASELINE_BIN:-}" ]; then
     each measure b_allowed port baseline_allowed origin -H "Cookie: $COOKIE"
     each measure b_rules port baseline_3_rules origin -H "Cookie: $COOKIE"

@@ -428,25 +428,23 @@ impl ProxyHttp for Proxy {
         if !ctx.snapshot.config.log.access {
             return;
         }
-        let snapshot = ctx.snapshot.clone();
+        let ctx = &*ctx;
+        let snapshot = &ctx.snapshot;
         let req = session.req_header();
-        let rules: Vec<(&str, &str)> = ctx
+        let rules: SmallVec<[(&str, &str); 4]> = ctx
             .rule_outcomes
             .iter()
             .filter_map(|(i, o)| snapshot.rules.get(*i).map(|r| (r.name(), o.as_str())))
             .collect();
         let line = AccessLine {
-            client: ctx
-                .client_ip
-                .or(ctx.peer_ip)
-                .map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
+            client: ctx.client_ip.or(ctx.peer_ip),
             method: req.method.as_str(),
             path: req.uri.path(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),
             room: ctx.room.and_then(|i| snapshot.rooms.get(i)).map(Room::name),
             decision: ctx.decision.map(Decision::as_str),
-            rules,
-            upstream: ctx.tried.last().map(ToString::to_string),
+            rules: &rules,
+            upstream: ctx.tried.last().copied(),
             upstream_ms: ctx.upstream_seconds.map(|s| s * 1000.0),
             ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
         };

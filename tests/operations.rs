@@ -582,3 +582,81 @@ fn the_dashboard_is_ready_for_many_instances() {
     let (ok, out) = run_promtool(cmd, None);
     assert!(ok, "a dashboard query is not valid PromQL: {out}");
 }
+
+/// The plain access log, end to end: one line per request with every field, in the order the
+/// requests were served, a line logged meanwhile (a rejected reload) between the lines before it
+/// and after it, no query string, and every buffered line written when the process stops
+/// (SIGTERM right after the last request, well inside the 100 ms between flushes).
+#[test]
+fn plain_access_lines_keep_fields_order_and_survive_shutdown() {
+    let origin = Origin::start();
+    let mut v = Setup::new(origin.addr)
+        .threads(1)
+        .extra(
+            "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
+             [log]\naccess = true\n\
+             [[room]]\npages = \"pages\"\nallow_percentage = 100\n\
+             [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n",
+        )
+        .start();
+    let c = client();
+    let get = |i: usize| {
+        let resp = c
+            .get(v.url(&format!("/seq/{i}?secret=Q{i}")))
+            .header("X-Forwarded-For", "203.0.113.9")
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    };
+    const N: usize = 200;
+    for i in 0..N / 2 {
+        get(i);
+    }
+    // An invalid edit: its error line is written at once, after the buffered access lines.
+    v.edit_config("allow_percentage = 100", "allow_percentage = \"lots\"");
+    assert!(
+        eventually(Duration::from_secs(5), || v
+            .log_text()
+            .contains("keeps serving")),
+        "no error line for the rejected reload:\n{}",
+        v.log_text()
+    );
+    for i in N / 2..N {
+        get(i);
+    }
+    v.proc.signal("TERM");
+    assert!(v.proc.wait_exit(Duration::from_secs(10)).is_some());
+
+    let log = v.log_text();
+    let line = regex::Regex::new(
+        r#"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ access 203\.0\.113\.9 "GET /seq/(\d+)" 200 room=default decision=allow rules=per-ip:pass upstream=127\.0\.0\.1:\d+ upstream_ms=\d+\.\d ms=\d+\.\d$"#,
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut error_after = None;
+    for l in log.lines() {
+        if l.contains("keeps serving") {
+            error_after.get_or_insert(seen.len());
+        }
+        if l.contains(" access ") && l.contains("/seq/") {
+            let caps = line
+                .captures(l)
+                .unwrap_or_else(|| panic!("an access line lost its shape: {l}"));
+            seen.push(caps[1].parse::<usize>().unwrap());
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..N).collect::<Vec<_>>(),
+        "every request once, in order"
+    );
+    assert_eq!(
+        error_after,
+        Some(N / 2),
+        "the error line sits between the two halves"
+    );
+    assert!(
+        !log.contains("secret") && !log.contains("Q1"),
+        "a query string is in the log"
+    );
+}
