@@ -267,7 +267,9 @@ EOF
 start_vestibule() { # name extra [wrapper...]
   local name=$1 text=$2; shift 2
   write_vestibule "$name" "$text"
-  $PROXY_PIN "$@" "$BIN" --config "$OUT/$name/vestibule.toml" >"$OUT/$name/vestibule.log" 2>&1 &
+  # The log goes beside the config's folder, not into it: the reload watcher sees every change
+  # in that folder, and a log written there every 100 ms would be measured as the access log's.
+  $PROXY_PIN "$@" "$BIN" --config "$OUT/$name/vestibule.toml" >"$OUT/$name.log" 2>&1 &
   VPID=$!
   PIDS+=("$VPID")
   wait_port "$VPORT"

@@ -457,14 +457,22 @@ fn write_escaped_path(out: &mut Vec<u8>, path: &str) {
 /// Milliseconds to one decimal (`12.4`), exactly as `{:.1}` writes them.
 fn write_tenths(out: &mut Vec<u8>, ms: f64) {
     let tenths = ms * 10.0;
-    // Near a tie, the product's rounding may hide which side of it `ms` lies on; `{:.1}` rounds
-    // the exact value (ties to even). So do negative, huge and non-numbers. Anything else is
-    // at least 0.001 tenth from a tie, far beyond the product's error below 10^12.
-    if !(0.0..1e12).contains(&tenths) || (tenths - tenths.floor() - 0.5).abs() < 1e-3 {
+    // Negative, huge and non-numbers go to the formatting machinery.
+    if !(0.0..1e12).contains(&tenths) {
         let _ = write!(out, "{ms:.1}");
         return;
     }
-    let tenths = tenths.round() as u64;
+    // Casts, not floor and round: those are library calls on baseline x86-64.
+    let whole = tenths as u64;
+    let fraction = tenths - whole as f64;
+    // Near a tie, the product's rounding may hide which side of it `ms` lies on, and `{:.1}`
+    // rounds the exact value (ties to even): let it decide. Anything else is at least 0.001
+    // tenth from a tie, far beyond the product's error below 10^12.
+    if (fraction - 0.5).abs() < 1e-3 {
+        let _ = write!(out, "{ms:.1}");
+        return;
+    }
+    let tenths = whole + u64::from(fraction > 0.5);
     out.extend_from_slice(itoa::Buffer::new().format(tenths / 10).as_bytes());
     out.push(b'.');
     out.push(b'0' + (tenths % 10) as u8);
