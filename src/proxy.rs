@@ -317,6 +317,26 @@ impl ProxyHttp for Proxy {
         Ok(())
     }
 
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        _ctx: &mut Ctx,
+    ) -> Result<()> {
+        // An HTTP/2 body may end with an empty DATA frame carrying END_STREAM. Pingora 0.9.1
+        // passes that empty piece to the HTTP/1.1 origin connection, whose chunked writer turns
+        // a zero-length write into the `0\r\n\r\n` terminator, and then writes the terminator
+        // again when the body finishes (cloudflare/pingora#935). The origin reads the second
+        // one as the start of another request and answers it, and that answer would go to
+        // whoever uses the pooled connection next. With no piece at all, Pingora only finishes
+        // the body: one terminator. Empty pieces before the end are already dropped by Pingora.
+        if end_of_stream && body.as_ref().is_some_and(Bytes::is_empty) {
+            *body = None;
+        }
+        Ok(())
+    }
+
     fn response_body_filter(
         &self,
         _session: &mut Session,
