@@ -112,10 +112,13 @@ impl Drop for Proc {
     }
 }
 
+/// Starts the binary under test: [`BIN`], or the one `VESTIBULE_BIN` names (a release build,
+/// for measurements that a debug build would distort).
 pub fn spawn(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> Proc {
     let out = std::fs::File::create(log).expect("log file");
     let err = out.try_clone().expect("log file");
-    let mut cmd = Command::new(BIN);
+    let bin = std::env::var_os("VESTIBULE_BIN").unwrap_or_else(|| BIN.into());
+    let mut cmd = Command::new(bin);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     for (k, v) in envs {
         cmd.env(k, v);
