@@ -291,18 +291,14 @@ async fn paced_reset(
     out.lasted = started.elapsed();
     drop(h2);
     // The driver's own end says more than a refused stream when the server sent GOAWAY.
-    match tokio::time::timeout(Duration::from_secs(2), driver).await {
-        Ok(Ok(Err(e)))
-            if out
-                .ended
-                .as_deref()
-                .is_none_or(|s| !s.starts_with("GOAWAY")) =>
-        {
-            if e.is_go_away() || out.ended.is_some() {
-                out.ended = Some(describe(&e));
-            }
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(2), driver).await {
+        let goaway_seen = out
+            .ended
+            .as_deref()
+            .is_some_and(|s| s.starts_with("GOAWAY"));
+        if !goaway_seen && (e.is_go_away() || out.ended.is_some()) {
+            out.ended = Some(describe(&e));
         }
-        _ => {}
     }
     out
 }
