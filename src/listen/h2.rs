@@ -161,14 +161,23 @@ pub async fn serve<A>(
                 continue;
             }
             _ = connection.wake.notified(), if !going_away => {
-                match connection.ending.load(Ordering::Relaxed) {
-                    ABRUPT => conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM),
-                    GRACEFUL => conn.graceful_shutdown(),
+                // A connection cut for its own resets is logged; those of a client already
+                // refused are not (it may reconnect many times a second).
+                let level = match connection.ending.load(Ordering::Relaxed) {
+                    ABRUPT => {
+                        conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                        log::Level::Info
+                    }
+                    GRACEFUL => {
+                        conn.graceful_shutdown();
+                        log::Level::Debug
+                    }
                     _ => continue,
-                }
+                };
                 app.metrics.downstream_closed[Closed::H2ResetFlood.index()].inc();
                 let (streams, premature) = connection.resets.counts();
-                log::info!(
+                log::log!(
+                    level,
                     "HTTP/2 connection from {} told to go away: {premature} of its {streams} streams reset early",
                     digest
                         .socket_digest
