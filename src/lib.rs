@@ -28,6 +28,7 @@ pub mod plot;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;
+pub mod resets;
 pub mod room;
 pub mod server;
 pub mod shard;

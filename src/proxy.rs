@@ -21,11 +21,14 @@ use smallvec::SmallVec;
 use crate::app::App;
 use crate::config::{RoomMode, Scope};
 use crate::cookie::{self, Stripped};
+use crate::identity::IdentityPolicy;
 use crate::invite;
+use crate::listen::h2::{GoAway, H2Connection};
 use crate::logging::AccessLine;
 use crate::pages::{self, PageContext, PageKind, WaitingJson, Wants};
 use crate::path;
 use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
+use crate::resets;
 use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
@@ -93,6 +96,11 @@ pub struct RequestCtx {
     upstream_seconds: Option<f64>,
     /// The origin could not be reached or timed out (502, 504).
     upstream_failed: bool,
+    /// The client's key in the HTTP/2 reset budget (`crate::resets`), once known.
+    reset_key: Option<u64>,
+    /// The client is the connection's own peer (not a client named by a trusted proxy, whose
+    /// connection carries others' requests too).
+    reset_direct: bool,
 }
 
 #[async_trait]
@@ -120,6 +128,8 @@ impl ProxyHttp for Proxy {
             upstream_status: None,
             upstream_seconds: None,
             upstream_failed: false,
+            reset_key: None,
+            reset_direct: false,
         })
     }
 
@@ -147,7 +157,11 @@ impl ProxyHttp for Proxy {
                 return Ok(true);
             }
         }
-        let answer = self.decide(session.req_header(), &snapshot, peer, tls, now, ctx);
+        let client = client_address(session.req_header(), &snapshot.config.identity, peer);
+        if let Some(until) = self.reset_penalty(client, &snapshot, now, ctx) {
+            return refuse_for_resets(session, until, now).await.map(|()| true);
+        }
+        let answer = self.decide(session.req_header(), &snapshot, client, tls, now, ctx);
         match answer {
             Answer::Forward => Ok(false),
             Answer::RoomPage(room, outcome) => {
@@ -317,6 +331,26 @@ impl ProxyHttp for Proxy {
         Ok(())
     }
 
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        _ctx: &mut Ctx,
+    ) -> Result<()> {
+        // An HTTP/2 body may end with an empty DATA frame carrying END_STREAM. Pingora 0.9.1
+        // passes that empty piece to the HTTP/1.1 origin connection, whose chunked writer turns
+        // a zero-length write into the `0\r\n\r\n` terminator, and then writes the terminator
+        // again when the body finishes (cloudflare/pingora#935). The origin reads the second
+        // one as the start of another request and answers it, and that answer would go to
+        // whoever uses the pooled connection next. With no piece at all, Pingora only finishes
+        // the body: one terminator. Empty pieces before the end are already dropped by Pingora.
+        if end_of_stream && body.as_ref().is_some_and(Bytes::is_empty) {
+            *body = None;
+        }
+        Ok(())
+    }
+
     fn response_body_filter(
         &self,
         _session: &mut Session,
@@ -401,7 +435,8 @@ impl ProxyHttp for Proxy {
         )
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
+        self.count_reset(session, e, ctx);
         if let Some(status) = ctx.upstream_status {
             self.app
                 .metrics
@@ -477,7 +512,102 @@ struct Limited {
     retry_after: u64,
 }
 
+/// Who sent a request: the client's address after trusted proxies, and the connection's peer.
+#[derive(Clone, Copy, Debug)]
+struct ClientAddress {
+    ip: IpAddr,
+    peer: IpAddr,
+    /// The peer is a trusted proxy: `ip` came from its `X-Forwarded-For`.
+    trusted: bool,
+}
+
+fn client_address(req: &RequestHeader, policy: &IdentityPolicy, peer: IpAddr) -> ClientAddress {
+    // X-Forwarded-For is looked up only when the peer is one whose word counts.
+    let trusted = policy.is_trusted(peer);
+    let ip = if trusted {
+        let xff = req.headers.get_all(X_FORWARDED_FOR);
+        policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()))
+    } else {
+        peer.to_canonical()
+    };
+    ClientAddress { ip, peer, trusted }
+}
+
+/// Whether a request ended because its client went away: an HTTP/2 stream reset or a
+/// connection closed before the answer was complete.
+fn cancelled_by_client(e: &Error) -> bool {
+    e.esource() == &ErrorSource::Downstream
+        && matches!(
+            e.etype(),
+            ErrorType::H2Error
+                | ErrorType::ReadError
+                | ErrorType::WriteError
+                | ErrorType::ConnectionClosed
+        )
+}
+
+/// The answer to a client refused for resetting too many HTTP/2 streams early: 429 until its
+/// penalty ends. Nothing of it reaches the origin.
+async fn refuse_for_resets(session: &mut Session, until: Timestamp, now: Timestamp) -> Result<()> {
+    let retry_after = crate::time::ceil_secs(until.since(now)).max(1);
+    let extra = vec![(header::RETRY_AFTER, HeaderValue::from(retry_after))];
+    let body = Bytes::from(format!(
+        "Too many cancelled requests: try again in {retry_after} seconds.\n"
+    ));
+    respond(session, 429, "text/plain; charset=utf-8", extra, body).await
+}
+
 impl Proxy {
+    /// The HTTP/2 reset budget's part in a request (`crate::resets`): remembers who the client
+    /// is for counting a reset later, and says until when the client is refused, if it is.
+    /// A refused client's HTTP/2 connection is told to go away once its open streams are
+    /// answered, unless the connection is a trusted proxy's, shared with other clients.
+    fn reset_penalty(
+        &self,
+        client: ClientAddress,
+        snapshot: &Snapshot,
+        now: Timestamp,
+        ctx: &mut RequestCtx,
+    ) -> Option<Timestamp> {
+        let resets = &self.app.state.resets;
+        let key = resets.key(client.ip, snapshot.config.identity.ipv6_prefix);
+        ctx.reset_key = Some(key);
+        ctx.reset_direct = !client.trusted;
+        let until = resets.penalized(key, now)?;
+        if ctx.reset_direct {
+            if let Some(connection) = H2Connection::current() {
+                connection.go_away(GoAway::Graceful);
+            }
+        }
+        Some(until)
+    }
+
+    /// Counts a request that its client cancelled, if it was an HTTP/2 stream reset early, and
+    /// tells the connection to go away when its budget or its client's is spent.
+    fn count_reset(&self, session: &Session, e: Option<&Error>, ctx: &RequestCtx) {
+        let Some(e) = e else { return };
+        if !session.is_http2() || !cancelled_by_client(e) {
+            return;
+        }
+        let Some(connection) = H2Connection::current() else {
+            return;
+        };
+        let budget = &ctx.snapshot.config.server.h2_resets;
+        if !resets::is_premature(ctx.started.elapsed(), budget) {
+            return;
+        }
+        let connection_spent = connection.resets.premature(budget.per_connection);
+        let client_spent = ctx.reset_key.is_some_and(|key| {
+            self.app
+                .state
+                .resets
+                .premature(key, budget, Timestamp::now())
+        });
+        if connection_spent || (client_spent && ctx.reset_direct) {
+            connection.go_away(GoAway::EnhanceYourCalm);
+        }
+    }
+
     /// The whole decision for one request: rate limits of scope `all`, then the room, then rate
     /// limits of scope `origin` for what would be forwarded. Fills `ctx` with what the response
     /// phase needs (cookie to set, concurrency slots, rate-limit headers).
@@ -485,20 +615,17 @@ impl Proxy {
         &self,
         req: &RequestHeader,
         snapshot: &Snapshot,
-        peer: IpAddr,
+        client: ClientAddress,
         tls: bool,
         now: Timestamp,
         ctx: &mut RequestCtx,
     ) -> Answer {
         let policy = &snapshot.config.identity;
-        // X-Forwarded-For is looked up only when the peer is one whose word counts.
-        let trusted = policy.is_trusted(peer);
-        let client_ip = if trusted {
-            let xff = req.headers.get_all(X_FORWARDED_FOR);
-            policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()))
-        } else {
-            peer.to_canonical()
-        };
+        let ClientAddress {
+            ip: client_ip,
+            peer,
+            trusted,
+        } = client;
         let header_identity = policy
             .header_name()
             .and_then(|h| req.headers.get(h))

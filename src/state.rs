@@ -10,6 +10,7 @@ use crate::autopilot::pilot::Pilots;
 use crate::config::{ClusterConfig, Config, StoreKind};
 use crate::controls::Controls;
 use crate::ratelimit::RuleStates;
+use crate::resets::ClientResets;
 use crate::store::local::LocalStore;
 use crate::store::shared::SharedStore;
 use crate::store::CounterStore;
@@ -23,6 +24,8 @@ pub struct State {
     pub controls: Arc<Controls>,
     /// Autopilots (SPEC §10), by room name.
     pub pilots: Arc<Pilots>,
+    /// HTTP/2 clients' premature resets and the penalty box they lead to (this node's own).
+    pub resets: Arc<ClientResets>,
 }
 
 impl State {
@@ -34,6 +37,7 @@ impl State {
             shared: None,
             controls: Arc::default(),
             pilots: Arc::default(),
+            resets: Arc::default(),
         }
     }
 
@@ -60,6 +64,7 @@ impl State {
             shared: Some((store, c.clone())),
             controls: Arc::default(),
             pilots: Arc::default(),
+            resets: Arc::default(),
         }
     }
 }

@@ -221,6 +221,17 @@ fn server_fields(c: &Config) -> Fields {
         ("header_timeout", duration(c.server.header_timeout)),
         ("proxy_protocol", c.server.proxy_protocol.to_string()),
         ("redirect_to_https", c.server.redirect_to_https.to_string()),
+        (
+            "h2_reset_per_connection",
+            c.server.h2_resets.per_connection.to_string(),
+        ),
+        (
+            "h2_reset_per_client",
+            c.server.h2_resets.per_client.to_string(),
+        ),
+        ("h2_reset_window", duration(c.server.h2_resets.window)),
+        ("h2_reset_penalty", duration(c.server.h2_resets.penalty)),
+        ("h2_reset_within", duration(c.server.h2_resets.within)),
     ]
 }
 

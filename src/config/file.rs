@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::ResetBudget;
+
 #[derive(Debug, Default, Deserialize)]
 pub struct FileConfig {
     #[serde(default)]
@@ -101,6 +103,14 @@ pub struct ServerFile {
     pub tls_listen: Vec<String>,
     pub h2c: bool,
     pub redirect_to_https: bool,
+    pub h2_reset_per_connection: i64,
+    pub h2_reset_per_client: i64,
+    #[serde(with = "humantime_serde")]
+    pub h2_reset_window: Duration,
+    #[serde(with = "humantime_serde")]
+    pub h2_reset_penalty: Duration,
+    #[serde(with = "humantime_serde")]
+    pub h2_reset_within: Duration,
 }
 
 impl Default for ServerFile {
@@ -119,6 +129,11 @@ impl Default for ServerFile {
             tls_listen: Vec::new(),
             h2c: false,
             redirect_to_https: false,
+            h2_reset_per_connection: i64::from(ResetBudget::default().per_connection),
+            h2_reset_per_client: i64::from(ResetBudget::default().per_client),
+            h2_reset_window: ResetBudget::default().window,
+            h2_reset_penalty: ResetBudget::default().penalty,
+            h2_reset_within: ResetBudget::default().within,
         }
     }
 }

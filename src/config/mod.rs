@@ -217,6 +217,38 @@ pub struct ServerConfig {
     pub h2c: bool,
     /// Plain listeners answer 308 to the https URL, except for ACME challenges.
     pub redirect_to_https: bool,
+    /// How many HTTP/2 streams a client may cancel early (`h2_reset_*`).
+    pub h2_resets: ResetBudget,
+}
+
+/// The budgets of HTTP/2 clients that reset streams they opened before the answer is complete
+/// (see `crate::resets`). Reloadable: read when a reset or a request is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResetBudget {
+    /// Premature resets after which a connection gets GOAWAY, once they are also more than half
+    /// of its streams. 0 = no limit per connection.
+    pub per_connection: u32,
+    /// Premature resets a client identity may make across its connections per `window`; past
+    /// it, the client is refused for `penalty`. 0 = no limit per client.
+    pub per_client: u32,
+    /// The per-client budget refills over this.
+    pub window: Duration,
+    /// How long a client that spent its budget is refused.
+    pub penalty: Duration,
+    /// A reset counts as premature within this of the request's start.
+    pub within: Duration,
+}
+
+impl Default for ResetBudget {
+    fn default() -> Self {
+        ResetBudget {
+            per_connection: 100,
+            per_client: 200,
+            window: Duration::from_secs(60),
+            penalty: Duration::from_secs(60),
+            within: Duration::from_secs(1),
+        }
+    }
 }
 
 #[derive(Clone, PartialEq)]

@@ -740,3 +740,36 @@ fn lanes_are_read_and_checked() {
         "{e}"
     );
 }
+
+#[test]
+fn h2_reset_budgets_default_parse_and_are_checked() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.server.h2_resets, ResetBudget::default());
+    assert_eq!(c.server.h2_resets.per_connection, 100);
+    assert_eq!(c.server.h2_resets.per_client, 200);
+    let c = parse(&format!(
+        "[server]\nh2_reset_per_connection = 0\nh2_reset_per_client = 50\nh2_reset_window = \"5m\"\n\
+         h2_reset_penalty = \"10m\"\nh2_reset_within = \"250ms\"\n{MINIMAL}"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.server.h2_resets,
+        ResetBudget {
+            per_connection: 0,
+            per_client: 50,
+            window: Duration::from_secs(300),
+            penalty: Duration::from_secs(600),
+            within: Duration::from_millis(250),
+        }
+    );
+    let e = errors(&format!(
+        "[server]\nh2_reset_per_connection = -1\nh2_reset_per_client = 2000000\nh2_reset_window = \"0s\"\n\
+         h2_reset_penalty = \"2h\"\nh2_reset_within = \"1ms\"\n{MINIMAL}"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("vestibule.toml:2: server.h2_reset_per_connection: must be between 0 (no limit) and 1000000, got -1");
+    has("vestibule.toml:3: server.h2_reset_per_client: must be between 0 (no limit) and 1000000, got 2000000");
+    has("vestibule.toml:4: server.h2_reset_window: must be between 1s and 1h");
+    has("vestibule.toml:5: server.h2_reset_penalty: must be between 1s and 1h");
+    has("vestibule.toml:6: server.h2_reset_within: must be between 10ms and 1h");
+}

@@ -16,6 +16,8 @@ use crate::identity::{IdentityPolicy, Source};
 const WINDOWS: [u64; 3] = [1, 10, 60];
 const DEFAULT_MAX_KEYS: i64 = 16_384;
 const MAX_MAX_KEYS: i64 = 50_000_000;
+/// The largest `h2_reset_per_connection` / `h2_reset_per_client`.
+const MAX_RESET_BUDGET: i64 = 1_000_000;
 
 /// How `upstream.peers` names become addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,6 +340,7 @@ impl Validator<'_> {
             );
         }
         let pages = s.pages.as_deref().map(|p| self.resolve(p));
+        let h2_resets = self.reset_budget(s);
         Some(ServerConfig {
             listen,
             threads: s.threads,
@@ -352,7 +355,56 @@ impl Validator<'_> {
             tls_listen,
             h2c: s.h2c,
             redirect_to_https: s.redirect_to_https,
+            h2_resets,
         })
+    }
+
+    /// The `h2_reset_*` keys of `[server]`.
+    fn reset_budget(&mut self, s: &super::file::ServerFile) -> ResetBudget {
+        let per_connection =
+            self.reset_count("server.h2_reset_per_connection", s.h2_reset_per_connection);
+        let per_client = self.reset_count("server.h2_reset_per_client", s.h2_reset_per_client);
+        for (key, d, min) in [
+            (
+                "server.h2_reset_window",
+                s.h2_reset_window,
+                Duration::from_secs(1),
+            ),
+            (
+                "server.h2_reset_penalty",
+                s.h2_reset_penalty,
+                Duration::from_secs(1),
+            ),
+            (
+                "server.h2_reset_within",
+                s.h2_reset_within,
+                Duration::from_millis(10),
+            ),
+        ] {
+            if d < min || d > Duration::from_secs(3600) {
+                self.err(
+                    key,
+                    format!("must be between {} and 1h", humantime::format_duration(min)),
+                );
+            }
+        }
+        ResetBudget {
+            per_connection,
+            per_client,
+            window: s.h2_reset_window,
+            penalty: s.h2_reset_penalty,
+            within: s.h2_reset_within,
+        }
+    }
+
+    fn reset_count(&mut self, key: &str, n: i64) -> u32 {
+        if !(0..=MAX_RESET_BUDGET).contains(&n) {
+            self.err(
+                key,
+                format!("must be between 0 (no limit) and {MAX_RESET_BUDGET}, got {n}"),
+            );
+        }
+        n.clamp(0, MAX_RESET_BUDGET) as u32
     }
 
     fn admin(&mut self, file: &FileConfig) -> Option<AdminConfig> {

@@ -12,7 +12,8 @@
 //!
 //! The head is read here and handed to Pingora as the session's pipelined prefix, so Pingora
 //! parses it without another read: the syscalls per request stay those of a plain proxy. HTTP/2
-//! connections (ALPN `h2`) go to Pingora's own loop, which has its own stream limits.
+//! connections (ALPN `h2`, or h2c) go to the edge's HTTP/2 loop ([`h2`]): Pingora's stream
+//! limits, and GOAWAY for a client that resets too many of the streams it opens.
 //!
 //! An idle connection holds only its socket, this small future and the head buffer it is about
 //! to fill: the L4 read buffer Pingora puts in front of plain sockets (64 KiB by default) is
@@ -35,6 +36,7 @@ use crate::app::App;
 
 #[macro_use]
 mod forward;
+pub mod h2;
 pub mod home;
 pub mod proxy_protocol;
 mod replay;
@@ -57,13 +59,17 @@ pub enum Closed {
     HeaderTimeout,
     /// A request head larger than [`MAX_HEAD`].
     HeaderTooLarge,
+    /// An HTTP/2 connection told to go away because its client reset too many of its streams
+    /// early, or was refused for having done so (`crate::resets`).
+    H2ResetFlood,
 }
 
 impl Closed {
-    pub const ALL: [Closed; 3] = [
+    pub const ALL: [Closed; 4] = [
         Closed::KeepaliveTimeout,
         Closed::HeaderTimeout,
         Closed::HeaderTooLarge,
+        Closed::H2ResetFlood,
     ];
 
     pub fn index(self) -> usize {
@@ -75,6 +81,7 @@ impl Closed {
             Closed::KeepaliveTimeout => "keepalive_timeout",
             Closed::HeaderTimeout => "header_timeout",
             Closed::HeaderTooLarge => "header_too_large",
+            Closed::H2ResetFlood => "h2_reset_flood",
         }
     }
 }
@@ -175,6 +182,16 @@ impl<A> Edge<A> {
                 None
             }
         }
+    }
+
+    /// An HTTP/2 connection, in the edge's own loop (`h2.rs`): Pingora's, able to send GOAWAY
+    /// to a client that resets too much.
+    async fn serve_h2(&self, stream: Stream, shutdown: &ShutdownWatch)
+    where
+        A: HttpServerApp + Send + Sync + 'static,
+    {
+        let idle = self.waits().keepalive;
+        h2::serve(&self.inner, &self.app, stream, shutdown, idle).await;
     }
 
     fn waits(&self) -> Waits {
@@ -278,7 +295,8 @@ where
                 // it here within header_timeout, then hand it over with the connection.
                 let preface = self.read_preface(&mut stream).await?;
                 let stream: Stream = Box::new(replay::Replay::new(stream, preface));
-                return ServerApp::process_new(&self.inner, stream, shutdown).await;
+                self.serve_h2(stream, shutdown).await;
+                return None;
             }
         }
         // One timer and one shutdown wait for the connection's life, re-armed per request.
@@ -322,10 +340,11 @@ where
                 }
             };
             if first && !self.tls && h2c && head.starts_with(H2_PREFACE) {
-                // HTTP/2 with prior knowledge: Pingora's HTTP/2 loop takes the connection, and
-                // finds the preface it looks for where it was read.
+                // HTTP/2 with prior knowledge: the HTTP/2 loop takes the connection, and its
+                // handshake finds the preface where it was read.
                 let stream: Stream = rewound(stream, &head)?;
-                return ServerApp::process_new(&self.inner, stream, shutdown).await;
+                self.serve_h2(stream, shutdown).await;
+                return None;
             }
             let mut session = ServerSession::new_http1(stream);
             match settings.take() {

@@ -75,7 +75,7 @@ pub struct Metrics {
     pub ratelimit_penalty_box: IntGaugeVec,
     pub ratelimit_penalty_box_capacity: IntGaugeVec,
     /// Client connections the edge closed, by `Closed::ALL`.
-    pub downstream_closed: [IntCounter; 3],
+    pub downstream_closed: [IntCounter; 4],
     downstream_closed_vec: IntCounterVec,
     pub store_up: IntGauge,
     pub store_sync_seconds: Histogram,
@@ -132,7 +132,7 @@ impl Metrics {
             ["1xx", "2xx", "3xx", "4xx", "5xx"].map(|c| upstream_responses.with_label_values(&[c]));
         let downstream_closed_vec = counter_vec(
             "vestibule_downstream_closed_total",
-            "Client connections closed by the proxy for waiting too long or sending too much.",
+            "Client connections closed by the proxy for waiting too long, sending too much, or cancelling too many HTTP/2 requests.",
             &["reason"],
         );
         let downstream_closed = crate::listen::Closed::ALL

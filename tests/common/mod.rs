@@ -112,10 +112,13 @@ impl Drop for Proc {
     }
 }
 
+/// Starts the binary under test: [`BIN`], or the one `VESTIBULE_BIN` names (a release build,
+/// for measurements that a debug build would distort).
 pub fn spawn(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> Proc {
     let out = std::fs::File::create(log).expect("log file");
     let err = out.try_clone().expect("log file");
-    let mut cmd = Command::new(BIN);
+    let bin = std::env::var_os("VESTIBULE_BIN").unwrap_or_else(|| BIN.into());
+    let mut cmd = Command::new(bin);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     for (k, v) in envs {
         cmd.env(k, v);
@@ -961,4 +964,212 @@ pub fn check_in_lanes(
         split.1
     );
     (admitted, split)
+}
+
+/// A strict HTTP/1.1 origin on loopback, in this test process, that keeps what it was sent:
+/// every connection's raw bytes (the first 256 KiB of each), how many connections and requests
+/// it took, and how many requests it could not parse. Bodies are read by `Content-Length` or
+/// chunked framing; a request line that is not `METHOD target HTTP/1.x` gets 400 and the
+/// connection is closed, as a strict origin does. Each answer is 200 with the body
+/// `<n> <method> <target> <body length>`, `n` counting from 1 over the origin's life. A target
+/// with `?ms=N` is answered after N milliseconds (at most 5 s). Serves until the test ends.
+pub struct RawOrigin {
+    pub addr: SocketAddr,
+    state: std::sync::Arc<RawState>,
+}
+
+#[derive(Default)]
+struct RawState {
+    connections: std::sync::atomic::AtomicU64,
+    requests: std::sync::atomic::AtomicU64,
+    malformed: std::sync::atomic::AtomicU64,
+    received: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+/// How much of each connection's bytes a [`RawOrigin`] keeps.
+const RAW_KEEP: usize = 256 * 1024;
+
+impl RawOrigin {
+    pub fn start() -> RawOrigin {
+        let listener = bind_loopback();
+        let addr = listener.local_addr().expect("addr");
+        let state = std::sync::Arc::new(RawState::default());
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(s) = stream else { continue };
+                let state = shared.clone();
+                let index = {
+                    let mut received = state.received.lock().unwrap_or_else(|p| p.into_inner());
+                    received.push(Vec::new());
+                    received.len() - 1
+                };
+                state
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || raw_serve(s, &state, index));
+            }
+        });
+        RawOrigin { addr, state }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Well-formed requests read so far (answered or not).
+    pub fn requests(&self) -> u64 {
+        self.state
+            .requests
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Requests it could not parse (each answered with 400, its connection closed).
+    pub fn malformed(&self) -> u64 {
+        self.state
+            .malformed
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The bytes received, one entry per connection, in the order they were accepted.
+    pub fn received(&self) -> Vec<Vec<u8>> {
+        self.state
+            .received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Reads from `s` into `buf` (recording what came) until `buf` holds at least `want` bytes;
+/// false when the connection ends first.
+fn raw_fill(s: &mut TcpStream, buf: &mut Vec<u8>, want: usize, state: &RawState, i: usize) -> bool {
+    let mut chunk = [0u8; 16 * 1024];
+    while buf.len() < want {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                let mut received = state.received.lock().unwrap_or_else(|p| p.into_inner());
+                let kept = &mut received[i];
+                let room = RAW_KEEP.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&chunk[..room]);
+            }
+        }
+    }
+    true
+}
+
+/// Reads one CRLF-ended line from the front of the connection's buffer.
+fn raw_line(s: &mut TcpStream, buf: &mut Vec<u8>, state: &RawState, i: usize) -> Option<Vec<u8>> {
+    loop {
+        if let Some(end) = buf.windows(2).position(|w| w == b"\r\n") {
+            let line = buf[..end].to_vec();
+            buf.drain(..end + 2);
+            return Some(line);
+        }
+        if buf.len() > 64 * 1024 || !raw_fill(s, buf, buf.len() + 1, state, i) {
+            return None;
+        }
+    }
+}
+
+fn raw_serve(mut s: TcpStream, state: &RawState, i: usize) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut buf = Vec::new();
+    loop {
+        let Some(request_line) = raw_line(&mut s, &mut buf, state, i) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&request_line).into_owned();
+        let parts: Vec<&str> = text.split(' ').collect();
+        let well_formed = parts.len() == 3
+            && !parts[0].is_empty()
+            && parts[0].bytes().all(|b| b.is_ascii_uppercase())
+            && parts[2].starts_with("HTTP/1.");
+        if !well_formed {
+            state.malformed.fetch_add(1, Ordering::SeqCst);
+            let _ = s.write_all(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\nConnection: close\r\n\r\nbad request",
+            );
+            return;
+        }
+        let mut length = 0usize;
+        let mut chunked = false;
+        loop {
+            let Some(line) = raw_line(&mut s, &mut buf, state, i) else {
+                return;
+            };
+            if line.is_empty() {
+                break;
+            }
+            let line = String::from_utf8_lossy(&line).to_ascii_lowercase();
+            if let Some((name, value)) = line.split_once(':') {
+                match name.trim() {
+                    "content-length" => length = value.trim().parse().unwrap_or(0),
+                    "transfer-encoding" => chunked = value.contains("chunked"),
+                    _ => {}
+                }
+            }
+        }
+        let mut body = 0usize;
+        if chunked {
+            loop {
+                let Some(size) = raw_line(&mut s, &mut buf, state, i) else {
+                    return;
+                };
+                let size = String::from_utf8_lossy(&size);
+                let Ok(size) =
+                    usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+                else {
+                    state.malformed.fetch_add(1, Ordering::SeqCst);
+                    return;
+                };
+                if size == 0 {
+                    // Trailers, up to the empty line.
+                    loop {
+                        match raw_line(&mut s, &mut buf, state, i) {
+                            Some(l) if l.is_empty() => break,
+                            Some(_) => {}
+                            None => return,
+                        }
+                    }
+                    break;
+                }
+                if !raw_fill(&mut s, &mut buf, size + 2, state, i) {
+                    return;
+                }
+                buf.drain(..size + 2);
+                body += size;
+            }
+        } else if length > 0 {
+            if !raw_fill(&mut s, &mut buf, length, state, i) {
+                return;
+            }
+            buf.drain(..length);
+            body = length;
+        }
+        let n = state.requests.fetch_add(1, Ordering::SeqCst) + 1;
+        let target = parts[1];
+        if let Some(ms) = target
+            .split_once("ms=")
+            .and_then(|(_, v)| v.split('&').next())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms.min(5_000)));
+        }
+        let answer = format!("{n} {} {target} {body}", parts[0]);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+            answer.len()
+        );
+        if s.write_all(head.as_bytes()).is_err() || s.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
 }
