@@ -629,3 +629,73 @@ fn an_origin_that_stops_answering_times_out() {
         "{text}"
     );
 }
+
+/// Path parameters, NUL and other control characters never walk out of a bypass prefix: a path
+/// that origins would resolve to different places is refused with 400, and one that merely
+/// carries a parameter is matched without it.
+#[test]
+fn parameters_and_control_characters_do_not_escape_a_bypass_prefix() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 0\nbypass_paths = [\"/static/\"]")
+        .start();
+    let before = origin.served();
+    for path in [
+        "/static/..;/checkout",
+        "/static/%2e%2e;/checkout",
+        "/static/..%00/checkout",
+        "/static/..;x=1/checkout",
+        "/static/..%3B/checkout",
+        "/static/.;/../checkout",
+        "/static/;x/../../checkout",
+        "/static/%00/../../checkout",
+        "/static/..%0a/checkout",
+        "/static/..%7f/checkout",
+        "/static/..;/..;/checkout",
+        "/static\\x/..",
+        "/static/x;%2F..%2F..%2Fcheckout",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{path} must be refused: {answer}"
+        );
+        assert!(answer.contains("Bad request: the path"), "{path}: {answer}");
+    }
+    // Guarded paths too: a control character is refused wherever it is.
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET /checkout%00 HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // A parameter on a folder that nginx would read as another folder is held, not bypassed.
+    for path in [
+        "/static;v=2/app.css",
+        "/static%3Bv=2/app.css",
+        "/checkout;jsessionid=1",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(
+            answer.contains("closed right now"),
+            "{path} must be held: {answer}"
+        );
+    }
+    assert_eq!(origin.served(), before, "nothing reached the origin");
+    // Static files pass, with or without a parameter of their own.
+    for path in [
+        "/static/app.css",
+        "/static/app.css;v=2",
+        "/static/a;x/b.css",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        assert!(!answer.contains("closed right now"), "{path}: {answer}");
+    }
+    assert_eq!(origin.served(), before + 3);
+}
