@@ -538,7 +538,11 @@ impl Proxy {
         if let Some(route) = route {
             let room = route.room;
             let mut invited_by_link = false;
-            let outcome = match (&snapshot.keys, route.bypass || !room.config.enabled) {
+            // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
+            // renewals fail: no room, challenge or invitation holds them (rate rules still do).
+            let acme =
+                snapshot.config.server.bypass_acme_challenge && path.is_under(ACME_CHALLENGE);
+            let outcome = match (&snapshot.keys, route.bypass || acme || !room.config.enabled) {
                 (Some(ring), false) => {
                     let cookies = cookie::values(
                         req.headers

@@ -699,3 +699,65 @@ fn parameters_and_control_characters_do_not_escape_a_bypass_prefix() {
     }
     assert_eq!(origin.served(), before + 3);
 }
+
+const ACME: &str = "/.well-known/acme-challenge/Zk9_tOkEn-1/__echo";
+
+/// A lottery room on `/`, a proof-of-work room and an invitation room, with a rate rule on the
+/// ACME path.
+fn acme_setup(origin: &Origin, server: &str) -> Vestibule {
+    Setup::new(origin.addr)
+        .server(server)
+        .extra(TRUST_LOCAL)
+        .extra("[[room]]\nname = \"sale\"\npages = \"pages\"\nallow_percentage = 50\n\
+                [[room]]\nname = \"pow\"\nhosts = [\"pow.example\"]\ncookie_name = \"wr_pow\"\npages = \"pages\"\nchallenge = \"pow\"\n\
+                [[room]]\nname = \"members\"\nhosts = [\"members.example\"]\ncookie_name = \"wr_members\"\npages = \"pages\"\naccess = \"invite\"\n\
+                [[rate_limit]]\nname = \"acme\"\nkey = [\"path\"]\npaths = [\"/.well-known/acme-challenge/\"]\nalgorithm = \"token_bucket\"\nlimit = 6\nperiod = \"1m\"")
+        .start()
+}
+
+/// ACME HTTP-01 validators (several addresses, as Let's Encrypt's are) reach the origin through
+/// a lottery room, a proof-of-work room and an invitation room; rate rules still count them.
+#[test]
+fn acme_challenges_pass_the_rooms_but_not_the_rate_rules() {
+    let origin = Origin::start();
+    let v = acme_setup(&origin, "");
+    let before = origin.served();
+    for i in 0..4 {
+        let mut validator = User::new(i);
+        let body: serde_json::Value = validator.get(&v, ACME).json().expect("JSON");
+        assert_eq!(decision_in(&body), "allow", "validator {i}: {body}");
+        assert_eq!(body["path"], ACME, "the origin saw the challenge path");
+        // The same address asking for a page is held like anyone.
+        let (decision, page) = validator.decision(&v);
+        assert_ne!(decision, "allow", "validator {i}: {page}");
+        assert_eq!(page["in_waiting_room"], true, "validator {i}: {page}");
+    }
+    assert_eq!(origin.served(), before + 4);
+    for host in ["pow.example", "members.example"] {
+        let request = format!(
+            "GET {ACME} HTTP/1.1\r\nHost: {host}\r\nX-Forwarded-For: 192.0.2.7\r\nConnection: close\r\n\r\n"
+        );
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{host}: {answer}");
+        assert!(answer.contains("acme-challenge"), "{host}: {answer}");
+    }
+    assert_eq!(origin.served(), before + 6);
+    // The rule's six tokens are spent: the seventh is refused, whoever asks.
+    let resp = User::new(40).get(&v, ACME);
+    assert_eq!(resp.status(), 429);
+    assert_eq!(origin.served(), before + 6);
+}
+
+/// With `bypass_acme_challenge = false`, the challenge path is held like any other.
+#[test]
+fn acme_challenges_are_held_when_the_bypass_is_off() {
+    let origin = Origin::start();
+    let v = acme_setup(&origin, "bypass_acme_challenge = false");
+    let before = origin.served();
+    for i in 0..4 {
+        let body: serde_json::Value = User::new(i).get(&v, ACME).json().expect("JSON");
+        assert_ne!(decision_in(&body), "allow", "validator {i}: {body}");
+        assert_eq!(body["in_waiting_room"], true, "validator {i}: {body}");
+    }
+    assert_eq!(origin.served(), before);
+}

@@ -221,6 +221,10 @@ fn server_fields(c: &Config) -> Fields {
         ("header_timeout", duration(c.server.header_timeout)),
         ("proxy_protocol", c.server.proxy_protocol.to_string()),
         ("redirect_to_https", c.server.redirect_to_https.to_string()),
+        (
+            "bypass_acme_challenge",
+            c.server.bypass_acme_challenge.to_string(),
+        ),
     ]
 }
 

@@ -101,6 +101,7 @@ pub struct ServerFile {
     pub tls_listen: Vec<String>,
     pub h2c: bool,
     pub redirect_to_https: bool,
+    pub bypass_acme_challenge: bool,
 }
 
 impl Default for ServerFile {
@@ -119,6 +120,7 @@ impl Default for ServerFile {
             tls_listen: Vec::new(),
             h2c: false,
             redirect_to_https: false,
+            bypass_acme_challenge: true,
         }
     }
 }

@@ -217,6 +217,10 @@ pub struct ServerConfig {
     pub h2c: bool,
     /// Plain listeners answer 308 to the https URL, except for ACME challenges.
     pub redirect_to_https: bool,
+    /// Requests under `/.well-known/acme-challenge/` pass every room, proof-of-work challenge
+    /// and invitation gate (rate limit rules still apply), so that certificate renewals by
+    /// HTTP-01 keep working while a room holds the site.
+    pub bypass_acme_challenge: bool,
 }
 
 #[derive(Clone, PartialEq)]

@@ -343,6 +343,23 @@ fn prefixes_that_no_request_could_match_are_errors() {
 }
 
 #[test]
+fn acme_challenges_bypass_rooms_unless_turned_off() {
+    assert!(parse(MINIMAL).unwrap().server.bypass_acme_challenge);
+    let c = parse(&format!(
+        "{MINIMAL}[server]\nbypass_acme_challenge = false\n"
+    ))
+    .unwrap();
+    assert!(!c.server.bypass_acme_challenge);
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nbypass_acme_challenge = \"no\"\n"
+    ));
+    assert!(
+        e.contains("vestibule.toml:4: invalid type: string \"no\", expected a boolean"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_reload_is_checked_with_the_sockets_in_service() {
     let serving = parse(&format!(
         "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef\"\n"

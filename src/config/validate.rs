@@ -352,6 +352,7 @@ impl Validator<'_> {
             tls_listen,
             h2c: s.h2c,
             redirect_to_https: s.redirect_to_https,
+            bypass_acme_challenge: s.bypass_acme_challenge,
         })
     }
 
