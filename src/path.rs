@@ -587,10 +587,12 @@ mod tests {
         /// Every path gets an answer (never a panic), and a path the fast path passes is one
         /// the slow path leaves alone.
         #[test]
-        fn any_text_gets_an_answer(path in ".{0,40}") {
+        fn any_text_gets_an_answer(path in prop_oneof![".{0,40}".boxed(), tricky_path().boxed()]) {
             let answer = normalize(&path);
             if is_normal(&path) {
                 prop_assert_eq!(answer.map(|p| p.as_str().to_owned()), Ok(path.clone()));
+                prop_assert!(scan(&path).is_ok_and(|s| !s.splits_differently));
+                prop_assert_eq!(resolve(&decode(&path, Separators::Split)).0, path);
             }
         }
     }

@@ -493,6 +493,7 @@ impl Proxy {
     /// The whole decision for one request: rate limits of scope `all`, then the room, then rate
     /// limits of scope `origin` for what would be forwarded. Fills `ctx` with what the response
     /// phase needs (cookie to set, concurrency slots, rate-limit headers).
+    // The request as `request_filter` read it, in parts: bundling them would only move them.
     #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
