@@ -24,7 +24,9 @@
 //!   characters): `/static;v=2/app.css` is under `/static/` for Tomcat but names a folder
 //!   `static;v=2` for nginx, so it is not waved through ([`RequestPath::is_under`]).
 //!
-//! The request forwarded to the origin is not rewritten.
+//! Escapes are decoded once, as every common origin does: `%252e` is the text `%2e`, and an
+//! origin that decodes twice is not one a prefix can protect. The request forwarded to the
+//! origin is not rewritten.
 
 use std::borrow::Cow;
 
@@ -217,15 +219,16 @@ fn resolve(decoded: &str) -> (String, bool) {
     (normal, dots)
 }
 
-/// Where a parameter starts in a decoded path. `;` written as a character (in the least split
-/// reading) is `%3B`, which `resolve` leaves alone.
+/// Where a parameter starts in a decoded path. In the least split reading `;` is written `%3B`,
+/// which `resolve` leaves alone.
 const PARAMETER: u8 = b';';
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Separators {
     /// `\`, `%2F` and `%5C` become `/`; `;` and `%3B` start a parameter.
     Split,
-    /// `\`, `%2F`, `%5C`, `;` and `%3B` stay characters (`%5C`, `%2F`, `%5C`, `%3B`, `%3B`).
+    /// `\`, `%2F`, `%5C`, `;` and `%3B` stay characters of their segment: `\` is written `%5C`
+    /// and `;` `%3B`, the escapes stay as they are.
     Keep,
 }
 
