@@ -14,15 +14,17 @@
 //!   parameter too, since an origin that decodes before it splits parameters reads it so.
 //! - A control character, raw or percent-encoded (`%00`–`%1F`, `%7F`), is refused: some origins
 //!   end the path at NUL, others keep it, so no reading is safe ([`Unfit::ControlCharacter`]).
-//! - A path whose segments origins split differently (a `;` parameter, `\`, `%2F` or `%5C`) is
-//!   refused when it also has a `.` or `..` segment: whether `..;` or `x%2F..` climbs one level,
-//!   two or none depends on the origin ([`Unfit::Ambiguous`]). So is a parameter holding a
-//!   separator other than a plain `/`, where origins disagree on where the parameter ends.
-//!   Browsers resolve dot segments before they send a request, so no page link is refused.
-//! - A bypass prefix must hold for the path as split most finely (parameters dropped, every
-//!   separator spelling a `/`) and as split least (parameters and encoded separators kept as
+//! - A path that origins read differently (one with an escape, a `;` parameter or `\`) is
+//!   refused when it also has a `.` or `..` segment: whether `..;`, `%2e%2e` or `x%2F..` climbs
+//!   one level, two or none depends on the origin ([`Unfit::Ambiguous`]). So is a parameter
+//!   holding a separator other than a plain `/`, where origins disagree on where the parameter
+//!   ends. Browsers resolve dot segments before they send a request, so no page link is
+//!   refused; `/static/../checkout`, plain, is read alike everywhere and resolved.
+//! - A bypass prefix must hold for the path as split most finely (decoded, parameters dropped,
+//!   every separator spelling a `/`) and as sent (escapes, parameters and `\` kept as
 //!   characters): `/static;v=2/app.css` is under `/static/` for Tomcat but names a folder
-//!   `static;v=2` for nginx, so it is not waved through ([`RequestPath::is_under`]).
+//!   `static;v=2` for nginx, and `/%73tatic/` is `/static/` only to an origin that decodes
+//!   before it routes, so neither is waved through ([`RequestPath::is_under`]).
 //!
 //! Escapes are decoded once, as every common origin does: `%252e` is the text `%2e`, and an
 //! origin that decodes twice is not one a prefix can protect. The request forwarded to the
@@ -55,8 +57,8 @@ impl std::fmt::Display for Unfit {
 pub struct RequestPath<'a> {
     /// Parameters dropped, every separator spelling a `/`: what rooms and rules match.
     normal: Cow<'a, str>,
-    /// The least split reading, kept only when it differs in how it splits: parameters, `\`,
-    /// `%2F` and `%5C` left as characters.
+    /// The path as sent (escapes, parameters and `\` left as characters, runs of `/`
+    /// collapsed), kept only when origins may read it differently from `normal`.
     literal: Option<String>,
 }
 
@@ -84,15 +86,15 @@ pub fn normalize(path: &str) -> Result<RequestPath<'_>, Unfit> {
         });
     }
     let scan = scan(path)?;
-    let (normal, dots) = resolve(&decode(path, Separators::Split));
-    if scan.splits_differently && dots {
+    let (normal, dots) = resolve(&decode(path, Spelling::Decoded));
+    if scan.read_differently && dots {
         return Err(Unfit::Ambiguous);
     }
-    // Without dot segments the least split reading needs no resolving, only its runs of `/`
+    // Without dot segments the reading as sent needs no resolving, only its runs of `/`
     // collapsed.
     let literal = scan
-        .splits_differently
-        .then(|| resolve(&decode(path, Separators::Keep)).0);
+        .read_differently
+        .then(|| resolve(&decode(path, Spelling::AsSent)).0);
     Ok(RequestPath {
         normal: Cow::Owned(normal),
         literal,
@@ -129,15 +131,16 @@ fn is_normal(path: &str) -> bool {
 }
 
 struct Scan {
-    /// A `;` parameter, `\`, `%2F` or `%5C`: origins split such a path differently.
-    splits_differently: bool,
+    /// An escape, a `;` parameter or `\`: origins read such a path differently (they split it
+    /// in different places, or match it before or after decoding).
+    read_differently: bool,
 }
 
-/// Refuses control characters and parameters that hold a separator; notes what origins split
+/// Refuses control characters and parameters that hold a separator; notes what origins read
 /// differently.
 fn scan(path: &str) -> Result<Scan, Unfit> {
     let bytes = path.as_bytes();
-    let mut splits_differently = false;
+    let mut read_differently = false;
     let mut in_parameter = false;
     let mut i = 0;
     while i < bytes.len() {
@@ -150,17 +153,20 @@ fn scan(path: &str) -> Result<Scan, Unfit> {
             if e < 0x20 || e == 0x7f {
                 return Err(Unfit::ControlCharacter);
             }
+            // `%2e%2e` is `..` to an origin that decodes before it resolves dot segments, and a
+            // name to one that routes on the path as sent.
+            read_differently = true;
         }
         let separator = b == b'\\' || matches!(escaped, Some(b'/' | b'\\'));
         if separator {
-            splits_differently = true;
+            read_differently = true;
             if in_parameter {
                 // Tomcat ends a parameter at the next plain `/`, a decoding origin at this one.
                 return Err(Unfit::Ambiguous);
             }
         }
         if b == b';' || escaped == Some(b';') {
-            splits_differently = true;
+            read_differently = true;
             in_parameter = true;
         }
         if b == b'/' {
@@ -168,7 +174,7 @@ fn scan(path: &str) -> Result<Scan, Unfit> {
         }
         i += if escaped.is_some() { 3 } else { 1 };
     }
-    Ok(Scan { splits_differently })
+    Ok(Scan { read_differently })
 }
 
 /// The byte that a well-formed escape at `i` stands for.
@@ -219,30 +225,32 @@ fn resolve(decoded: &str) -> (String, bool) {
     (normal, dots)
 }
 
-/// Where a parameter starts in a decoded path. In the least split reading `;` is written `%3B`,
+/// Where a parameter starts in a decoded path. In the reading as sent `;` is written `%3B`,
 /// which `resolve` leaves alone.
 const PARAMETER: u8 = b';';
 
+/// The two readings a bypass must hold for.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Separators {
-    /// `\`, `%2F` and `%5C` become `/`; `;` and `%3B` start a parameter.
-    Split,
-    /// `\`, `%2F`, `%5C`, `;` and `%3B` stay characters of their segment: `\` is written `%5C`
-    /// and `;` `%3B`, the escapes stay as they are.
-    Keep,
+enum Spelling {
+    /// Split most finely: unreserved escapes decoded; `\`, `%2F` and `%5C` become `/`; `;` and
+    /// `%3B` start a parameter.
+    Decoded,
+    /// As sent, split least: every escape stays as it is (in upper case), `\` is written `%5C`
+    /// and `;` `%3B`, so none of them separates or starts anything.
+    AsSent,
 }
 
-fn decode(path: &str, separators: Separators) -> String {
+fn decode(path: &str, spelling: Spelling) -> String {
     let bytes = path.as_bytes();
     let mut out = String::with_capacity(path.len() + 1);
     if !path.starts_with('/') {
         out.push('/');
     }
-    let split = separators == Separators::Split;
+    let split = spelling == Spelling::Decoded;
     let mut i = 0;
     while i < bytes.len() {
         if let Some(b) = escape_at(bytes, i) {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            if split && (b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')) {
                 out.push(b as char);
             } else if split && (b == b'/' || b == b'\\') {
                 out.push('/');
@@ -439,12 +447,10 @@ mod tests {
         assert_eq!(n("/static/./x"), "/static/x");
         assert_eq!(n("//static//x"), "/static/x");
         assert_eq!(n("/%73tatic/x"), "/static/x");
-        assert_eq!(n("/static/%2e%2e/checkout"), "/checkout");
         assert_eq!(n("/a/%2Fb"), "/a/b");
         assert_eq!(n("/a/%2fb"), "/a/b");
         assert_eq!(n("/a/%3fb"), "/a/%3Fb");
         assert_eq!(n("/static\\app.css"), "/static/app.css");
-        assert_eq!(n("/static/%2e%2e/%2e%2e/checkout"), "/checkout");
         assert_eq!(n("/../../etc"), "/etc");
         assert_eq!(n("/static/.."), "/");
         assert_eq!(n("/static/x/.."), "/static/");
@@ -455,8 +461,8 @@ mod tests {
         assert_eq!(n("/%aé"), "/%25aé");
         assert_eq!(n("/%"), "/%25");
         // Decoding must not splice a new escape together.
-        assert_eq!(n("./f%f%44"), "/f%25fD");
-        assert_eq!(n(&n("./f%f%44")), "/f%25fD");
+        assert_eq!(n("/f%f%44"), "/f%25fD");
+        assert_eq!(n(&n("/f%f%44")), "/f%25fD");
         assert_eq!(n(""), "/");
     }
 
@@ -499,6 +505,12 @@ mod tests {
             "/static/..%3B/checkout",
             "/static/..%3b/checkout",
             "/static/;x/../../checkout",
+            "/static/%2e%2e/checkout",
+            "/static/%2e%2e/%2e%2e/checkout",
+            "/static/%2E./checkout",
+            "/checkout/%2e%2e/static/x",
+            "/a%20b/../c",
+            "./f%f%44",
             "/static/..%2fcheckout",
             "/static/..%2Fcheckout",
             "/static/%2e%2e%2fcheckout",
@@ -515,9 +527,10 @@ mod tests {
         ] {
             assert_eq!(normalize(p), Err(Unfit::Ambiguous), "{p}");
         }
-        // Plain dot segments every origin resolves alike are resolved, not refused.
-        assert_eq!(n("/static/%2e%2e/checkout"), "/checkout");
+        // Plain dot segments, which every origin resolves alike, are resolved, not refused.
+        assert_eq!(n("/static/../checkout"), "/checkout");
         assert_eq!(n("/a/b%2Fc"), "/a/b/c");
+        assert_eq!(n("/a/%2e%2eb"), "/a/..b");
     }
 
     #[test]
@@ -526,7 +539,7 @@ mod tests {
         assert!(under("/static/app.css"));
         assert!(under("/static/app.css;v=2"));
         assert!(under("/static/a/b;x/c"));
-        assert!(under("/%73tatic/app.css"));
+        assert!(under("/static/%41pp.css"));
         assert!(under("/static/./app.css"));
         // Tomcat reads these under /static/; nginx reads a folder `static;v=2` or a file
         // `static\app.css` at the root.
@@ -534,7 +547,12 @@ mod tests {
         assert!(!under("/static\\app.css"));
         assert!(!under("/static%2Fapp.css"));
         assert!(!under("/static%3Bx/app.css"));
+        // Only an origin that decodes before it routes reads `/static/` here.
+        assert!(!under("/%73tatic/app.css"));
+        assert!(!under("/static%2fapp.css"));
         assert!(!under("/static/../checkout"));
+        // Found by the fuzzer: `.%2e` pops `c` only for an origin that decodes first.
+        assert_eq!(normalize("/c/.%2e//a/b/~e"), Err(Unfit::Ambiguous));
     }
 
     /// Path pieces that mix the tricks origins read differently.
@@ -542,7 +560,7 @@ mod tests {
         prop::sample::select(vec![
             "static", "checkout", "a", "x", "/", "//", ".", "..", "%2e", "%2E%2e", ";", ";x=1",
             "%3B", "%3b", "%00", "\0", "%0a", "%1f", "%7F", "\\", "%5C", "%5c", "%2F", "%2f", "%",
-            "%25", "%2500", "%73", "é", "?", "%3F", "\t",
+            "%25", "%2500", "%73", "tatic", "%73tatic", "b/", "é", "?", "%3F", "\t",
         ])
     }
 
@@ -562,7 +580,7 @@ mod tests {
         /// If a bypass prefix matches, no origin's reading of the path leaves it.
         #[test]
         fn a_bypass_match_stays_under_the_prefix_for_every_origin(path in tricky_path()) {
-            for prefix in ["/static/", "/static", "/"] {
+            for prefix in ["/static/", "/static", "/", "/a/b/"] {
                 if let Ok(normal) = normalize(&path) {
                     if normal.is_under(prefix) {
                         for origin in origins::all() {
@@ -594,8 +612,8 @@ mod tests {
             let answer = normalize(&path);
             if is_normal(&path) {
                 prop_assert_eq!(answer.map(|p| p.as_str().to_owned()), Ok(path.clone()));
-                prop_assert!(scan(&path).is_ok_and(|s| !s.splits_differently));
-                prop_assert_eq!(resolve(&decode(&path, Separators::Split)).0, path);
+                prop_assert!(scan(&path).is_ok_and(|s| !s.read_differently));
+                prop_assert_eq!(resolve(&decode(&path, Spelling::Decoded)).0, path);
             }
         }
     }

@@ -654,6 +654,8 @@ fn parameters_and_control_characters_do_not_escape_a_bypass_prefix() {
         "/static/..;/..;/checkout",
         "/static\\x/..",
         "/static/x;%2F..%2F..%2Fcheckout",
+        "/checkout/%2e%2e/static/app.css",
+        "/checkout/.%2e/static/app.css",
     ] {
         let request =
             format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
@@ -670,10 +672,12 @@ fn parameters_and_control_characters_do_not_escape_a_bypass_prefix() {
         b"GET /checkout%00 HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n",
     );
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    // A parameter on a folder that nginx would read as another folder is held, not bypassed.
+    // A parameter on a folder, which nginx reads as another folder, or an escape, which an
+    // origin routing on the path as sent reads as another name, is held, not bypassed.
     for path in [
         "/static;v=2/app.css",
         "/static%3Bv=2/app.css",
+        "/%73tatic/app.css",
         "/checkout;jsessionid=1",
     ] {
         let request =
