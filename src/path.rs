@@ -46,7 +46,8 @@ impl std::fmt::Display for Unfit {
         f.write_str(match self {
             Unfit::ControlCharacter => "the path holds a control character",
             Unfit::Ambiguous => {
-                "the path mixes dot segments or parameters with separators that servers read differently"
+                "the path resolves differently on different servers (a dot segment beside an \
+                 escape, a ';' or a '\\', or a separator inside a ';' parameter)"
             }
         })
     }

@@ -664,7 +664,12 @@ fn parameters_and_control_characters_do_not_escape_a_bypass_prefix() {
             answer.starts_with("HTTP/1.1 400"),
             "{path} must be refused: {answer}"
         );
-        assert!(answer.contains("Bad request: the path"), "{path}: {answer}");
+        let why = if path.contains("%0") || path.contains("%7f") {
+            "Bad request: the path holds a control character."
+        } else {
+            "Bad request: the path resolves differently on different servers"
+        };
+        assert!(answer.contains(why), "{path}: {answer}");
     }
     // Guarded paths too: a control character is refused wherever it is.
     let answer = raw_exchange(
