@@ -59,9 +59,17 @@ impl Failure {
     }
 }
 
-/// Expiries are rounded up to a multiple of this many seconds, so a challenge can be reused for
-/// its identity and room within that step (see [`issue`]).
+/// Expiries are rounded up to a multiple of a step, so that within one step an identity asking
+/// again is given the same challenge (from the ring's cache, without an HMAC). The step is a
+/// tenth of `challenge_ttl`, from 1 s up to this many seconds: a challenge may be answered for
+/// `challenge_ttl` and at most a tenth more (`expires_in` is 10 for a 10 s ttl, 300 to 309 for
+/// 5 minutes), where one coarse step would let a short ttl live nearly twice as long.
 pub const EXPIRY_STEP: u64 = 10;
+
+/// The rounding step of expiries for `ttl_secs` (see [`EXPIRY_STEP`]).
+pub fn expiry_step(ttl_secs: u64) -> u64 {
+    (ttl_secs / 10).clamp(1, EXPIRY_STEP)
+}
 
 /// A challenge as sent to the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +82,7 @@ pub struct Challenge {
 }
 
 /// Issues a challenge for `uid` in `room`, signed with the ring's active key, answerable for
-/// `ttl_secs` and up to [`EXPIRY_STEP`] more: the expiry is rounded up, and within one step
+/// `ttl_secs` and less than [`expiry_step`] more: the expiry is rounded up, and within one step
 /// the same identity is given the same challenge again (from the ring's cache, without an HMAC).
 pub fn issue(
     ring: &KeyRing,
@@ -84,11 +92,12 @@ pub fn issue(
     ttl_secs: u64,
     now: Timestamp,
 ) -> Challenge {
+    let step = expiry_step(ttl_secs);
     let exp = now
         .secs()
         .saturating_add(ttl_secs)
-        .div_ceil(EXPIRY_STEP)
-        .saturating_mul(EXPIRY_STEP);
+        .div_ceil(step)
+        .saturating_mul(step);
     let value = ring
         .issued_challenges()
         .get_or_issue(room, uid.as_str(), exp, difficulty, || {
@@ -339,6 +348,33 @@ mod tests {
         );
         assert_ne!(a.value, issue(&ring, "other", &me, 12, 300, now()).value);
         assert_ne!(a.value, issue(&ring, "sale", &me, 13, 300, now()).value);
+    }
+
+    #[test]
+    fn a_challenge_lives_its_ttl_and_at_most_a_tenth_more() {
+        let ring = ring();
+        let me = uid("198.51.100.7");
+        for ttl in [10, 11, 19, 20, 45, 99, 100, 101, 300, 3600] {
+            let mut longest = 0;
+            for offset in 0..40 {
+                let at = Timestamp::from_secs(now().secs() + offset);
+                let c = issue(&ring, "sale", &me, 12, ttl, at);
+                assert!(
+                    c.expires_in >= ttl,
+                    "ttl {ttl} at +{offset}: {}",
+                    c.expires_in
+                );
+                assert!(
+                    c.expires_in < ttl + expiry_step(ttl) && c.expires_in <= ttl + ttl / 10,
+                    "ttl {ttl} at +{offset}: {}",
+                    c.expires_in
+                );
+                longest = longest.max(c.expires_in);
+            }
+            // The rounding is used: some issue lives longer than the ttl, when the step allows.
+            assert_eq!(longest, ttl + expiry_step(ttl) - 1, "ttl {ttl}");
+        }
+        assert_eq!(issue(&ring, "sale", &me, 12, 10, now()).expires_in, 10);
     }
 
     #[test]

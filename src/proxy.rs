@@ -26,7 +26,7 @@ use crate::invite;
 use crate::listen::h2::{GoAway, H2Connection};
 use crate::logging::AccessLine;
 use crate::pages::{self, PageContext, PageKind, WaitingJson, Wants};
-use crate::path;
+use crate::path::{self, RequestPath};
 use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
 use crate::resets;
 use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
@@ -144,8 +144,18 @@ impl ProxyHttp for Proxy {
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         let h2 = session.is_http2();
         self.app.metrics.downstream_requests[usize::from(h2) * 2 + usize::from(tls)].inc();
+        // A path that origins would read in different ways gets no room and no rule: no answer
+        // it could be given would hold for the origin that serves it.
+        let path = match path::normalize(session.req_header().uri.path()) {
+            Ok(path) => path,
+            Err(unfit) => {
+                let body = Bytes::from(format!("Bad request: {unfit}.\n"));
+                respond(session, 400, "text/plain; charset=utf-8", Vec::new(), body).await?;
+                return Ok(true);
+            }
+        };
         if snapshot.config.server.redirect_to_https && !tls {
-            if let Some(location) = https_location(session.req_header(), &snapshot, peer) {
+            if let Some(location) = https_location(session.req_header(), &path, &snapshot, peer) {
                 let extra = vec![(
                     header::LOCATION,
                     HeaderValue::from_str(&location).map_err(|_| {
@@ -161,7 +171,7 @@ impl ProxyHttp for Proxy {
         if let Some(until) = self.reset_penalty(client, &snapshot, now, ctx) {
             return refuse_for_resets(session, until, now).await.map(|()| true);
         }
-        let answer = self.decide(session.req_header(), &snapshot, client, tls, now, ctx);
+        let answer = self.decide(session.req_header(), &path, &snapshot, client, tls, now, ctx);
         match answer {
             Answer::Forward => Ok(false),
             Answer::RoomPage(room, outcome) => {
@@ -611,9 +621,12 @@ impl Proxy {
     /// The whole decision for one request: rate limits of scope `all`, then the room, then rate
     /// limits of scope `origin` for what would be forwarded. Fills `ctx` with what the response
     /// phase needs (cookie to set, concurrency slots, rate-limit headers).
+    // The request as `request_filter` read it, in parts: bundling them would only move them.
+    #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
         req: &RequestHeader,
+        path: &RequestPath,
         snapshot: &Snapshot,
         client: ClientAddress,
         tls: bool,
@@ -633,18 +646,17 @@ impl Proxy {
         let identity = policy.identify(client_ip, peer, header_identity);
         ctx.client_ip = Some(client_ip);
         ctx.secure = tls || (trusted && forwarded_https(req));
-        let path = path::normalize(req.uri.path());
         let host = request_host(req);
         let view = RequestView {
             identity: &identity,
             client_ip,
             host: &host,
-            path: &path,
+            path: path.as_str(),
             method: &req.method,
             headers: &req.headers,
         };
 
-        let route = snapshot.rooms.route(&host, &path, client_ip);
+        let route = snapshot.rooms.route(&host, path, client_ip);
         ctx.room = route.map(|r| r.index);
         if let Some(limited) = self.check_rules(snapshot, Scope::All, &view, now, ctx) {
             return Answer::RateLimited(limited);
@@ -652,7 +664,11 @@ impl Proxy {
         if let Some(route) = route {
             let room = route.room;
             let mut invited_by_link = false;
-            let outcome = match (&snapshot.keys, route.bypass || !room.config.enabled) {
+            // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
+            // renewals fail: no room, challenge or invitation holds them (rate rules still do).
+            let acme =
+                snapshot.config.server.bypass_acme_challenge && path.is_under(ACME_CHALLENGE);
+            let outcome = match (&snapshot.keys, route.bypass || acme || !room.config.enabled) {
                 (Some(ring), false) => {
                     let cookies = cookie::values(
                         req.headers
@@ -859,11 +875,19 @@ fn request_host(req: &RequestHeader) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Where ACME HTTP-01 validators fetch their tokens (RFC 8555 §8.3).
+const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
+
 /// Where `redirect_to_https` sends a plain request: the same host, path and query on the first
 /// TLS listener's port. `None` for ACME HTTP-01 challenges (proxied, so certificate renewals
 /// keep working) and for requests a trusted proxy says arrived over https.
-fn https_location(req: &RequestHeader, snapshot: &Snapshot, peer: IpAddr) -> Option<String> {
-    if path::normalize(req.uri.path()).starts_with("/.well-known/acme-challenge/") {
+fn https_location(
+    req: &RequestHeader,
+    path: &RequestPath,
+    snapshot: &Snapshot,
+    peer: IpAddr,
+) -> Option<String> {
+    if path.is_under(ACME_CHALLENGE) {
         return None;
     }
     if snapshot.config.identity.is_trusted(peer) && forwarded_https(req) {

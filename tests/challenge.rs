@@ -363,3 +363,21 @@ fn a_reload_changes_the_difficulty_of_new_challenges() {
         "the reload names the change:\n{log}"
     );
 }
+
+/// A short `challenge_ttl` is not stretched: its expiry is rounded to a tenth of it, so a 10 s
+/// challenge says `expires_in: 10` whenever it is issued (rounded to 10 s, it said up to 19).
+#[test]
+fn a_short_challenge_ttl_is_kept() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra("[[room]]\nname = \"quick\"\npages = \"pages\"\nallow_percentage = 100\nchallenge = \"pow\"\nchallenge_difficulty = 8\nchallenge_ttl = \"10s\"")
+        .start();
+    for i in 0..5 {
+        let (_, _, body) = ask(&v, &format!("10.3.0.{i}"), "/__echo", &[]);
+        assert_eq!(body["challenge"]["expires_in"], 10, "{body}");
+        if i < 4 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    }
+}

@@ -629,3 +629,144 @@ fn an_origin_that_stops_answering_times_out() {
         "{text}"
     );
 }
+
+/// Path parameters, NUL and other control characters never walk out of a bypass prefix: a path
+/// that origins would resolve to different places is refused with 400, and one that merely
+/// carries a parameter is matched without it.
+#[test]
+fn parameters_and_control_characters_do_not_escape_a_bypass_prefix() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 0\nbypass_paths = [\"/static/\"]")
+        .start();
+    let before = origin.served();
+    for path in [
+        "/static/..;/checkout",
+        "/static/%2e%2e;/checkout",
+        "/static/..%00/checkout",
+        "/static/..;x=1/checkout",
+        "/static/..%3B/checkout",
+        "/static/.;/../checkout",
+        "/static/;x/../../checkout",
+        "/static/%00/../../checkout",
+        "/static/..%0a/checkout",
+        "/static/..%7f/checkout",
+        "/static/..;/..;/checkout",
+        "/static\\x/..",
+        "/static/x;%2F..%2F..%2Fcheckout",
+        "/checkout/%2e%2e/static/app.css",
+        "/checkout/.%2e/static/app.css",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{path} must be refused: {answer}"
+        );
+        let why = if path.contains("%0") || path.contains("%7f") {
+            "Bad request: the path holds a control character."
+        } else {
+            "Bad request: the path resolves differently on different servers"
+        };
+        assert!(answer.contains(why), "{path}: {answer}");
+    }
+    // Guarded paths too: a control character is refused wherever it is.
+    let answer = raw_exchange(
+        v.proxy,
+        b"GET /checkout%00 HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n",
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // A parameter on a folder, which nginx reads as another folder, or an escape, which an
+    // origin routing on the path as sent reads as another name, is held, not bypassed.
+    for path in [
+        "/static;v=2/app.css",
+        "/static%3Bv=2/app.css",
+        "/%73tatic/app.css",
+        "/checkout;jsessionid=1",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(
+            answer.contains("closed right now"),
+            "{path} must be held: {answer}"
+        );
+    }
+    assert_eq!(origin.served(), before, "nothing reached the origin");
+    // Static files pass, with or without a parameter of their own.
+    for path in [
+        "/static/app.css",
+        "/static/app.css;v=2",
+        "/static/a;x/b.css",
+    ] {
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        assert!(!answer.contains("closed right now"), "{path}: {answer}");
+    }
+    assert_eq!(origin.served(), before + 3);
+}
+
+const ACME: &str = "/.well-known/acme-challenge/Zk9_tOkEn-1/__echo";
+
+/// A lottery room on `/`, a proof-of-work room and an invitation room, with a rate rule on the
+/// ACME path.
+fn acme_setup(origin: &Origin, server: &str) -> Vestibule {
+    Setup::new(origin.addr)
+        .server(server)
+        .extra(TRUST_LOCAL)
+        .extra("[[room]]\nname = \"sale\"\npages = \"pages\"\nallow_percentage = 50\n\
+                [[room]]\nname = \"pow\"\nhosts = [\"pow.example\"]\ncookie_name = \"wr_pow\"\npages = \"pages\"\nchallenge = \"pow\"\n\
+                [[room]]\nname = \"members\"\nhosts = [\"members.example\"]\ncookie_name = \"wr_members\"\npages = \"pages\"\naccess = \"invite\"\n\
+                [[rate_limit]]\nname = \"acme\"\nkey = [\"path\"]\npaths = [\"/.well-known/acme-challenge/\"]\nalgorithm = \"token_bucket\"\nlimit = 6\nperiod = \"1m\"")
+        .start()
+}
+
+/// ACME HTTP-01 validators (several addresses, as Let's Encrypt's are) reach the origin through
+/// a lottery room, a proof-of-work room and an invitation room; rate rules still count them.
+#[test]
+fn acme_challenges_pass_the_rooms_but_not_the_rate_rules() {
+    let origin = Origin::start();
+    let v = acme_setup(&origin, "");
+    let before = origin.served();
+    for i in 0..4 {
+        let mut validator = User::new(i);
+        let body: serde_json::Value = validator.get(&v, ACME).json().expect("JSON");
+        assert_eq!(decision_in(&body), "allow", "validator {i}: {body}");
+        assert_eq!(body["path"], ACME, "the origin saw the challenge path");
+        // The same address asking for a page is held like anyone.
+        let (decision, page) = validator.decision(&v);
+        assert_ne!(decision, "allow", "validator {i}: {page}");
+        assert_eq!(page["in_waiting_room"], true, "validator {i}: {page}");
+    }
+    assert_eq!(origin.served(), before + 4);
+    for host in ["pow.example", "members.example"] {
+        let request = format!(
+            "GET {ACME} HTTP/1.1\r\nHost: {host}\r\nX-Forwarded-For: 192.0.2.7\r\nConnection: close\r\n\r\n"
+        );
+        let answer = raw_exchange(v.proxy, request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{host}: {answer}");
+        assert!(answer.contains("acme-challenge"), "{host}: {answer}");
+    }
+    assert_eq!(origin.served(), before + 6);
+    // The rule's six tokens are spent: the seventh is refused, whoever asks.
+    let resp = User::new(40).get(&v, ACME);
+    assert_eq!(resp.status(), 429);
+    assert_eq!(origin.served(), before + 6);
+}
+
+/// With `bypass_acme_challenge = false`, the challenge path is held like any other.
+#[test]
+fn acme_challenges_are_held_when_the_bypass_is_off() {
+    let origin = Origin::start();
+    let v = acme_setup(&origin, "bypass_acme_challenge = false");
+    let before = origin.served();
+    for i in 0..4 {
+        let body: serde_json::Value = User::new(i).get(&v, ACME).json().expect("JSON");
+        assert_ne!(decision_in(&body), "allow", "validator {i}: {body}");
+        assert_eq!(body["in_waiting_room"], true, "validator {i}: {body}");
+    }
+    assert_eq!(origin.served(), before);
+}

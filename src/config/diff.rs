@@ -232,6 +232,10 @@ fn server_fields(c: &Config) -> Fields {
         ("h2_reset_window", duration(c.server.h2_resets.window)),
         ("h2_reset_penalty", duration(c.server.h2_resets.penalty)),
         ("h2_reset_within", duration(c.server.h2_resets.within)),
+        (
+            "bypass_acme_challenge",
+            c.server.bypass_acme_challenge.to_string(),
+        ),
     ]
 }
 

@@ -111,6 +111,7 @@ pub struct ServerFile {
     pub h2_reset_penalty: Duration,
     #[serde(with = "humantime_serde")]
     pub h2_reset_within: Duration,
+    pub bypass_acme_challenge: bool,
 }
 
 impl Default for ServerFile {
@@ -134,6 +135,7 @@ impl Default for ServerFile {
             h2_reset_window: ResetBudget::default().window,
             h2_reset_penalty: ResetBudget::default().penalty,
             h2_reset_within: ResetBudget::default().within,
+            bypass_acme_challenge: true,
         }
     }
 }

@@ -219,6 +219,10 @@ pub struct ServerConfig {
     pub redirect_to_https: bool,
     /// How many HTTP/2 streams a client may cancel early (`h2_reset_*`).
     pub h2_resets: ResetBudget,
+    /// Requests under `/.well-known/acme-challenge/` pass every room, proof-of-work challenge
+    /// and invitation gate (rate limit rules still apply), so that certificate renewals by
+    /// HTTP-01 keep working while a room holds the site.
+    pub bypass_acme_challenge: bool,
 }
 
 /// The budgets of HTTP/2 clients that reset streams they opened before the answer is complete

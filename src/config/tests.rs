@@ -330,6 +330,36 @@ fn prefixes_are_matched_in_their_normal_form() {
 }
 
 #[test]
+fn prefixes_that_no_request_could_match_are_errors() {
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\npaths = [\"/shop;v=1\"]\nbypass_paths = [\"/ok/\", \"/a%3bb/\", \"/x%00/\", \"/s/..;/y\"]\n"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("vestibule.toml:4: room[0].paths[0]: \"/shop;v=1\" holds a ';' parameter");
+    has("vestibule.toml:5: room[0].bypass_paths[1]: \"/a%3bb/\" holds a ';' parameter");
+    has("room[0].bypass_paths[2]: \"/x%00/\": the path holds a control character");
+    has("room[0].bypass_paths[3]: \"/s/..;/y\" holds a ';' parameter");
+    assert!(!e.contains("bypass_paths[0]"), "{e}");
+}
+
+#[test]
+fn acme_challenges_bypass_rooms_unless_turned_off() {
+    assert!(parse(MINIMAL).unwrap().server.bypass_acme_challenge);
+    let c = parse(&format!(
+        "{MINIMAL}[server]\nbypass_acme_challenge = false\n"
+    ))
+    .unwrap();
+    assert!(!c.server.bypass_acme_challenge);
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nbypass_acme_challenge = \"no\"\n"
+    ));
+    assert!(
+        e.contains("vestibule.toml:4: invalid type: string \"no\", expected a boolean"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_reload_is_checked_with_the_sockets_in_service() {
     let serving = parse(&format!(
         "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef\"\n"

@@ -356,6 +356,7 @@ impl Validator<'_> {
             h2c: s.h2c,
             redirect_to_https: s.redirect_to_https,
             h2_resets,
+            bypass_acme_challenge: s.bypass_acme_challenge,
         })
     }
 
@@ -570,6 +571,7 @@ impl Validator<'_> {
 
     /// Path prefixes, in the normalised form request paths are matched in (`crate::path`).
     fn prefixes(&mut self, key: &str, values: &[String]) -> Vec<String> {
+        let mut out = Vec::with_capacity(values.len());
         for (i, p) in values.iter().enumerate() {
             if !p.starts_with('/') {
                 self.err(
@@ -577,11 +579,26 @@ impl Validator<'_> {
                     format!("\"{p}\" must start with '/'"),
                 );
             }
+            // Requests are matched with their `;` parameters dropped, so a prefix holding one
+            // would never match.
+            if p.contains(';') || p.to_ascii_lowercase().contains("%3b") {
+                self.err(
+                    format!("{key}[{i}]"),
+                    format!(
+                        "\"{p}\" holds a ';' parameter, which request paths are matched without"
+                    ),
+                );
+                continue;
+            }
+            match crate::path::normalize(p) {
+                Ok(normal) => out.push(normal.as_str().to_owned()),
+                Err(e) => self.err(
+                    format!("{key}[{i}]"),
+                    format!("\"{}\": {e}", p.escape_debug()),
+                ),
+            }
         }
-        values
-            .iter()
-            .map(|p| crate::path::normalize(p).into_owned())
-            .collect()
+        out
     }
 
     fn rooms(&mut self, rooms: &[RoomFile]) -> Vec<RoomConfig> {

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pingora::listeners::tls::Acceptor;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use sha2::{Digest, Sha256};
@@ -206,15 +208,15 @@ fn load_pair(
     hasher.update((key_pem.len() as u64).to_le_bytes());
     hasher.update(&key_pem);
 
-    let chain: Vec<_> = rustls_pemfile::certs(&mut cert_pem.as_slice())
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| cert_err(format!("not a PEM certificate chain: {e}")))?;
     if chain.is_empty() {
         return Err(cert_err("holds no PEM certificate".into()));
     }
-    let key = match rustls_pemfile::private_key(&mut key_pem.as_slice()) {
-        Ok(Some(key)) => key,
-        Ok(None) => return Err(key_err("holds no PEM private key".into())),
+    let key = match PrivateKeyDer::from_pem_slice(&key_pem) {
+        Ok(key) => key,
+        Err(pem::Error::NoItemsFound) => return Err(key_err("holds no PEM private key".into())),
         Err(e) => return Err(key_err(format!("not a PEM private key: {e}"))),
     };
     let (names, not_after) = describe(&chain[0]).map_err(&cert_err)?;

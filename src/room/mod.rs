@@ -23,6 +23,7 @@ use crate::identity::Identity;
 use crate::invite::{self, Refusal};
 use crate::keys::KeyRing;
 use crate::pages::{Estimates, PageContext, PageKind, Pages};
+use crate::path::RequestPath;
 use crate::store::{CounterStore, Invited, Mark, MarkKind, Ticket};
 use crate::time::Timestamp;
 use crate::token::{Reject, Token};
@@ -963,16 +964,18 @@ impl RoomSet {
     }
 
     /// The route for a request. `host` is lowercase without port; `path` is normalised.
-    pub fn route(&self, host: &str, path: &str, client_ip: IpAddr) -> Option<Route<'_>> {
+    pub fn route(&self, host: &str, path: &RequestPath, client_ip: IpAddr) -> Option<Route<'_>> {
+        let normal = path.as_str();
         let entry = self.routes.iter().find(|r| {
-            path.starts_with(r.prefix.as_str()) && r.host.as_ref().is_none_or(|h| h.matches(host))
+            normal.starts_with(r.prefix.as_str()) && r.host.as_ref().is_none_or(|h| h.matches(host))
         })?;
         let room = &self.rooms[entry.room];
+        // A bypass must hold however the origin reads the path.
         let bypass = room
             .config
             .bypass_paths
             .iter()
-            .any(|p| path.starts_with(p.as_str()))
+            .any(|p| path.is_under(p.as_str()))
             || room
                 .config
                 .bypass_cidrs
@@ -1049,7 +1052,8 @@ pub(crate) mod tests {
     }
 
     fn routed(set: &RoomSet, host: &str, path: &str, ip: &str) -> Option<(String, bool)> {
-        set.route(host, path, ip.parse().unwrap())
+        let path = crate::path::normalize(path).unwrap();
+        set.route(host, &path, ip.parse().unwrap())
             .map(|r| (r.room.name().to_owned(), r.bypass))
     }
 
