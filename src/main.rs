@@ -210,6 +210,12 @@ struct SimulateArgs {
     /// autopilot steers allow_percentage); writes autopilot-lottery.png.
     #[arg(long, value_parser = humantime::parse_duration)]
     lottery_wait: Option<std::time::Duration>,
+    /// --autopilot: a lottery room whose origin is slow for 2 minutes, then fast: "crowd" (a
+    /// large crowd against an origin of 1,000 users) or "small" (a small site: an origin of
+    /// 60, a few answers a second). Shows how the percentage recovers (overrides --surge,
+    /// --surge-minutes and --lottery-wait).
+    #[arg(long, value_parser = ["crowd", "small"])]
+    recovery: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -612,10 +618,22 @@ fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
         out: args.out.clone(),
         ..AutopilotOptions::default()
     };
-    let opts = match args.lottery_wait {
-        Some(wait) => opts.lottery(wait.as_secs().max(1)),
-        None => opts,
+    let opts = match (&args.recovery, args.lottery_wait) {
+        (Some(kind), _) => AutopilotOptions {
+            seed: args.seed,
+            out: args.out.clone(),
+            ..AutopilotOptions::recovery(kind == "crowd")
+        },
+        (None, Some(wait)) => opts.lottery(wait.as_secs().max(1)),
+        (None, None) => opts,
     };
+    if let Some(spell) = opts.slow {
+        println!(
+            "the origin is slow (typically {} ms, whatever its load) for the first {} s, then as the model says",
+            spell.latency * 1000.0,
+            spell.secs
+        );
+    }
     println!(
         "simulating the autopilot: a model origin of {} users ({} ms alone; 503 past it), visitors for {} min at {}x the pace it sustains at a p95 of {} ms ({:.0} a minute), each browsing {} s; {}autopilot every {} s from {}{unit}, within {}..{}{unit}",
         opts.origin.capacity,
@@ -633,8 +651,23 @@ fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
         unit = if opts.lottery_wait_secs.is_some() { " %" } else { " a minute" },
     );
     match simulate(&opts) {
-        Ok((_, summary, png)) => {
+        Ok((reports, summary, png)) => {
             print!("{summary}");
+            if let (Some(spell), Some(auto)) = (opts.slow, reports.first()) {
+                use vestibule::simulate::autopilot::{recovered_at, timeline};
+                print!("{}", timeline(&opts, auto, 10));
+                match recovered_at(&opts, auto, 0.8) {
+                    Some(at) => println!(
+                        "the autopilot's admissions reached 80 % of the origin's pace at the target ({:.0} a minute) {} s after the origin turned fast",
+                        opts.pace_at_target(),
+                        at - spell.secs
+                    ),
+                    None => println!(
+                        "the autopilot's admissions never reached 80 % of the origin's pace at the target ({:.0} a minute) after the origin turned fast",
+                        opts.pace_at_target()
+                    ),
+                }
+            }
             println!("wrote {}", png.display());
             ExitCode::SUCCESS
         }
