@@ -723,7 +723,7 @@ fn simulate_event(args: &SimulateArgs) -> ExitCode {
             println!("wrote {}", png.display());
             if args.seeds > 0 {
                 match vestibule::simulate::event::over_seeds(&opts, args.seeds) {
-                    Ok((tau, rank, _)) => println!(
+                    Ok((tau, rank)) => println!(
                         "with shuffle_at_start over {} seeds: mean Kendall tau {tau:.3}; mean arrival rank of the first {} let in {rank:.2} (a fair draw: {:.1}; arrival order: {:.1})",
                         args.seeds,
                         opts.new_users_per_minute.min(opts.prequeue),

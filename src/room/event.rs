@@ -433,8 +433,7 @@ mod tests {
         // where their tokens say the same (the worst case for a tie broken by check-in order).
         let mut admitted = Vec::new();
         for t in START..START + 60 {
-            for i in 0..40 {
-                let (uid, c) = &mut held[i];
+            for (i, (uid, c)) in held.iter_mut().enumerate() {
                 if c.is_some() && claims(c).exp == t && ask(&r, uid, c, t) == Decision::Allow {
                     admitted.push(i);
                     *c = None;
