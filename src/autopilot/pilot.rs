@@ -80,13 +80,18 @@ impl Sketch {
         }
     }
 
-    /// How many answers, and of them errors, were recorded since the last drain (the sketch
-    /// keeps them).
-    pub fn counts(&self) -> (u64, u64) {
-        (
-            self.responses.load(Ordering::Relaxed),
-            self.errors.load(Ordering::Relaxed),
-        )
+    /// What was recorded since the last drain; the sketch keeps it.
+    pub fn peek(&self) -> Drained {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| u64::from(b.load(Ordering::Relaxed)))
+            .collect();
+        Drained {
+            responses: self.responses.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            p95: p95_of(&counts),
+        }
     }
 
     /// What was recorded since the last drain, and empties the sketch.
@@ -96,19 +101,23 @@ impl Sketch {
             .iter()
             .map(|b| u64::from(b.swap(0, Ordering::Relaxed)))
             .collect();
-        let total: u64 = counts.iter().sum();
-        let rank = (total as f64 * 0.95).ceil() as u64;
-        let mut seen = 0;
-        let p95 = counts.iter().enumerate().find_map(|(i, c)| {
-            seen += c;
-            (total > 0 && seen >= rank.max(1)).then(|| middle_of(i))
-        });
         Drained {
             responses: self.responses.swap(0, Ordering::Relaxed),
             errors: self.errors.swap(0, Ordering::Relaxed),
-            p95,
+            p95: p95_of(&counts),
         }
     }
+}
+
+/// The middle of the bucket that holds the 95th percentile of `counts`; `None` when empty.
+fn p95_of(counts: &[u64]) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    let rank = (total as f64 * 0.95).ceil() as u64;
+    let mut seen = 0;
+    counts.iter().enumerate().find_map(|(i, c)| {
+        seen += c;
+        (total > 0 && seen >= rank.max(1)).then(|| middle_of(i))
+    })
 }
 
 /// What an autopilot steers.
@@ -477,11 +486,11 @@ impl PilotCell {
         r.draws += draws;
         r.won += wins;
         r.waited |= room.waiting > 0;
-        let (responses, errors) = self.sketch.counts();
+        let gathered = self.sketch.peek();
         let mut interval = Interval {
-            responses,
-            errors,
-            p95: None,
+            responses: gathered.responses,
+            errors: gathered.errors,
+            p95: gathered.p95,
             waiting: r.waited,
             active: room.active,
             spans: r.spans,
