@@ -186,6 +186,16 @@ struct SimulateArgs {
     /// --event: over how many minutes after the start the later visitors arrive.
     #[arg(long, default_value_t = 10)]
     later_minutes: u32,
+    /// --event: a short pre-queue whose visitors all ask again at the start: 40 visitors
+    /// 0.15 s apart in a 1-minute pre-queue, each back 0.5 s after the start in arrival order
+    /// and then exactly when told; 10 a minute, refresh 5 s (overrides the other --event
+    /// figures but --seed and --seeds).
+    #[arg(long)]
+    short_prequeue: bool,
+    /// --event: also run the shuffled event over this many seeds (a draw each) and report the
+    /// mean Kendall tau and the first minute's mean arrival rank.
+    #[arg(long, default_value_t = 0)]
+    seeds: u64,
     /// Simulate the autopilot instead (SPEC §10): a surge against a model origin, steered
     /// beside fixed settings too low, right and too high (uses --seed, --out).
     #[arg(long)]
@@ -200,6 +210,12 @@ struct SimulateArgs {
     /// autopilot steers allow_percentage); writes autopilot-lottery.png.
     #[arg(long, value_parser = humantime::parse_duration)]
     lottery_wait: Option<std::time::Duration>,
+    /// --autopilot: a lottery room whose origin is slow for 2 minutes, then fast: "crowd" (a
+    /// large crowd against an origin of 1,000 users) or "small" (a small site: an origin of
+    /// 60, a few answers a second). Shows how the percentage recovers (overrides --surge,
+    /// --surge-minutes and --lottery-wait).
+    #[arg(long, value_parser = ["crowd", "small"])]
+    recovery: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -602,10 +618,22 @@ fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
         out: args.out.clone(),
         ..AutopilotOptions::default()
     };
-    let opts = match args.lottery_wait {
-        Some(wait) => opts.lottery(wait.as_secs().max(1)),
-        None => opts,
+    let opts = match (&args.recovery, args.lottery_wait) {
+        (Some(kind), _) => AutopilotOptions {
+            seed: args.seed,
+            out: args.out.clone(),
+            ..AutopilotOptions::recovery(kind == "crowd")
+        },
+        (None, Some(wait)) => opts.lottery(wait.as_secs().max(1)),
+        (None, None) => opts,
     };
+    if let Some(spell) = opts.slow {
+        println!(
+            "the origin is slow (typically {} ms, whatever its load) for the first {} s, then as the model says",
+            spell.latency * 1000.0,
+            spell.secs
+        );
+    }
     println!(
         "simulating the autopilot: a model origin of {} users ({} ms alone; 503 past it), visitors for {} min at {}x the pace it sustains at a p95 of {} ms ({:.0} a minute), each browsing {} s; {}autopilot every {} s from {}{unit}, within {}..{}{unit}",
         opts.origin.capacity,
@@ -623,8 +651,23 @@ fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
         unit = if opts.lottery_wait_secs.is_some() { " %" } else { " a minute" },
     );
     match simulate(&opts) {
-        Ok((_, summary, png)) => {
+        Ok((reports, summary, png)) => {
             print!("{summary}");
+            if let (Some(spell), Some(auto)) = (opts.slow, reports.first()) {
+                use vestibule::simulate::autopilot::{recovered_at, timeline};
+                print!("{}", timeline(&opts, auto, 10));
+                match recovered_at(&opts, auto, 0.8) {
+                    Some(at) => println!(
+                        "the autopilot's admissions reached 80 % of the origin's pace at the target ({:.0} a minute) {} s after the origin turned fast",
+                        opts.pace_at_target(),
+                        at - spell.secs
+                    ),
+                    None => println!(
+                        "the autopilot's admissions never reached 80 % of the origin's pace at the target ({:.0} a minute) after the origin turned fast",
+                        opts.pace_at_target()
+                    ),
+                }
+            }
             println!("wrote {}", png.display());
             ExitCode::SUCCESS
         }
@@ -646,11 +689,27 @@ fn simulate_event(args: &SimulateArgs) -> ExitCode {
         refresh_secs: args.refresh.as_secs(),
         seed: args.seed,
         out: args.out.clone(),
+        ..EventOptions::default()
+    };
+    let opts = if args.short_prequeue {
+        EventOptions {
+            seed: args.seed,
+            out: args.out.clone(),
+            ..EventOptions::short_prequeue()
+        }
+    } else {
+        opts
     };
     println!(
-        "simulating an event: {} visitors over a {} min pre-queue, {} more over {} min after the start; fifo room, the event lets in {} a minute, refresh {} s",
+        "simulating an event: {} visitors over a {} min pre-queue{}, {} more over {} min after the start; fifo room, the event lets in {} a minute, refresh {} s",
         opts.prequeue,
         opts.prequeue_minutes,
+        match (opts.arrival_gap_ms, opts.check_in_at_start_ms) {
+            (Some(gap), Some(at)) => format!(
+                " ({gap} ms apart, all back {at} ms after the start in arrival order)"
+            ),
+            _ => String::new(),
+        },
         opts.later,
         opts.later_minutes,
         opts.new_users_per_minute,
@@ -662,6 +721,21 @@ fn simulate_event(args: &SimulateArgs) -> ExitCode {
                 print!("{}", r.summary(&opts));
             }
             println!("wrote {}", png.display());
+            if args.seeds > 0 {
+                match vestibule::simulate::event::over_seeds(&opts, args.seeds) {
+                    Ok((tau, rank)) => println!(
+                        "with shuffle_at_start over {} seeds: mean Kendall tau {tau:.3}; mean arrival rank of the first {} let in {rank:.2} (a fair draw: {:.1}; arrival order: {:.1})",
+                        args.seeds,
+                        opts.new_users_per_minute.min(opts.prequeue),
+                        (f64::from(opts.prequeue) - 1.0) / 2.0,
+                        (f64::from(opts.new_users_per_minute.min(opts.prequeue)) - 1.0) / 2.0,
+                    ),
+                    Err(e) => {
+                        eprintln!("vestibule simulate --event: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

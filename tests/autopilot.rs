@@ -264,3 +264,124 @@ fn a_reload_restarts_the_autopilot_from_the_configured_value_and_turning_it_off_
         .log_text()
         .contains("room sale: autopilot: off: the configured value is in force again"));
 }
+
+/// An origin on loopback that answers every request with a short 200, after `delay` while
+/// `slow` is set: slow for reasons that have nothing to do with its load (a slow database).
+fn slow_then_fast_origin(slow: &'static AtomicBool, delay: Duration) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = bind_loopback();
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                // One request head after another on the same connection (GETs: no bodies).
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                loop {
+                    match s.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                    if !head.ends_with(b"\r\n\r\n") {
+                        continue;
+                    }
+                    head.clear();
+                    if slow.load(Ordering::Relaxed) {
+                        std::thread::sleep(delay);
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok";
+                    if s.write_all(answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A lottery room with the autopilot (target 200 ms, 5..100 %, every second, configured at
+/// 80 %) in front of an origin slow for a few seconds (500 ms an answer, whatever its load),
+/// then fast, while a crowd keeps coming: 40 visitors at a time, each asking every 100 ms
+/// once let in and leaving 2 s later for a new visitor, or coming back when told while held.
+/// The slowdown cuts the percentage to its floor; once the origin is fast, the autopilot must
+/// take it off the floor within seconds (the floor lets in more than the ceiling the slowdown
+/// left, so a law that only steps that ceiling up stays at 5 % with an idle origin).
+#[test]
+fn a_lotterys_autopilot_leaves_its_floor_once_a_slow_origin_is_fast_again() {
+    static SLOW: AtomicBool = AtomicBool::new(true);
+    let origin = slow_then_fast_origin(&SLOW, Duration::from_millis(500));
+    let room = "[[room]]\nname = \"sale\"\npages = \"pages\"\nallow_percentage = 80\n\
+         wait_period = \"1s\"\nsession_duration = \"1m\"\n\
+         autopilot = true\nautopilot_interval = \"1s\"\nautopilot_target_latency = \"200ms\"\n\
+         autopilot_min = 5\nautopilot_max = 100";
+    let v = Setup::new(origin).extra(TRUST_LOCAL).extra(room).start();
+    assert!(
+        eventually(Duration::from_secs(5), || value(&v) == 80.0),
+        "{}",
+        autopilot(&v)
+    );
+    let stop = AtomicBool::new(false);
+    let next_visitor = std::sync::atomic::AtomicU32::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..40 {
+            let (v, stop, next_visitor) = (&v, &stop, &next_visitor);
+            s.spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    let mut user = User::new(next_visitor.fetch_add(1, Ordering::Relaxed));
+                    let mut let_in: Option<Instant> = None;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        if let_in.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+                            break;
+                        }
+                        let resp = user.get(v, "/shop");
+                        let held = resp
+                            .headers()
+                            .get("content-type")
+                            .is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
+                        let pause = if held {
+                            let body: serde_json::Value = resp.json().unwrap_or_default();
+                            Duration::from_secs(body["refresh_seconds"].as_u64().unwrap_or(1))
+                        } else {
+                            drop(resp.bytes());
+                            let_in.get_or_insert_with(Instant::now);
+                            Duration::from_millis(100)
+                        };
+                        std::thread::sleep(pause);
+                    }
+                }
+            });
+        }
+        // The slowdown: cut to the floor, and held there while slow.
+        let floored = eventually(Duration::from_secs(20), || value(&v) == 5.0);
+        let cut = autopilot(&v);
+        std::thread::sleep(Duration::from_secs(2));
+        let held = eventually(Duration::from_secs(10), || value(&v) == 5.0);
+        // Fast again: off the floor within seconds, for a healthy origin and a waiting crowd.
+        SLOW.store(false, Ordering::Relaxed);
+        let fast = Instant::now();
+        let mut seen = serde_json::Value::Null;
+        let left = eventually(Duration::from_secs(10), || {
+            seen = autopilot(&v);
+            seen["value"].as_f64().unwrap_or(0.0) > 5.0 && seen["reason"] == "healthy_and_waiting"
+        });
+        let after = fast.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        assert!(floored, "cut to the floor while slow: {cut}");
+        assert!(held, "at the floor while slow: {}", autopilot(&v));
+        assert!(left, "still at the floor with a fast origin: {seen}");
+        // The ceiling is never under the load the fast origin carried.
+        let (ceiling, active) = (&seen["ceiling"], &seen["last_interval"]["active"]);
+        assert!(
+            ceiling.as_u64() >= active.as_u64(),
+            "the ceiling under a healthy load: {seen}"
+        );
+        println!(
+            "off the floor {:.1} s after the origin turned fast: {seen}",
+            after.as_secs_f64()
+        );
+    });
+}

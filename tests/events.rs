@@ -118,9 +118,10 @@ fn pre_queued_visitors_are_let_in_at_the_start_ahead_of_later_arrivals() {
     assert_eq!(room["event"]["state"], "prequeue", "{room}");
     assert_eq!(room["effective_allow_percentage"], 0.0, "{room}");
 
-    // The start. Every pre-queued visitor comes back when their page says and gets in at
-    // that first check-in; a visitor who arrives just after the start finds free slots and an
-    // empty line, but waits: the pre-queue goes first.
+    // The start. Every pre-queued visitor comes back when their page says and is counted in
+    // line; they get in at their next check-in once every one of them can have checked in (a
+    // refresh and a browser's slack after the start). A visitor who arrives just after the
+    // start finds free slots and an empty line, but waits: the pre-queue goes first.
     while unix_now() < start {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -132,8 +133,8 @@ fn pre_queued_visitors_are_let_in_at_the_start_ahead_of_later_arrivals() {
     for u in &mut early {
         let (seen, admitted) = follow(&v, u, deadline);
         assert!(
-            admitted.is_some_and(|t| t <= start + 7),
-            "let in at the first check-in after the start: {seen:?}"
+            admitted.is_some_and(|t| t <= start + 16),
+            "let in at the first check-in once the pre-queue is counted: {seen:?}"
         );
     }
     // The later arrival gets in after them.
@@ -156,6 +157,78 @@ fn pre_queued_visitors_are_let_in_at_the_start_ahead_of_later_arrivals() {
         ),
         5.0,
         "{m}"
+    );
+}
+
+/// A short pre-queue (opened a minute before the start) whose 40 visitors, who arrived 0.15 s
+/// apart, all ask again at the same moment in arrival order once every token is due (5.5 s
+/// after the start: dues are within the 5 s refresh), then exactly when told, those told the
+/// same moment again in arrival order. The event lets in 20 a minute: the first 20 let in must
+/// be the draw's, not the first to arrive.
+///
+/// Their mean arrival rank (0-based, of 40): in arrival order 9.5; for a fair draw 19.5 with
+/// a standard deviation of √((40² − 1) / 12 × (40 − 20) / (40 − 1) / 20) = 1.85. The draw
+/// changes with the start (the wall clock), so the test asserts a mean above 12.1, four
+/// standard deviations under the fair mean: a fair draw fails it about once in 30,000 runs.
+#[test]
+fn a_short_prequeue_asking_at_once_is_let_in_in_the_drawn_order_not_arrival_order() {
+    let origin = Origin::start();
+    let start = unix_now() + 12;
+    let room = format!(
+        "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+         new_users_per_minute = 1000\nrefresh = \"5s\"\nrejoin_grace = \"1m\"\n\
+         [[room.event]]\nname = \"launch\"\nprequeue_start = \"{}\"\nstart = \"{}\"\n\
+         end = \"{}\"\nshuffle_at_start = true\nnew_users_per_minute = 20\n",
+        rfc3339(start - 60),
+        rfc3339(start),
+        rfc3339(start + 3600),
+    );
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(&room)
+        .start();
+    let mut users: Vec<User> = (0..40).map(User::new).collect();
+    for u in &mut users {
+        let (decision, body) = u.decision(&v);
+        assert_eq!(decision, "prequeue", "{body}");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let start_at = Instant::now()
+        + Duration::from_secs_f64(
+            start as f64
+                - SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64(),
+        );
+    let mut next = vec![start_at + Duration::from_millis(5_500); users.len()];
+    let mut admitted: Vec<usize> = Vec::new();
+    let deadline = start_at + Duration::from_secs(50);
+    while admitted.len() < 20 && Instant::now() < deadline {
+        let now = Instant::now();
+        for (i, u) in users.iter_mut().enumerate() {
+            if admitted.contains(&i) || next[i] > now {
+                continue;
+            }
+            let (decision, body) = u.decision(&v);
+            match decision.as_str() {
+                "allow" => admitted.push(i),
+                "wait" | "anon" | "prequeue" => {
+                    let secs = body["refresh_seconds"].as_u64().unwrap();
+                    next[i] = now + Duration::from_secs(secs);
+                }
+                other => panic!("{other}: {body}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let first: Vec<usize> = admitted.iter().copied().take(20).collect();
+    assert_eq!(first.len(), 20, "let in: {admitted:?}");
+    let mean = first.iter().sum::<usize>() as f64 / first.len() as f64;
+    println!("the first 20 let in: mean arrival rank {mean} ({first:?})");
+    assert!(
+        mean > 12.1,
+        "the first 20 let in lean toward arrival order: mean rank {mean} ({first:?})"
     );
 }
 

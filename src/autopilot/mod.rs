@@ -23,23 +23,33 @@
 //!
 //! | what the interval showed | ceiling |
 //! | --- | --- |
-//! | fewer than [`MIN_RESPONSES`] answers | holds: nothing to judge by |
+//! | fewer than [`MIN_RESPONSES`] answers | holds; the answers are kept for the next interval |
 //! | errors over `max_error_rate` | active × [`ERROR_FACTOR`]: the origin failed at this load |
 //! | p95 over the target | active × `target / p95`, at least × [`SLOW_FACTOR_FLOOR`] |
 //! | p95 between [`DEADBAND`] × target and the target | the active users: no more load |
-//! | p95 under [`DEADBAND`] × target, visitors waiting, the ceiling reached | + `step` |
-//! | otherwise | holds (no wind-up while the ceiling is not what limits) |
+//! | p95 under [`DEADBAND`] × target, visitors waiting, the ceiling reached | at least the active users, + `step` |
+//! | p95 under [`DEADBAND`] × target otherwise | at least the active users (no wind-up past what it carries) |
 //!
-//! `step` is the range of paces over [`STEPS`], as users (× the session). The pace is always
-//! within `min..=max`.
+//! `step` is the range of paces over [`STEPS`], as users (× the session), once for each
+//! interval the answers were gathered over. The pace is always within `min..=max`.
+//!
+//! The ceiling never stays under a load that has just proved healthy. After a slowdown the
+//! ceiling sits under the active users (the law cut it there), and a room held at `min` may
+//! still let in more than that ceiling allows, so the pace the law computes is under `min`.
+//! When the origin is fast again, the ceiling goes up to the active users at once and steps
+//! on from there, rather than creeping up from below by one step an interval while `min`
+//! lets in more than it steps.
 //!
 //! ## How it fails
 //!
 //! - An origin slow for reasons unrelated to load (a slow database, a cold cache) is read as
 //!   overloaded: the ceiling falls to what is active, and the pace to `min` while it stays slow.
 //!   `min` is the floor an operator chooses with that in mind.
-//! - Too little traffic (fewer than [`MIN_RESPONSES`] answers an interval) is not judged: the
-//!   pace holds. A quiet room is never raised on no evidence, nor lowered on one slow answer.
+//! - Too little traffic (fewer than [`MIN_RESPONSES`] answers an interval) is not judged at
+//!   once: the answers are gathered over as many intervals as it takes to have that many,
+//!   and the ceiling holds meanwhile. A quiet room is never raised on no evidence, nor lowered
+//!   on one slow answer, and a room held at `min` that lets in too few to judge in one
+//!   interval is judged less often, never not at all. A room with no answers holds.
 //! - It sees only this room's answers: other traffic that loads the same origin shows up as this
 //!   room's latency, and the room backs off for it.
 //!
@@ -62,6 +72,11 @@ pub const STEPS: u32 = 200;
 pub const FILL_MINUTES: f64 = 3.0;
 /// A ceiling reached: the active users are at least this share of it.
 pub const REACHED: f64 = 0.9;
+/// Below this share of the target latency the origin is far from its limit...
+pub const FAR: f64 = 0.25;
+/// ...and a ceiling counts as reached from this share of it: the ceiling may run ahead of the
+/// active users, who fill it a session later, by up to twice.
+pub const FAR_REACHED: f64 = 0.5;
 /// Lottery rooms: the ceiling's step, as a share of itself.
 pub const LOTTERY_STEP: f64 = 0.02;
 
@@ -86,6 +101,13 @@ impl Settings {
             .max(1.0)
     }
 
+    /// The ceiling for which the law's pace is `pace` with `active` users: solves
+    /// `pace = ceiling / session + (ceiling − active) / FILL_MINUTES` for the ceiling.
+    pub fn ceiling_for(&self, pace: u32, active: f64) -> f64 {
+        let session = self.session_minutes.max(1.0);
+        (f64::from(pace) * FILL_MINUTES + active) * session / (FILL_MINUTES + session)
+    }
+
     /// The pace that brings `active` users to `ceiling` and holds them there, within bounds.
     pub fn pace(&self, ceiling: f64, active: f64) -> u32 {
         let pace = ceiling / self.session_minutes.max(1.0) + (ceiling - active) / FILL_MINUTES;
@@ -106,9 +128,19 @@ pub struct Interval {
     pub waiting: bool,
     /// Users the room counts active now.
     pub active: u64,
+    /// How many autopilot intervals the answers were gathered over: 1, or more when the
+    /// intervals before had too few answers to judge and their answers were kept (0 reads
+    /// as 1).
+    pub spans: u32,
 }
 
 impl Interval {
+    /// Whether the interval holds enough answers to judge by. When it does not, the caller
+    /// keeps its answers and adds the next interval's, for as many intervals as it takes.
+    pub fn judged(&self) -> bool {
+        self.responses >= MIN_RESPONSES
+    }
+
     pub fn error_rate(&self) -> f64 {
         if self.responses == 0 {
             0.0
@@ -159,10 +191,7 @@ impl Autopilot {
     /// which the law's pace is the configured one now.
     pub fn start(s: &Settings, configured: u32, active: u64) -> Autopilot {
         let pace = configured.clamp(s.min, s.max);
-        let session = s.session_minutes.max(1.0);
-        // Solves pace = ceiling / session + (ceiling − active) / FILL_MINUTES for the ceiling.
-        let ceiling =
-            (f64::from(pace) * FILL_MINUTES + active as f64) * session / (FILL_MINUTES + session);
+        let ceiling = s.ceiling_for(pace, active as f64);
         Autopilot {
             ceiling: ceiling.max(1.0),
             pace,
@@ -179,7 +208,7 @@ impl Autopilot {
     pub fn step_by(&self, s: &Settings, i: &Interval, step: f64) -> Autopilot {
         let active = i.active as f64;
         let most = f64::from(s.max) * s.session_minutes;
-        let (ceiling, reason) = if i.responses < MIN_RESPONSES {
+        let (ceiling, reason) = if !i.judged() {
             (self.ceiling, Reason::TooFewResponses)
         } else if i.error_rate() > s.max_error_rate {
             (active * ERROR_FACTOR, Reason::Errors)
@@ -188,10 +217,27 @@ impl Autopilot {
             (self.ceiling.min(active * factor), Reason::Slow)
         } else if i.p95.unwrap_or(0.0) > DEADBAND * s.target_latency {
             (self.ceiling.min(active.max(1.0)), Reason::NearTarget)
-        } else if i.waiting && active >= REACHED * self.ceiling {
-            (self.ceiling + step, Reason::Raised)
         } else {
-            (self.ceiling, Reason::Holding)
+            // Well under the target: the load it carried is proven, and so is the pace it
+            // let in. The ceiling is never below the active users (else the pace would drain
+            // a load that was fine), nor, when `min` is what the room lets in, below the
+            // ceiling whose pace is `min` (else the step would chase from below a room that
+            // lets in more than it asks). Then a step for each interval the answers span, so
+            // gathering does not slow the raise.
+            let proven = self.ceiling.max(active);
+            let at_min = s.pace(proven, active) <= s.min;
+            let proven = if at_min {
+                proven.max(s.ceiling_for(s.min, active))
+            } else {
+                proven
+            };
+            let far = i.p95.unwrap_or(0.0) < FAR * s.target_latency;
+            let reached = if far { FAR_REACHED } else { REACHED };
+            if i.waiting && (active >= reached * proven || at_min) {
+                (proven + step * f64::from(i.spans.max(1)), Reason::Raised)
+            } else {
+                (proven, Reason::Holding)
+            }
         };
         let ceiling = ceiling.clamp(1.0, most.max(1.0));
         Autopilot {
@@ -289,6 +335,7 @@ mod tests {
             p95: Some(p95),
             waiting,
             active,
+            spans: 1,
         }
     }
 
@@ -340,6 +387,53 @@ mod tests {
         assert_eq!((top.ceiling, top.pace), (2550.0, 510));
         let h = top.step(&S, &interval(100, 0, 0.1, true, 2550));
         assert_eq!((h.ceiling, h.pace), (2550.0, 510));
+    }
+
+    #[test]
+    fn a_load_that_proved_healthy_is_never_above_the_ceiling() {
+        // Cut by a slowdown to 100 users while 300 are active (the floor keeps letting them
+        // in): the origin is fast again.
+        let cut = Autopilot {
+            ceiling: 100.0,
+            pace: 10,
+            reason: Reason::Slow,
+        };
+        let healthy = interval(100, 0, 0.3, true, 300);
+        let a = cut.step(&S, &healthy);
+        assert_eq!((a.ceiling, a.reason), (312.5, Reason::Raised));
+        assert!(a.pace > S.min, "off the floor: {}", a.pace);
+        // Nobody waiting: up to the load it carried, no further.
+        let b = cut.step(&S, &interval(100, 0, 0.3, false, 300));
+        assert_eq!((b.ceiling, b.reason), (300.0, Reason::Holding));
+        // The floor lets in more than the ceiling's pace: the ceiling is lifted to the one
+        // whose pace is the floor, and steps on from there (here `min` is 100 a minute).
+        let floor = Settings { min: 100, ..S };
+        let c = cut.step(&floor, &healthy);
+        assert_eq!(floor.ceiling_for(100, 300.0), 375.0);
+        assert_eq!((c.ceiling, c.pace, c.reason), (385.25, 105, Reason::Raised));
+        // Answers gathered over three intervals: three steps.
+        let gathered = Interval {
+            spans: 3,
+            ..healthy
+        };
+        assert_eq!(cut.step(&S, &gathered).ceiling, 300.0 + 3.0 * S.step());
+        // Far under the target the ceiling may run up to twice the active users; near it,
+        // only to active / REACHED.
+        let ahead = Autopilot {
+            ceiling: 500.0,
+            pace: 100,
+            reason: Reason::Raised,
+        };
+        let far = interval(100, 0, 0.1, true, 300);
+        assert_eq!(ahead.step(&S, &far).reason, Reason::Raised);
+        let near = interval(100, 0, 0.3, true, 300);
+        assert_eq!(ahead.step(&S, &near).reason, Reason::Holding);
+        // Too few answers to judge: the caller gathers, the ceiling holds.
+        assert!(!interval(19, 0, 0.1, true, 300).judged());
+        assert_eq!(
+            cut.step(&S, &interval(19, 0, 0.1, true, 300)).ceiling,
+            100.0
+        );
     }
 
     #[test]

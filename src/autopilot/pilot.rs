@@ -80,6 +80,20 @@ impl Sketch {
         }
     }
 
+    /// What was recorded since the last drain; the sketch keeps it.
+    pub fn peek(&self) -> Drained {
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|b| u64::from(b.load(Ordering::Relaxed)))
+            .collect();
+        Drained {
+            responses: self.responses.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            p95: p95_of(&counts),
+        }
+    }
+
     /// What was recorded since the last drain, and empties the sketch.
     pub fn drain(&self) -> Drained {
         let counts: Vec<u64> = self
@@ -87,19 +101,23 @@ impl Sketch {
             .iter()
             .map(|b| u64::from(b.swap(0, Ordering::Relaxed)))
             .collect();
-        let total: u64 = counts.iter().sum();
-        let rank = (total as f64 * 0.95).ceil() as u64;
-        let mut seen = 0;
-        let p95 = counts.iter().enumerate().find_map(|(i, c)| {
-            seen += c;
-            (total > 0 && seen >= rank.max(1)).then(|| middle_of(i))
-        });
         Drained {
             responses: self.responses.swap(0, Ordering::Relaxed),
             errors: self.errors.swap(0, Ordering::Relaxed),
-            p95,
+            p95: p95_of(&counts),
         }
     }
+}
+
+/// The middle of the bucket that holds the 95th percentile of `counts`; `None` when empty.
+fn p95_of(counts: &[u64]) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    let rank = (total as f64 * 0.95).ceil() as u64;
+    let mut seen = 0;
+    counts.iter().enumerate().find_map(|(i, c)| {
+        seen += c;
+        (total > 0 && seen >= rank.max(1)).then(|| middle_of(i))
+    })
 }
 
 /// What an autopilot steers.
@@ -241,11 +259,17 @@ struct Run {
     session_minutes: f64,
     law: Law,
     changed_at: Timestamp,
+    /// The last step that judged: the answers, draws and wins since are gathered.
     last_step: Timestamp,
     next_step: Timestamp,
     last: Option<Interval>,
     /// Lottery rooms: wins by the second they were counted, for the session.
     wins: VecDeque<(u64, u64)>,
+    /// Since `last_step`: the intervals, draws and wins gathered, and whether visitors waited.
+    spans: u32,
+    draws: u64,
+    won: u64,
+    waited: bool,
 }
 
 fn settings(c: &AutopilotConfig, session_minutes: f64) -> Settings {
@@ -440,6 +464,10 @@ impl PilotCell {
                 next_step: next_step(now, config),
                 last: None,
                 wins: VecDeque::new(),
+                spans: 0,
+                draws: 0,
+                won: 0,
+                waited: false,
             });
             return Some(Change::Started {
                 steered: room.steered,
@@ -450,14 +478,28 @@ impl PilotCell {
         if now < r.next_step {
             return None;
         }
-        let (seen, draws, wins) = self.drain();
+        // An interval with too few answers to judge by leaves them in the sketch: the next
+        // interval's join them, for as many intervals as it takes.
+        let draws = self.draws.swap(0, Ordering::Relaxed);
+        let wins = self.wins.swap(0, Ordering::Relaxed);
+        r.spans += 1;
+        r.draws += draws;
+        r.won += wins;
+        r.waited |= room.waiting > 0;
+        let gathered = self.sketch.peek();
         let mut interval = Interval {
-            responses: seen.responses,
-            errors: seen.errors,
-            p95: seen.p95,
-            waiting: room.waiting > 0,
+            responses: gathered.responses,
+            errors: gathered.errors,
+            p95: gathered.p95,
+            waiting: r.waited,
             active: room.active,
+            spans: r.spans,
         };
+        if interval.judged() {
+            let seen = self.sketch.drain();
+            (interval.responses, interval.errors) = (seen.responses, seen.errors);
+            interval.p95 = seen.p95;
+        }
         let from = r.law.value();
         r.law = match r.law {
             Law::Pace(a) => Law::Pace(a.step(&s, &interval)),
@@ -474,13 +516,16 @@ impl PilotCell {
                     r.wins.pop_front();
                 }
                 interval.active = r.wins.iter().map(|(_, n)| n).sum();
-                interval.waiting = draws > wins;
+                interval.waiting = r.draws > r.won;
                 let secs = now.millis().saturating_sub(r.last_step.millis()) as f64 / 1000.0;
-                let per_minute = draws as f64 * 60.0 / secs.max(1.0);
+                let per_minute = r.draws as f64 * 60.0 / secs.max(1.0);
                 Law::Percentage(l.step(&s, &interval, per_minute))
             }
         };
-        r.last_step = now;
+        if interval.judged() {
+            r.last_step = now;
+            (r.spans, r.draws, r.won, r.waited) = (0, 0, 0, false);
+        }
         r.next_step = next_step(now, config);
         r.last = Some(interval);
         let to = r.law.value();
@@ -725,6 +770,44 @@ mod tests {
         assert_eq!((last.active, last.waiting), (0, true));
         // Healthy, visitors losing draws, nobody active: the percentage rises.
         assert!(cell.percentage().unwrap() > to, "{:?}", cell.status());
+    }
+
+    #[test]
+    fn an_interval_of_too_few_answers_is_gathered_into_the_next() {
+        let cell = PilotCell::default();
+        let t = |s: u64| Timestamp::from_secs(1_000 + s);
+        let config = AutopilotConfig {
+            interval: Duration::from_secs(2),
+            ..CONFIG
+        };
+        cell.tick(&config, room(100, 500), t(0));
+        // 8 fast answers an interval: too few each time, kept.
+        for i in 1..=2 {
+            for _ in 0..8 {
+                cell.record(0.05, false);
+            }
+            assert_eq!(cell.tick(&config, room(100, 500), t(2 * i)), None);
+            let status = cell.status().unwrap();
+            assert_eq!(status.reason, "too_few_responses");
+            assert_eq!(status.last_interval.unwrap().responses, 8 * i);
+        }
+        // The third brings 24: judged, healthy, three intervals' steps.
+        for _ in 0..8 {
+            cell.record(0.05, false);
+        }
+        let Some(Change::Stepped {
+            reason, interval, ..
+        }) = cell.tick(&config, room(100, 500), t(6))
+        else {
+            panic!("a step: {:?}", cell.status());
+        };
+        assert_eq!(reason, Reason::Raised);
+        assert_eq!((interval.responses, interval.spans), (24, 3));
+        // Then it starts over.
+        cell.record(0.05, false);
+        cell.tick(&config, room(100, 500), t(8));
+        let last = cell.status().unwrap().last_interval.unwrap();
+        assert_eq!(last.responses, 1);
     }
 
     #[test]

@@ -192,7 +192,7 @@ impl Metrics {
             ),
             room_autopilot_p95: gauge_vec(
                 "vestibule_room_autopilot_origin_p95_seconds",
-                "Autopilot rooms: the p95 latency of the room's origin answers in the autopilot's last interval, by room.",
+                "Autopilot rooms: the p95 latency of the room's origin answers in the autopilot's last interval (with fewer than 20 answers, of those gathered since it last judged), by room.",
                 &["room"],
             ),
             room_autopilot_target: gauge_vec(

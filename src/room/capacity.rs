@@ -1341,6 +1341,13 @@ impl Capacity {
         (opens + (place * span as f64) as u64).min(head_of_start.saturating_sub(1))
     }
 
+    /// Whether every pre-queued visitor of the running `event` can have made their first
+    /// check-in, and so be counted in the bucket of their place: each is due within a refresh
+    /// interval of the start, give or take what a browser adds.
+    fn prequeue_counted(&self, event: &EventConfig, now: Timestamp) -> bool {
+        now.secs() >= event.start + self.refresh_secs() + CHECKIN_SLACK_SECS.ceil() as u64
+    }
+
     /// Whether the pre-queued visitors of the running `event` still go first: until all of
     /// them can have checked in (their first check-in falls within a refresh interval of the
     /// start, then the liveness window), and while any of them waits.
@@ -1415,10 +1422,15 @@ impl Capacity {
                 // The pre-queue's order was settled at the start and everyone in it is
                 // waiting: the first in it that a check-in interval takes may go, rather than
                 // only the two head buckets (sparse in a long pre-queue), so its slots are not
-                // lost while people are still checking in.
+                // lost while people are still checking in. But only once all of them can have
+                // checked in: before that, those not counted yet are ahead of nobody, and the
+                // slots would go in the order of check-ins, which is arrival order when a
+                // crowd reloads at once.
                 _ if prequeued => {
                     let ahead = view.ahead_of(bucket);
-                    slots.cluster.is_none_or(|f| ahead < f) && ahead < self.front(view)
+                    hold.event.is_some_and(|e| self.prequeue_counted(e, now))
+                        && slots.cluster.is_none_or(|f| ahead < f)
+                        && ahead < self.front(view)
                 }
                 QueueOrder::Fifo => self.fifo_reserved(view, arrival, slots.cluster, now),
                 QueueOrder::Random => draw < self.random_chance(lane, slots.here, now),

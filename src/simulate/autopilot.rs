@@ -69,6 +69,9 @@ pub struct AutopilotOptions {
     /// Where the autopilot starts: the configured `new_users_per_minute` (for a lottery room,
     /// the configured `allow_percentage`).
     pub start: u32,
+    /// The origin is slow for reasons unrelated to its load (a slow database, a cold cache)
+    /// for the run's first seconds, then as the model says.
+    pub slow: Option<SlowSpell>,
     /// A lottery room instead of a capacity room, with this `wait_period` (seconds): visitors
     /// wait in a pool, each drawn once a wait period (their first draw one and a half periods
     /// after they arrive), and `allow_percentage` of the draws win. `settings.min` and
@@ -97,6 +100,7 @@ impl Default for AutopilotOptions {
             },
             interval_secs: 10,
             start: 1_000,
+            slow: None,
             lottery_wait_secs: None,
             seed: 7,
             out: PathBuf::from("simulation"),
@@ -124,6 +128,39 @@ impl AutopilotOptions {
         }
     }
 
+    /// A lottery room (target 200 ms, within 5..=100 %, a step every 2 s, configured at
+    /// 80 %) in front of an origin that is slow (p95 about 900 ms) for its
+    /// first 2 minutes and then fast, visitors arriving at 1.2 times the pace it sustains and
+    /// browsing for 2 minutes: `crowd`, a large crowd against an origin that serves 1,000 users
+    /// at once, drawn every 30 s; else a small site, whose origin serves 60 (a few answers a
+    /// second), drawn every 10 s.
+    pub fn recovery(crowd: bool) -> AutopilotOptions {
+        AutopilotOptions {
+            origin: ModelOrigin {
+                capacity: if crowd { 1_000.0 } else { 60.0 },
+                base: 0.02,
+            },
+            surge: 1.2,
+            minutes: 10,
+            browse_secs: 120,
+            settings: Settings {
+                target_latency: 0.2,
+                max_error_rate: 0.02,
+                min: 5,
+                max: 100,
+                session_minutes: 2.0,
+            },
+            interval_secs: 2,
+            start: 80,
+            slow: Some(SlowSpell {
+                secs: 120,
+                latency: 0.55,
+            }),
+            lottery_wait_secs: Some(if crowd { 30 } else { 10 }),
+            ..AutopilotOptions::default()
+        }
+    }
+
     fn unit(&self) -> &'static str {
         if self.lottery_wait_secs.is_some() {
             "%"
@@ -131,6 +168,16 @@ impl AutopilotOptions {
             "/min"
         }
     }
+}
+
+/// A spell of slowness that has nothing to do with the load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowSpell {
+    /// How long it lasts, from the start of the run, seconds.
+    pub secs: u64,
+    /// The origin's typical latency meanwhile, whatever its load, seconds (its p95 is about
+    /// 1.6 times that: the model's spread).
+    pub latency: f64,
 }
 
 /// What steers the room in a run.
@@ -216,6 +263,9 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
     let mut admitted_total = 0u64;
     let (mut lat, mut responses, mut errors, mut admitted_iv) = (Vec::new(), 0u64, 0u64, 0u64);
     let mut waiting_iv = false;
+    // What the law has gathered since it last judged: answers, draws, intervals.
+    let (mut law_lat, mut law_responses, mut law_errors) = (Vec::new(), 0u64, 0u64);
+    let (mut law_draws, mut law_spans, mut law_waiting) = (0f64, 0u32, false);
     let mut samples = Vec::new();
     let settle = settle_secs(opts);
     let (mut settled_resp, mut settled_err, mut all_resp, mut all_err) = (0u64, 0u64, 0u64, 0u64);
@@ -265,9 +315,17 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
             let whole = expected.floor();
             whole as u64 + u64::from(rng.gen_bool((expected - whole).clamp(0.0, 1.0)))
         };
+        let slow = opts
+            .slow
+            .filter(|spell| t < spell.secs)
+            .map(|spell| spell.latency);
         for _ in 0..asking {
             responses += 1;
-            match opts.origin.latency(active as f64) {
+            match opts
+                .origin
+                .latency(active as f64)
+                .map(|l| slow.unwrap_or(l))
+            {
                 Some(typical) => {
                     // A lognormal spread around the typical latency (sigma 0.3).
                     let z: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
@@ -277,14 +335,29 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
             }
         }
         if (t + 1) % interval == 0 {
+            law_lat.extend_from_slice(&lat);
+            (law_responses, law_errors) = (law_responses + responses, law_errors + errors);
+            (law_draws, law_spans) = (law_draws + draws_iv, law_spans + 1);
+            law_waiting |= waiting_iv;
             let mut i = Interval {
                 responses,
                 errors,
                 p95: None,
                 waiting: waiting_iv,
                 active,
+                spans: 1,
             };
             i.p95 = autopilot::p95(&mut lat);
+            // The law judges by what it gathered: this interval, and those before it that had
+            // too few answers.
+            let gathered = Interval {
+                responses: law_responses,
+                errors: law_errors,
+                p95: autopilot::p95(&mut law_lat),
+                waiting: law_waiting,
+                active,
+                spans: law_spans,
+            };
             samples.push(Sample {
                 at_secs: t + 1,
                 value,
@@ -301,15 +374,21 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
             match (steering, opts.lottery_wait_secs) {
                 (Steering::Fixed(_), _) => {}
                 (Steering::Autopilot, Some(_)) => {
-                    let draws_per_minute = draws_iv * 60.0 / interval as f64;
-                    lottery = lottery.step(&settings, &i, draws_per_minute);
+                    let draws_per_minute =
+                        law_draws * 60.0 / (u64::from(law_spans) * interval) as f64;
+                    lottery = lottery.step(&settings, &gathered, draws_per_minute);
                     percentage = lottery.percentage;
                     value = percentage;
                 }
                 (Steering::Autopilot, None) => {
-                    pilot = pilot.step(&settings, &i);
+                    pilot = pilot.step(&settings, &gathered);
                     value = f64::from(pilot.pace);
                 }
+            }
+            if gathered.judged() {
+                law_lat.clear();
+                (law_responses, law_errors) = (0, 0);
+                (law_draws, law_spans, law_waiting) = (0.0, 0, false);
             }
             draws_iv = 0.0;
             lat.clear();
@@ -346,6 +425,54 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         pace_mean,
         pace_spread,
     }
+}
+
+/// After a slow spell: when (seconds into the run) the admissions over the last minute first
+/// reach `share` of the pace the origin sustains at the target, the spell over.
+pub fn recovered_at(opts: &AutopilotOptions, r: &AutopilotReport, share: f64) -> Option<u64> {
+    let after = opts.slow.map_or(0, |spell| spell.secs);
+    let interval = opts.interval_secs.max(1);
+    let window = (60 / interval).max(1) as usize;
+    let goal = share * opts.pace_at_target();
+    (window..=r.samples.len()).find_map(|end| {
+        let last = &r.samples[end - window..end];
+        let at = last.last()?.at_secs;
+        let admitted: u64 = last.iter().map(|s| s.admitted).sum();
+        let per_minute = admitted as f64 * 60.0 / (window as u64 * interval) as f64;
+        (at > after && per_minute >= goal).then_some(at)
+    })
+}
+
+/// A run's steered value, admissions a minute and p95 every `every` seconds, as a table.
+pub fn timeline(opts: &AutopilotOptions, r: &AutopilotReport, every: u64) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| time | {} | admitted a minute (last {every} s) | p95 |",
+        if opts.lottery_wait_secs.is_some() {
+            "allow_percentage"
+        } else {
+            "new_users_per_minute"
+        }
+    );
+    let _ = writeln!(s, "| ---: | ---: | ---: | ---: |");
+    let interval = opts.interval_secs.max(1);
+    let per = (every / interval).max(1) as usize;
+    for chunk in r.samples.chunks(per) {
+        let Some(last) = chunk.last() else { continue };
+        let admitted: u64 = chunk.iter().map(|x| x.admitted).sum();
+        let _ = writeln!(
+            s,
+            "| {}:{:02} | {:.2} | {:.0} | {} |",
+            last.at_secs / 60,
+            last.at_secs % 60,
+            last.value,
+            admitted as f64 * 60.0 / (chunk.len() as u64 * interval) as f64,
+            last.p95
+                .map_or("-".into(), |p| format!("{:.0} ms", p * 1000.0)),
+        );
+    }
+    s
 }
 
 /// Whether a run kept the origin healthy once settled: p95 under the target (the median
@@ -656,5 +783,76 @@ mod tests {
         let first = auto.samples[auto.samples.len() / 3].value;
         let last = auto.samples.last().unwrap().value;
         assert!(last < first && last < 1.0, "{first} -> {last}");
+    }
+
+    /// Each recovery scenario once: when the admissions over a minute reach half and 80 % of
+    /// the origin's pace at the target, seconds after the origin turned fast.
+    fn recovery(crowd: bool) -> (AutopilotOptions, AutopilotReport, Option<u64>, Option<u64>) {
+        let opts = AutopilotOptions::recovery(crowd);
+        let auto = run(&opts, Steering::Autopilot);
+        let fast = opts.slow.unwrap().secs;
+        let half = recovered_at(&opts, &auto, 0.5).map(|t| t - fast);
+        let most = recovered_at(&opts, &auto, 0.8).map(|t| t - fast);
+        println!(
+            "recovery ({}): half the origin's pace {half:?} s after it turned fast, 80 % {most:?} s\n{}",
+            if crowd { "crowd" } else { "small site" },
+            timeline(&opts, &auto, 30)
+        );
+        (opts, auto, half, most)
+    }
+
+    /// The percentage at `secs` into a run.
+    fn value_at(r: &AutopilotReport, secs: u64) -> f64 {
+        r.samples
+            .iter()
+            .find(|s| s.at_secs >= secs)
+            .map_or(f64::NAN, |s| s.value)
+    }
+
+    #[test]
+    fn after_a_slowdown_a_large_crowd_is_let_in_again_once_the_origin_is_fast() {
+        let (opts, auto, half, _) = recovery(true);
+        let fast = opts.slow.unwrap().secs;
+        // The slowdown cut the percentage to its floor.
+        assert_eq!(value_at(&auto, fast), 5.0);
+        // Within half a minute of the origin turning fast it is off the floor, and within
+        // two minutes well off it (the floor lets in more than the ceiling cut by the
+        // slowdown allowed: the law lifts the ceiling to what proved healthy).
+        assert!(
+            value_at(&auto, fast + 30) > 5.05,
+            "{}",
+            value_at(&auto, fast + 30)
+        );
+        assert!(
+            value_at(&auto, fast + 120) > 5.5,
+            "{}",
+            value_at(&auto, fast + 120)
+        );
+        // Half the origin's pace at the target within three minutes.
+        assert!(half.is_some_and(|s| s <= 180), "{half:?}");
+        // And not by breaking it: no errors once fast, the p95 of no interval far over target.
+        let fast_samples = auto.samples.iter().filter(|s| s.at_secs > fast + 10);
+        for s in fast_samples {
+            assert!(s.error_rate <= opts.settings.max_error_rate, "{s:?}");
+            assert!(
+                s.p95.unwrap_or(0.0) <= 1.5 * opts.settings.target_latency,
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn after_a_slowdown_a_small_site_with_few_answers_is_judged_and_let_in_again() {
+        let (opts, auto, _, most) = recovery(false);
+        let fast = opts.slow.unwrap().secs;
+        assert_eq!(value_at(&auto, fast), 5.0);
+        // A few answers a second: an interval of 2 s has too few to judge, so the law gathers
+        // several; 80 % of the origin's pace at the target within two minutes.
+        assert!(most.is_some_and(|s| s <= 120), "{most:?}");
+        assert!(
+            value_at(&auto, fast + 40) > 5.5,
+            "{}",
+            value_at(&auto, fast + 40)
+        );
     }
 }

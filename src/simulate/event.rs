@@ -49,9 +49,21 @@ pub struct EventOptions {
     pub new_users_per_minute: u32,
     /// The room's `refresh`, seconds.
     pub refresh_secs: u64,
+    /// Pre-queued visitors arrive this far apart (milliseconds), one after another from
+    /// [`BURST_INTO_PREQUEUE_MS`] into the pre-queue, instead of at random over it.
+    pub arrival_gap_ms: Option<u64>,
+    /// Every pre-queued visitor asks again this long after the start (milliseconds), all at the
+    /// same moment, in arrival order, whatever their page said; then as their pages say.
+    pub check_in_at_start_ms: Option<u64>,
+    /// The most a browser adds to the moment a page says to come back, milliseconds (drawn
+    /// uniformly; 0: exactly on time, visitors due together ask in arrival order).
+    pub latency_ms: u64,
     pub seed: u64,
     pub out: PathBuf,
 }
+
+/// With `arrival_gap_ms`, the first pre-queued visitor arrives this far into the pre-queue.
+pub const BURST_INTO_PREQUEUE_MS: u64 = 10_000;
 
 impl Default for EventOptions {
     fn default() -> Self {
@@ -62,8 +74,31 @@ impl Default for EventOptions {
             later_minutes: 10,
             new_users_per_minute: 200,
             refresh_secs: 20,
+            arrival_gap_ms: None,
+            check_in_at_start_ms: None,
+            latency_ms: 800,
             seed: 7,
             out: PathBuf::from("simulation"),
+        }
+    }
+}
+
+impl EventOptions {
+    /// A short pre-queue whose visitors all come back at the start: 40 visitors 0.15 s apart in
+    /// a one-minute pre-queue, each asking again half a second after the start in arrival
+    /// order and then exactly when told; a fifo room letting in 10 a minute, refresh 5 s.
+    pub fn short_prequeue() -> EventOptions {
+        EventOptions {
+            prequeue: 40,
+            later: 0,
+            prequeue_minutes: 1,
+            later_minutes: 1,
+            new_users_per_minute: 10,
+            refresh_secs: 5,
+            arrival_gap_ms: Some(150),
+            check_in_at_start_ms: Some(500),
+            latency_ms: 0,
+            ..EventOptions::default()
         }
     }
 }
@@ -89,6 +124,10 @@ pub struct EventReport {
     pub prequeued_in: (usize, usize),
     /// Admissions in each whole minute from the start while the pre-queue was being let in.
     pub per_minute: Vec<u32>,
+    /// The mean arrival rank (0-based, among the pre-queued) of the first
+    /// `new_users_per_minute` pre-queued visitors let in: about `(n − 1) / 2` for a fair draw,
+    /// `(k − 1) / 2` in arrival order.
+    pub first_mean_rank: f64,
 }
 
 impl EventReport {
@@ -96,11 +135,13 @@ impl EventReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "event, shuffle_at_start = {}: {} of {} pre-queued let in; Kendall tau (arrival vs admission, pre-queued) = {:.3}; later arrivals let in before the last pre-queued: {}",
+            "event, shuffle_at_start = {}: {} of {} pre-queued let in; Kendall tau (arrival vs admission, pre-queued) = {:.3}; mean arrival rank of the first {} let in {:.1}; later arrivals let in before the last pre-queued: {}",
             self.shuffle,
             self.prequeued_in.0,
             self.prequeued_in.1,
             self.tau_prequeue,
+            opts.new_users_per_minute.min(self.prequeued_in.0 as u32),
+            self.first_mean_rank,
             self.overtaken
         );
         let minutes: Vec<String> = self.per_minute.iter().map(u32::to_string).collect();
@@ -143,8 +184,14 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
     let total = opts.prequeue + opts.later;
     let later_span = u64::from(opts.later_minutes.max(1)) * 60_000;
     let mut arrivals: Vec<(u64, bool)> = Vec::with_capacity(total as usize);
-    for _ in 0..opts.prequeue {
-        arrivals.push((rng.gen_range(0..start_ms.max(1)), true));
+    for i in 0..opts.prequeue {
+        let at = match opts.arrival_gap_ms {
+            Some(gap) => {
+                (BURST_INTO_PREQUEUE_MS + u64::from(i) * gap).min(start_ms.saturating_sub(1))
+            }
+            None => rng.gen_range(0..start_ms.max(1)),
+        };
+        arrivals.push((at, true));
     }
     for _ in 0..opts.later {
         arrivals.push((start_ms + rng.gen_range(0..later_span), false));
@@ -168,6 +215,11 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
     // Everyone is in well within a day at any sane pace.
     let deadline = start_ms + 24 * 3_600_000;
     let mut steps = 0u64;
+    // Pre-queued visitors who still have their check-in at the start to make.
+    let mut at_start: Vec<bool> = arrivals
+        .iter()
+        .map(|(_, pre)| *pre && opts.check_in_at_start_ms.is_some())
+        .collect();
     while let Some(Reverse((t, i))) = queue.pop() {
         steps += 1;
         if t > deadline || steps > 50_000_000 {
@@ -190,11 +242,17 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
             Decision::Deny | Decision::Bypass | Decision::SoldOut | Decision::QueueFull => {}
             _ => {
                 // The page reloads when its countdown ends; browsers add a little latency.
-                let latency = rng.gen_range(0..800);
-                queue.push(Reverse((
-                    t + outcome.refresh_secs.max(1) * 1000 + latency,
-                    i,
-                )));
+                let latency = rng.gen_range(0..=opts.latency_ms);
+                let mut next = t + outcome.refresh_secs.max(1) * 1000 + latency;
+                if let (true, Some(after)) = (at_start[i as usize], opts.check_in_at_start_ms) {
+                    if t >= start_ms {
+                        at_start[i as usize] = false;
+                    } else if next >= start_ms {
+                        // Asked again at the start, whatever the page said.
+                        next = start_ms + after;
+                    }
+                }
+                queue.push(Reverse((next, i)));
             }
         }
     }
@@ -227,8 +285,21 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
             }
         }
     }
+    // Arrival ranks are the visitors' indices: `arrivals` is sorted.
+    let mut firsts: Vec<(f64, usize)> = visits
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.prequeued)
+        .filter_map(|(rank, v)| Some((v.admitted?, rank)))
+        .collect();
+    firsts.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let k = (opts.new_users_per_minute as usize)
+        .min(firsts.len())
+        .max(1);
+    let first_mean_rank = firsts.iter().take(k).map(|(_, r)| *r as f64).sum::<f64>() / k as f64;
     Ok(EventReport {
         shuffle,
+        first_mean_rank,
         tau_prequeue: kendall_tau_b(&x, &y),
         overtaken,
         prequeued_in: (x.len(), opts.prequeue as usize),
@@ -314,6 +385,25 @@ pub fn simulate(opts: &EventOptions) -> Result<(Vec<EventReport>, PathBuf), Stri
     Ok((reports, png))
 }
 
+/// The shuffled run over `seeds` seeds (a key each, so a draw each): the means of Kendall's
+/// tau and of the first admissions' mean arrival rank.
+pub fn over_seeds(opts: &EventOptions, seeds: u64) -> Result<(f64, f64), String> {
+    let (mut tau, mut rank) = (0.0, 0.0);
+    let n = seeds.max(1);
+    for seed in 0..n {
+        let r = run(
+            &EventOptions {
+                seed: opts.seed.wrapping_add(seed),
+                ..opts.clone()
+            },
+            true,
+        )?;
+        tau += r.tau_prequeue / n as f64;
+        rank += r.first_mean_rank / n as f64;
+    }
+    Ok((tau, rank))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +441,33 @@ mod tests {
             "{}",
             shuffled.summary(&opts)
         );
+    }
+
+    #[test]
+    fn a_short_prequeue_checking_in_at_once_is_let_in_in_the_drawn_order() {
+        // 40 visitors 0.15 s apart, all asking again half a second after the start in arrival
+        // order, then exactly when told. Over many draws (a key per seed) the order of
+        // admission owes nothing to the order of arrival: Kendall's tau between them averages
+        // within 0.05 of 0, and the first 10 let in have a mean arrival rank near 19.5 (a
+        // fair draw: 19.5, with a standard deviation of 3.2 per run, so 3.2 / √seeds over the
+        // seeds; pure arrival order: 4.5).
+        // The same when they all ask again at once only after every token is due (5.5 s:
+        // dues are within the 5 s refresh of the start).
+        let seeds = 60;
+        for at in [500, 5_500] {
+            let opts = EventOptions {
+                check_in_at_start_ms: Some(at),
+                ..EventOptions::short_prequeue()
+            };
+            let r = run(&opts, true).unwrap();
+            assert_eq!(r.prequeued_in, (40, 40), "{}", r.summary(&opts));
+            let (tau, rank) = over_seeds(&opts, seeds).unwrap();
+            println!(
+                "short pre-queue, back {at} ms after the start, over {seeds} seeds: mean tau {tau:.3}, mean first rank {rank:.2}"
+            );
+            assert!(tau.abs() < 0.05, "tau {tau}");
+            // Four standard errors of the mean: 4 × 3.2 / √60 = 1.65.
+            assert!((rank - 19.5).abs() < 1.65, "mean rank {rank}");
+        }
     }
 }
