@@ -171,7 +171,15 @@ impl ProxyHttp for Proxy {
         if let Some(until) = self.reset_penalty(client, &snapshot, now, ctx) {
             return refuse_for_resets(session, until, now).await.map(|()| true);
         }
-        let answer = self.decide(session.req_header(), &path, &snapshot, client, tls, now, ctx);
+        let answer = self.decide(
+            session.req_header(),
+            &path,
+            &snapshot,
+            client,
+            tls,
+            now,
+            ctx,
+        );
         match answer {
             Answer::Forward => Ok(false),
             Answer::RoomPage(room, outcome) => {
@@ -543,18 +551,45 @@ fn client_address(req: &RequestHeader, policy: &IdentityPolicy, peer: IpAddr) ->
     ClientAddress { ip, peer, trusted }
 }
 
-/// Whether a request ended because its client went away: an HTTP/2 stream reset or a
-/// connection closed before the answer was complete.
-fn cancelled_by_client(e: &Error) -> bool {
-    e.esource() == &ErrorSource::Downstream
-        && matches!(
-            e.etype(),
-            ErrorType::H2Error
-                | ErrorType::ReadError
-                | ErrorType::WriteError
-                | ErrorType::ConnectionClosed
-        )
+/// Whether a request ended because its HTTP/2 client reset the stream: a RST_STREAM from the
+/// client, or h2's own reset of a stream the client broke. A connection that was lost ends its
+/// streams with I/O errors, and one the edge told to go away with its own GOAWAY: neither is a
+/// reset the client chose, and counting them would charge a visitor whose network dropped for
+/// every request it had in flight.
+fn reset_by_client(e: &Error) -> bool {
+    if e.esource() != &ErrorSource::Downstream {
+        return false;
+    }
+    // Pingora wraps the stream's error (in the origin peer's context, say): look down the chain.
+    let mut level = e;
+    loop {
+        // Pingora's watch of an idle stream reports a reset by its reason alone (the stream was
+        // closed by a reset or a GOAWAY; a lost connection is an I/O error there instead).
+        if level.etype() == &ErrorType::H2Error
+            && level
+                .context
+                .as_ref()
+                .is_some_and(|c| c.as_str().starts_with(CLIENT_CLOSED_H2))
+        {
+            return true;
+        }
+        let Some(cause) = level.cause.as_deref() else {
+            return false;
+        };
+        if let Some(inner) = cause.downcast_ref::<Error>() {
+            level = inner;
+        } else if let Some(inner) = cause.downcast_ref::<Box<Error>>() {
+            level = inner;
+        } else {
+            return cause
+                .downcast_ref::<h2::Error>()
+                .is_some_and(|h2| h2.is_reset() && h2.is_remote());
+        }
+    }
 }
+
+/// How Pingora 0.9.1's `read_body_or_idle` words a stream its client closed with a reason.
+const CLIENT_CLOSED_H2: &str = "Client closed H2, reason:";
 
 /// The answer to a client refused for resetting too many HTTP/2 streams early: 429 until its
 /// penalty ends. Nothing of it reaches the origin.
@@ -580,9 +615,16 @@ impl Proxy {
         ctx: &mut RequestCtx,
     ) -> Option<Timestamp> {
         let resets = &self.app.state.resets;
+        ctx.reset_direct = !client.trusted;
+        // A trusted proxy that did not name the client (no usable X-Forwarded-For) leaves its
+        // own address as the client's: one budget for everyone behind it would let one of them
+        // get all the others refused. Its connections keep their own budget.
+        if snapshot.config.identity.is_trusted(client.ip) {
+            ctx.reset_key = None;
+            return None;
+        }
         let key = resets.key(client.ip, snapshot.config.identity.ipv6_prefix);
         ctx.reset_key = Some(key);
-        ctx.reset_direct = !client.trusted;
         let until = resets.penalized(key, now)?;
         if ctx.reset_direct {
             if let Some(connection) = H2Connection::current() {
@@ -596,12 +638,16 @@ impl Proxy {
     /// tells the connection to go away when its budget or its client's is spent.
     fn count_reset(&self, session: &Session, e: Option<&Error>, ctx: &RequestCtx) {
         let Some(e) = e else { return };
-        if !session.is_http2() || !cancelled_by_client(e) {
+        if !session.is_http2() || !reset_by_client(e) {
             return;
         }
         let Some(connection) = H2Connection::current() else {
             return;
         };
+        // Streams cut by the edge's own GOAWAY end as if reset: not the client's doing.
+        if connection.is_ending() {
+            return;
+        }
         let budget = &ctx.snapshot.config.server.h2_resets;
         if !resets::is_premature(ctx.started.elapsed(), budget) {
             return;
@@ -613,8 +659,12 @@ impl Proxy {
                 .resets
                 .premature(key, budget, Timestamp::now())
         });
-        if connection_spent || (client_spent && ctx.reset_direct) {
+        if ctx.reset_direct && (connection_spent || client_spent) {
             connection.go_away(GoAway::EnhanceYourCalm);
+        } else if connection_spent {
+            // A trusted proxy's connection carries other clients too: it is asked to go away
+            // once its open streams are answered, not cut under them.
+            connection.go_away(GoAway::Graceful);
         }
     }
 
@@ -1393,6 +1443,40 @@ fn set_forwarded_for(req: &mut RequestHeader, peer: IpAddr, trusted: bool) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_clients_reset_counts_as_one() {
+        let closed = || Error::explain(ErrorType::H2Error, "Client closed H2, reason: CANCEL");
+        // As Pingora reports it: the idle watch's error, wrapped in the origin peer's context.
+        let wrapped = Error::because(ErrorType::H2Error, "Peer: addr: 127.0.0.1:1", closed());
+        assert!(reset_by_client(&wrapped.into_down()));
+        assert!(reset_by_client(&closed().into_down()));
+        // The origin's side of things is never the client's reset.
+        assert!(!reset_by_client(&closed().into_up()));
+        // A lost connection: an I/O error under the idle watch's, or a read error.
+        let idle = Error::because(
+            ErrorType::H2Error,
+            "downstream error while idling",
+            std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+        );
+        assert!(!reset_by_client(&idle.into_down()));
+        let read = Error::because(
+            ErrorType::ReadError,
+            "while reading downstream request body",
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        );
+        assert!(!reset_by_client(&read.into_down()));
+        assert!(!reset_by_client(
+            &Error::explain(ErrorType::ConnectionClosed, "downstream closed").into_down()
+        ));
+        // An h2 error that is the server's own (not a reset the client sent).
+        let local = Error::because(
+            ErrorType::H2Error,
+            "write",
+            h2::Error::from(h2::Reason::ENHANCE_YOUR_CALM),
+        );
+        assert!(!reset_by_client(&local.into_down()));
+    }
 
     /// Pingora keeps three copies of the context in the per-request future it boxes (and so
     /// copies) for every request: the context must stay one pointer there, however

@@ -546,3 +546,72 @@ fn a_paced_reset_flood_is_cut_off_per_connection_and_per_client() {
     assert!(flood_closed >= 3.0, "{flood_closed} connections counted");
     assert!(!v.log_text().contains("panicked"));
 }
+
+/// A client whose connections drop with requests in flight (a phone leaving Wi-Fi, a laptop
+/// lid closed) reset nothing: its streams end with the connection, not by its RST_STREAM. Four
+/// connections each dropped with 25 requests at the origin are 100 ended streams, past a client
+/// budget of 60, and the client is still served afterwards.
+#[test]
+fn connections_that_drop_with_requests_in_flight_are_not_charged() {
+    let origin = RawOrigin::start();
+    let v = Setup::new(origin.addr)
+        .server(&format!(
+            "h2c = true\nproxy_protocol = true\nh2_reset_per_connection = {PER_CONNECTION}\n\
+             h2_reset_per_client = {PER_CLIENT}\nh2_reset_window = \"10m\"\nh2_reset_penalty = \"5m\""
+        ))
+        .upstream_extra("health_check = \"0s\"\n")
+        .extra("[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]")
+        .start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let visitor = proxy_v1("203.0.113.70");
+    let addr = v.proxy;
+    for round in 0..4 {
+        let sent = rt.block_on(async {
+            use tokio::io::AsyncWriteExt;
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(&visitor).await.unwrap();
+            let (mut h2, conn) = h2::client::handshake(tcp).await.unwrap();
+            let driver = tokio::spawn(conn);
+            let mut responses = Vec::new();
+            for i in 0..25 {
+                h2 = h2.ready().await.unwrap();
+                let req = http::Request::get(format!("http://{addr}/slow?ms=2000&r={round}&i={i}"))
+                    .body(())
+                    .unwrap();
+                let (response, _) = h2.send_request(req, true).unwrap();
+                responses.push(response);
+            }
+            // Every request reaches the origin, then the connection goes: its socket is closed
+            // under the streams, no RST_STREAM sent.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            driver.abort();
+            let _ = driver.await;
+            drop(responses);
+            drop(h2);
+            25
+        });
+        assert_eq!(sent, 25);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        origin.requests() >= 60,
+        "{} requests reached the origin",
+        origin.requests()
+    );
+    let (status, body) = rt
+        .block_on(h2_get(v.proxy, &visitor, "/after"))
+        .expect("the visitor is answered");
+    assert_eq!(
+        status, 200,
+        "a visitor whose connections dropped was refused: {body}"
+    );
+    let flood_closed = v.metric("vestibule_downstream_closed_total{reason=\"h2_reset_flood\"}");
+    assert_eq!(
+        flood_closed, 0.0,
+        "a dropped connection counted as a reset flood"
+    );
+}

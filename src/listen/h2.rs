@@ -83,6 +83,11 @@ impl H2Connection {
         self.wake.notify_one();
     }
 
+    /// Whether the connection was asked to go away: its streams may then end as if reset.
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::Relaxed) != 0
+    }
+
     fn start(self: &Arc<Self>) -> StreamGuard {
         self.active.fetch_add(1, Ordering::Relaxed);
         StreamGuard(self.clone())
@@ -208,8 +213,8 @@ pub async fn serve<A>(
             Ok(None) => return,
             Ok(Some(H2Accept::Rejected)) => {
                 malformed += 1;
-                if malformed > MAX_MALFORMED_STREAMS {
-                    log::debug!("HTTP/2 connection closed: {malformed} malformed streams");
+                if malformed >= MAX_MALFORMED_STREAMS {
+                    log::warn!("HTTP/2 connection closed: {malformed} malformed streams");
                     return;
                 }
             }
