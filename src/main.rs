@@ -795,16 +795,21 @@ fn run(path: &Path, options: RunOptions) -> ExitCode {
     let snapshot = app.snapshot();
     vestibule::logging::init(&snapshot.config.log);
     raise_fd_limit();
-    // Operator actions taken before the restart (read once logging is up, so a broken file
-    // is reported).
-    app.state
-        .controls
-        .load(&snapshot.config.admin.state_file, &*app.state.store);
+    restore_overrides(&app, &snapshot);
     for w in &snapshot.warnings {
         log::warn!("{w}");
     }
     let server = server::build(app, &options);
     server.run_forever()
+}
+
+/// Operator actions taken before the restart, and where the next ones are kept. Both `run` and
+/// `demo` call it once logging is up (so a broken file is reported): without it, actions would
+/// apply but be forgotten by a restart.
+fn restore_overrides(app: &App, snapshot: &Snapshot) {
+    app.state
+        .controls
+        .load(&snapshot.config.admin.state_file, &*app.state.store);
 }
 
 fn run_demo(path: &Path) -> ExitCode {
@@ -844,11 +849,20 @@ fn run_demo(path: &Path) -> ExitCode {
         };
         format!("http://{host}:{}/", a.port())
     });
+    // Warnings first, on stderr, where they are seen before the URL is opened: the sample
+    // ring's published key above all, since anyone can forge cookies with it.
+    for w in &snapshot.warnings {
+        eprintln!("warning: {w}");
+    }
     println!("vestibule demo: open {url}");
     println!("  proxying to {origin_note}");
     println!(
-        "  status and metrics: http://{}/status  http://{}/metrics",
-        config.admin.listen, config.admin.listen
+        "  status page: http://{admin}/status.html  (JSON: /status, metrics: /metrics)",
+        admin = config.admin.listen
+    );
+    println!(
+        "  operator overrides kept in {}",
+        config.admin.state_file.display()
     );
     println!(
         "  edit {} to change the room; Ctrl-C to stop",
@@ -856,6 +870,7 @@ fn run_demo(path: &Path) -> ExitCode {
     );
     vestibule::logging::init(&config.log);
     raise_fd_limit();
+    restore_overrides(&app, &snapshot);
     let server = server::build(app.clone(), &options);
     drop(snapshot);
     server.run_forever()
