@@ -417,9 +417,11 @@ impl Controls {
         let o = o.clone();
         self.cell(name).set(&o);
         publish(store, name, &o);
+        // Without a file opened by `load`, nothing is kept: say so, rather than claim the
+        // overrides survive a restart that would forget them.
         let written = match &*self.file.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(path) => write_atomically(path, &doc),
-            None => Ok(()),
+            None => Err("no state file is open ([admin] state_file is read at startup)".into()),
         };
         (o, written)
     }
@@ -603,6 +605,16 @@ mod tests {
         assert_eq!(grants_left(&store, "sale", at(5)), 0);
         let saved: StateDoc = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert!(saved.rooms["sale"].is_empty() && saved.rooms["sale"].version > 0);
+    }
+
+    #[test]
+    fn without_a_state_file_nothing_is_said_to_be_kept() {
+        let store = LocalStore::new();
+        let controls = Controls::default();
+        let (o, written) = controls.apply("sale", &Action::Pause, "admin", &store, at(0));
+        // The action applies, but it would not survive a restart, and the answer says so.
+        assert!(o.paused.is_some() && controls.cell("sale").held().paused);
+        assert!(written.unwrap_err().contains("no state file"));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod cookie;
 pub mod demo;
 pub mod i18n;
 pub mod identity;
+pub mod init;
 pub mod inspect;
 pub mod invite;
 pub mod keys;

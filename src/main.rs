@@ -48,6 +48,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Write a working config, a fresh key ring (0600) and editable pages into DIR, then print
+    /// the command that runs it. Existing files are kept unless --force.
+    Init(InitArgs),
     /// Print a fresh random 64-byte key, base64, for the key ring.
     Keygen,
     /// Run with the config, starting the built-in demo origin if the configured one is not
@@ -66,9 +69,20 @@ enum Command {
     /// Replay simulated users through the real admission core on a simulated clock; writes a
     /// CSV and a PNG heatmap per queueing method and prints a summary.
     Simulate(SimulateArgs),
-    /// Print invitation codes for a room (SPEC §14), signed with the ring's active key, one per
+    /// Print invitation codes for a room, signed with the ring's active key, one per
     /// line. Visitors present one with `?vestibule_invite=<code>` or `Vestibule-Invite: <code>`.
     Invite(InviteArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell) to stdout.
+    Completions {
+        /// The shell the script is for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, vestibule(1), as roff to stdout (`vestibule man | man -l -`); with a
+    /// subcommand, its own page (`vestibule man init` prints vestibule-init(1)).
+    Man {
+        /// The subcommand, e.g. `init` or `token inspect`.
+        command: Vec<String>,
+    },
     /// Run only the built-in demo origin (tests and benchmarks use it).
     #[command(hide = true)]
     Origin {
@@ -92,6 +106,28 @@ enum Command {
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         model_window: std::time::Duration,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct InitArgs {
+    /// The folder to write into (made if missing).
+    dir: PathBuf,
+    /// The origin to proxy to, host:port. The default is where `vestibule demo` starts its
+    /// built-in origin, so `demo --config DIR/vestibule.toml` works before a real one exists.
+    #[arg(long, default_value = vestibule::init::DEFAULT_ORIGIN)]
+    origin: String,
+    /// Where visitors connect.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// The admin listener (status page, metrics); keep it on loopback.
+    #[arg(long, default_value = "127.0.0.1:9901")]
+    admin: SocketAddr,
+    /// What visitors are told they wait for ("<title> is very busy right now").
+    #[arg(long, default_value = "This site")]
+    title: String,
+    /// Overwrite files that exist (the key ring too, which signs every visitor out).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -162,7 +198,7 @@ struct SimulateArgs {
     /// nodes, halving from node to node otherwise).
     #[arg(long, value_delimiter = ',')]
     split: Vec<f64>,
-    /// Priority lanes with their weights, e.g. "members=3,public=1" (SPEC §14); users of a lane
+    /// Priority lanes with their weights, e.g. "members=3,public=1"; users of a lane
     /// other than public join with an invitation link of that lane.
     #[arg(long, value_delimiter = ',')]
     lanes: Vec<String>,
@@ -170,7 +206,7 @@ struct SimulateArgs {
     /// equally.
     #[arg(long, value_delimiter = ',')]
     lane_share: Vec<String>,
-    /// Simulate a scheduled event instead (SPEC §13): a pre-queue, then its start, run without
+    /// Simulate a scheduled event instead: a pre-queue, then its start, run without
     /// and with `shuffle_at_start` (uses --new-users-per-minute, --refresh, --seed, --out).
     #[arg(long)]
     event: bool,
@@ -196,7 +232,7 @@ struct SimulateArgs {
     /// mean Kendall tau and the first minute's mean arrival rank.
     #[arg(long, default_value_t = 0)]
     seeds: u64,
-    /// Simulate the autopilot instead (SPEC §10): a surge against a model origin, steered
+    /// Simulate the autopilot instead: a surge against a model origin, steered
     /// beside fixed settings too low, right and too high (uses --seed, --out).
     #[arg(long)]
     autopilot: bool,
@@ -259,6 +295,16 @@ enum TokenCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Some(Command::Init(args)) => init(&args),
+        Some(Command::Completions { shell }) => {
+            // Into memory first: clap_complete panics on a failed write, and a closed pipe
+            // (`vestibule completions bash | head`) should only end the command.
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "vestibule", &mut out);
+            print_bytes(&out)
+        }
+        Some(Command::Man { command }) => man(&command),
         Some(Command::Keygen) => {
             println!("{}", vestibule::keys::generate());
             ExitCode::SUCCESS
@@ -311,6 +357,98 @@ fn main() -> ExitCode {
                 demo_origin: None,
             },
         ),
+    }
+}
+
+fn init(args: &InitArgs) -> ExitCode {
+    use vestibule::init::{shell_word, InitOptions};
+    let opts = InitOptions {
+        dir: args.dir.clone(),
+        origin: args.origin.clone(),
+        listen: args.listen,
+        admin: args.admin,
+        title: args.title.clone(),
+        force: args.force,
+    };
+    // The key's id says when it was made, which helps when rotating later.
+    let date = Timestamp::now().rfc3339();
+    let key_id = format!("k{}", date.get(..10).unwrap_or("1").replace('-', ""));
+    match vestibule::init::init(&opts, &key_id) {
+        Ok(config) => {
+            let config = shell_word(&config);
+            println!(
+                "wrote {dir}: vestibule.toml, keys.toml (a fresh key, mode 0600), pages/ and state/",
+                dir = args.dir.display()
+            );
+            println!("next:  vestibule --config {config}");
+            let visitors = if args.listen.ip().is_unspecified() {
+                SocketAddr::new([127, 0, 0, 1].into(), args.listen.port())
+            } else {
+                args.listen
+            };
+            println!(
+                "  (visitors on http://{visitors}/, status page on http://{}/status.html; proxying to {}; \
+                 with no origin there yet, `vestibule demo --config {config}` starts a built-in one on loopback)",
+                args.admin, args.origin
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vestibule init: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// vestibule(1), or the page of the subcommand at `path`, from the clap definition. The main page
+/// lists the subcommands as vestibule-<name>(1), which `vestibule man <name>` prints.
+fn man(path: &[String]) -> ExitCode {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    // Building gives each subcommand its display name (`vestibule-init`) and usage line.
+    cmd.build();
+    for part in path {
+        let found = cmd
+            .get_subcommands()
+            .find(|s| s.get_name() == part && !s.is_hide_set())
+            .cloned();
+        let Some(sub) = found else {
+            let names: Vec<&str> = cmd
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(|s| s.get_name())
+                .collect();
+            eprintln!(
+                "vestibule man: no subcommand \"{}\" (subcommands: {})",
+                part.escape_default(),
+                names.join(", ")
+            );
+            return ExitCode::FAILURE;
+        };
+        cmd = sub;
+    }
+    let title = cmd
+        .get_display_name()
+        .unwrap_or(cmd.get_name())
+        .to_uppercase();
+    let mut out = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(cmd)
+        .title(title)
+        .source(format!("vestibule {}", env!("CARGO_PKG_VERSION")))
+        .render(&mut out)
+    {
+        eprintln!("vestibule man: {e}");
+        return ExitCode::FAILURE;
+    }
+    print_bytes(&out)
+}
+
+/// Writes to stdout; a closed pipe (`vestibule man | head`) ends the command without a panic.
+fn print_bytes(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
     }
 }
 
@@ -869,16 +1007,21 @@ fn run(path: &Path, options: RunOptions) -> ExitCode {
     let snapshot = app.snapshot();
     vestibule::logging::init(&snapshot.config.log);
     raise_fd_limit();
-    // Operator actions taken before the restart (read once logging is up, so a broken file
-    // is reported).
-    app.state
-        .controls
-        .load(&snapshot.config.admin.state_file, &*app.state.store);
+    restore_overrides(&app, &snapshot);
     for w in &snapshot.warnings {
         log::warn!("{w}");
     }
     let server = server::build(app, &options);
     server.run_forever()
+}
+
+/// Operator actions taken before the restart, and where the next ones are kept. Both `run` and
+/// `demo` call it once logging is up (so a broken file is reported): without it, actions would
+/// apply but be forgotten by a restart.
+fn restore_overrides(app: &App, snapshot: &Snapshot) {
+    app.state
+        .controls
+        .load(&snapshot.config.admin.state_file, &*app.state.store);
 }
 
 fn run_demo(path: &Path) -> ExitCode {
@@ -918,11 +1061,20 @@ fn run_demo(path: &Path) -> ExitCode {
         };
         format!("http://{host}:{}/", a.port())
     });
+    // Warnings first, on stderr, where they are seen before the URL is opened: the sample
+    // ring's published key above all, since anyone can forge cookies with it.
+    for w in &snapshot.warnings {
+        eprintln!("warning: {w}");
+    }
     println!("vestibule demo: open {url}");
     println!("  proxying to {origin_note}");
     println!(
-        "  status and metrics: http://{}/status  http://{}/metrics",
-        config.admin.listen, config.admin.listen
+        "  status page: http://{admin}/status.html  (JSON: /status, metrics: /metrics)",
+        admin = config.admin.listen
+    );
+    println!(
+        "  operator overrides kept in {}",
+        config.admin.state_file.display()
     );
     println!(
         "  edit {} to change the room; Ctrl-C to stop",
@@ -930,6 +1082,7 @@ fn run_demo(path: &Path) -> ExitCode {
     );
     vestibule::logging::init(&config.log);
     raise_fd_limit();
+    restore_overrides(&app, &snapshot);
     let server = server::build(app.clone(), &options);
     drop(snapshot);
     server.run_forever()

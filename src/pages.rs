@@ -64,7 +64,8 @@ impl PageKind {
         }
     }
 
-    fn builtin_source(self) -> &'static str {
+    /// The template compiled into the binary (`vestibule init` writes it out for editing).
+    pub fn builtin_source(self) -> &'static str {
         match self {
             PageKind::StartWaiting => include_str!("../pages/startwaiting.html"),
             PageKind::KeepWaiting => include_str!("../pages/keepwaiting.html"),

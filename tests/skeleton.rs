@@ -511,3 +511,127 @@ fn origin_timeouts_need_no_clock_thread() {
     );
     assert!(!names.iter().any(|n| n == "Timer thread"), "{names:?}");
 }
+
+/// The shipped sample config and key ring in a temporary folder, on free loopback ports, with an
+/// admin token (operator actions need one) and `extra_admin` added to `[admin]`.
+fn sample_demo(dir: &std::path::Path, extra_admin: &str) -> (Proc, std::net::SocketAddr, String) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (proxy, admin, origin) = (free_addr(), free_addr(), free_addr());
+    copy_pages(&dir.join("pages"));
+    std::fs::copy(root.join("conf/keys.toml"), dir.join("keys.toml")).unwrap();
+    let sample = std::fs::read_to_string(root.join("conf/vestibule.toml")).unwrap();
+    let mut config = sample.clone();
+    for (from, to) in [
+        (
+            "listen = [\"0.0.0.0:8080\"]",
+            format!("listen = [\"{proxy}\"]"),
+        ),
+        (
+            "/tmp/vestibule.pid",
+            format!("/tmp/vt-sample-{}.pid", proxy.port()),
+        ),
+        (
+            "/tmp/vestibule_upgrade.sock",
+            format!("/tmp/vt-sample-{}.sock", proxy.port()),
+        ),
+        (
+            "listen = \"127.0.0.1:9901\"",
+            format!("listen = \"{admin}\"\n{extra_admin}"),
+        ),
+        (
+            "token = \"\"",
+            "token = \"a-test-admin-token-0123\"".to_owned(),
+        ),
+        (
+            "peers = [\"127.0.0.1:8000\"]",
+            format!("peers = [\"{origin}\"]"),
+        ),
+        ("pages = \"../pages\"", "pages = \"pages\"".to_owned()),
+    ] {
+        assert!(
+            config.contains(from),
+            "the sample config no longer has {from}"
+        );
+        config = config.replace(from, &to);
+    }
+    let path = dir.join("vestibule.toml");
+    std::fs::write(&path, config).unwrap();
+    let demo = spawn(
+        &["demo", "--config", path.to_str().unwrap()],
+        &dir.join("demo.log"),
+        &[],
+    );
+    assert!(
+        wait_for_port(proxy, Duration::from_secs(15)),
+        "{}",
+        demo.log_text()
+    );
+    (demo, proxy, admin.to_string())
+}
+
+fn pause(admin: &str) -> serde_json::Value {
+    let resp = client()
+        .post(format!("http://{admin}/rooms/default/pause"))
+        .bearer_auth("a-test-admin-token-0123")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().unwrap()
+}
+
+#[test]
+fn the_sample_demo_is_titled_warns_points_at_the_status_page_and_keeps_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (demo, proxy, admin) = sample_demo(dir.path(), "");
+    let text = demo.log_text();
+    assert!(
+        text.contains("warning: ") && text.contains("published demo key"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("status page: http://{admin}/status.html")),
+        "{text}"
+    );
+    // The sample room is a lottery: a newcomer waits, and reads the room's title.
+    let resp = client()
+        .get(format!("http://{proxy}/"))
+        .header("Accept", "text/html")
+        .send()
+        .unwrap();
+    let page = resp.text().unwrap();
+    assert!(page.contains("The demo shop is very busy"), "{page}");
+    assert!(!page.contains("default is very busy"), "{page}");
+    let (code, status_page) = {
+        let resp = client()
+            .get(format!("http://{admin}/status.html"))
+            .bearer_auth("a-test-admin-token-0123")
+            .send()
+            .unwrap();
+        (resp.status().as_u16(), resp.text().unwrap())
+    };
+    assert_eq!(code, 200, "{status_page}");
+    // `demo` keeps operator actions in the state file, and says so only when it did.
+    let json = pause(&admin);
+    assert_eq!(json["persisted"], true, "{json}");
+    let kept = std::fs::read_to_string(dir.path().join("state/overrides.json")).unwrap();
+    assert!(kept.contains("\"paused\""), "{kept}");
+}
+
+#[test]
+fn an_action_that_cannot_be_kept_says_persisted_false() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the state file's folder should be: the folder cannot be made, whoever runs.
+    std::fs::write(dir.path().join("blocker"), b"not a folder").unwrap();
+    let (demo, _proxy, admin) = sample_demo(dir.path(), "state_file = \"blocker/overrides.json\"");
+    let json = pause(&admin);
+    assert_eq!(json["persisted"], false, "{json}");
+    // The pause applies all the same.
+    assert_eq!(json["paused"], true, "{json}");
+    assert!(
+        eventually(Duration::from_secs(5), || demo
+            .log_text()
+            .contains("not kept across a restart")),
+        "{}",
+        demo.log_text()
+    );
+}
