@@ -152,8 +152,9 @@ pub fn files(opts: &InitOptions, key_id: &str) -> Vec<(PathBuf, String)> {
     out
 }
 
-/// Writes the files; returns the config file's path. Refuses, before writing anything, when a
-/// file exists and `force` is not set.
+/// Writes the files; returns the config file's path. Refuses, before writing anything, a folder
+/// that is not empty unless `force` is set: whatever is there (a config of its own, a key ring)
+/// is the operator's, and `init` is for starting out.
 pub fn init(opts: &InitOptions, key_id: &str) -> Result<PathBuf, String> {
     check_origin(&opts.origin)?;
     let dir = &opts.dir;
@@ -162,19 +163,11 @@ pub fn init(opts: &InitOptions, key_id: &str) -> Result<PathBuf, String> {
     }
     let files = files(opts, key_id);
     if !opts.force {
-        let existing: Vec<String> = files
-            .iter()
-            .map(|(rel, _)| dir.join(rel))
-            .filter(|p| p.exists())
-            .map(|p| p.display().to_string())
-            .collect();
-        if let Some(first) = existing.first() {
+        if let Some(first) = first_entry(dir)? {
             return Err(format!(
-                "{first} exists{more}; not overwriting (--force replaces them, the key ring too, which signs every visitor out)",
-                more = match existing.len() {
-                    1 => String::new(),
-                    n => format!(" (and {} more of the files init writes)", n - 1),
-                }
+                "{} is not empty ({} exists); not writing into it (--force writes anyway and replaces the files init writes, the key ring too, which signs every visitor out)",
+                dir.display(),
+                first.display()
             ));
         }
     }
@@ -189,6 +182,25 @@ pub fn init(opts: &InitOptions, key_id: &str) -> Result<PathBuf, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(dir.join("vestibule.toml"))
+}
+
+/// The first entry of `dir`; none when it is empty or does not exist yet.
+fn first_entry(dir: &Path) -> Result<Option<PathBuf>, String> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => Ok(entries
+            .next()
+            .map(|e| e.map_or_else(|_| dir.to_path_buf(), |e| e.path()))),
+        // Nothing there yet (or a file above it, which making the folder will report).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", dir.display())),
+    }
 }
 
 /// Writes `path`; a secret is created 0600 (never readable by others, even for a moment) and

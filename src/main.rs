@@ -116,8 +116,9 @@ struct InitArgs {
     /// built-in origin, so `demo --config DIR/vestibule.toml` works before a real one exists.
     #[arg(long, default_value = vestibule::init::DEFAULT_ORIGIN)]
     origin: String,
-    /// Where visitors connect.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Where visitors connect (loopback until you choose otherwise: put the address your load
+    /// balancer or visitors reach here).
+    #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// The admin listener (status page, metrics); keep it on loopback.
     #[arg(long, default_value = "127.0.0.1:9901")]
@@ -125,7 +126,8 @@ struct InitArgs {
     /// What visitors are told they wait for ("<title> is very busy right now").
     #[arg(long, default_value = "This site")]
     title: String,
-    /// Overwrite files that exist (the key ring too, which signs every visitor out).
+    /// Write into a folder that is not empty, replacing the files init writes (the key ring
+    /// too, which signs every visitor out).
     #[arg(long)]
     force: bool,
 }

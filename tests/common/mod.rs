@@ -1173,3 +1173,13 @@ fn raw_serve(mut s: TcpStream, state: &RawState, i: usize) {
         }
     }
 }
+
+/// A tool a test needs is missing: under `CI=true` that fails the test (`.ci/run` installs every
+/// tool), elsewhere the test says loudly what it skipped.
+pub fn missing_tool(what: &str, why: impl std::fmt::Display) {
+    let message = format!("{what} cannot run ({why})");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{message}: .ci/run installs it, and under CI=true a missing tool fails");
+    }
+    eprintln!("!! SKIPPED: {message}");
+}
