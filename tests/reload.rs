@@ -98,6 +98,13 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             Box::new(|v: &Vestibule| std::fs::remove_file(v.path("pages/deny.html")).unwrap()),
             "deny.html: room[0].pages: cannot read page",
         ),
+        (
+            "rate over a window that does not exist",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| format!("{t}\n[[rate_limit]]\nlimit = \"5/30s\"\n"))
+            }),
+            "rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",
+        ),
     ];
     let mut failures = 0.0;
     let mut successes = 0.0;

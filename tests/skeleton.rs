@@ -170,7 +170,7 @@ fn check_accepts_good_configs() {
 #[test]
 fn check_reports_each_kind_of_bad_config() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, Option<&str>, &str); 6] = [
+    let cases: &[(&str, Option<&str>, &str)] = &[
         ("missing.toml", None, "missing.toml: cannot read the config file"),
         ("syntax.toml", Some("[upstream\npeers = []\n"), "syntax.toml:1"),
         (
@@ -193,8 +193,13 @@ fn check_reports_each_kind_of_bad_config() {
             Some("[upstream]\npeers = [\"no-such-origin.invalid:80\"]\n"),
             "resolve.toml:2: upstream.peers[0]: cannot resolve \"no-such-origin.invalid:80\"",
         ),
+        (
+            "rate.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[rate_limit]]\nlimit = \"5/30s\"\n"),
+            "rate.toml:4: rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",
+        ),
     ];
-    for (name, text, expected) in cases {
+    for &(name, text, expected) in cases {
         let path = dir.path().join(name);
         if let Some(text) = text {
             std::fs::write(&path, text).unwrap();

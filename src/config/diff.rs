@@ -376,12 +376,12 @@ fn rule_fields(r: &RuleConfig) -> Fields {
     match r.algorithm {
         Algorithm::Window {
             window,
-            limit,
+            quota,
             penalty,
         } => {
             f.push(("algorithm", "window".into()));
             f.push(("window", duration(window)));
-            f.push(("limit", limit.to_string()));
+            f.push(("limit", super::window_limit_text(window, quota)));
             f.push(("penalty", duration(penalty)));
         }
         Algorithm::TokenBucket {

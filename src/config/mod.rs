@@ -134,6 +134,17 @@ impl std::fmt::Debug for ClusterConfig {
 
 /// A URL without its credentials (`redis://:secret@host` → `redis://***@host`): secrets never
 /// reach logs or `/status`.
+/// A window rule's limit as people read it: requests per second when the quota divides evenly
+/// over the window (every limit written as a number), else the rate (`"5/10s"`).
+pub fn window_limit_text(window: Duration, quota: u64) -> String {
+    let w = window.as_secs().max(1);
+    if quota % w == 0 {
+        (quota / w).to_string()
+    } else {
+        format!("{quota}/{w}s")
+    }
+}
+
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
@@ -562,10 +573,12 @@ pub enum KeyPart {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Estimated requests/s over a sliding window; over `limit` trips the penalty box.
+    /// Requests estimated over a sliding window; over `quota` (requests per `window`, whether
+    /// written as a rate per second or as `"N/window"`) trips the penalty box. A count per window
+    /// rather than a rate per second, so `"5/10s"` is exact.
     Window {
         window: Duration,
-        limit: u32,
+        quota: u64,
         penalty: Duration,
     },
     /// `limit` tokens per `period`, refilled continuously (vsthrottle).
