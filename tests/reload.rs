@@ -99,6 +99,15 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             "deny.html: room[0].pages: cannot read page",
         ),
         (
+            "unknown key",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| {
+                    t.replace("allow_percentage = 0", "allow_percentage = 0\nallow_percent = 5")
+                })
+            }),
+            "room[0].allow_percent: unknown field `allow_percent`; did you mean `allow_percentage`?",
+        ),
+        (
             "rate over a window that does not exist",
             Box::new(|v: &Vestibule| {
                 edit(v, |t| format!("{t}\n[[rate_limit]]\nlimit = \"5/30s\"\n"))

@@ -10,6 +10,7 @@ pub mod error;
 pub mod event;
 mod file;
 pub mod locate;
+mod suggest;
 mod validate;
 
 use std::net::SocketAddr;

@@ -96,6 +96,35 @@ fn unknown_keys_are_errors() {
     assert!(e.contains("room[0].allow_percent: unknown field"), "{e}");
 }
 
+#[test]
+fn unknown_keys_get_the_nearest_known_key() {
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_user_per_minute = 60\n"
+    ));
+    assert!(
+        e.contains(
+            "vestibule.toml:5: room[0].new_user_per_minute: unknown field `new_user_per_minute`; \
+             did you mean `new_users_per_minute`?"
+        ),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}health_chek = \"1s\"\n"));
+    assert!(
+        e.contains(
+            ":3: upstream.health_chek: unknown field `health_chek`; did you mean `health_check`?"
+        ),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[[rate_limit]]\nlimt = 5\n"));
+    assert!(e.contains("did you mean `limit`?"), "{e}");
+    // Nothing near: no guess.
+    let e = errors(&format!("{MINIMAL}[server]\nflux_capacitor = 1\n"));
+    assert!(
+        e.contains("unknown field `flux_capacitor`") && !e.contains("did you mean"),
+        "{e}"
+    );
+}
+
 /// SPEC §1: every problem of a file in one run, each with its key and line: unknown keys do not
 /// stop the parse, and what parsed is validated too.
 #[test]

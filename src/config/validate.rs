@@ -45,7 +45,11 @@ pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config,
     };
     for key in unknown {
         let field = key.rsplit(['.', '[']).next().unwrap_or(&key).to_owned();
-        v.err(key, format!("unknown field `{field}`"));
+        let message = match super::suggest::did_you_mean(&key) {
+            Some(known) => format!("unknown field `{field}`; did you mean `{known}`?"),
+            None => format!("unknown field `{field}`"),
+        };
+        v.err(key, message);
     }
     let file: FileConfig = match parsed {
         Ok(file) => file,
