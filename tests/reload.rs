@@ -108,6 +108,13 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             "room[0].allow_percent: unknown field `allow_percent`; did you mean `allow_percentage`?",
         ),
         (
+            "value of the wrong type",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| t.replace("allow_percentage = 0", "allow_percentage = \"0\""))
+            }),
+            "room[0].allow_percentage: invalid type",
+        ),
+        (
             "rate over a window that does not exist",
             Box::new(|v: &Vestibule| {
                 edit(v, |t| format!("{t}\n[[rate_limit]]\nlimit = \"5/30s\"\n"))

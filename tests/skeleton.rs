@@ -199,6 +199,11 @@ fn check_reports_each_kind_of_bad_config() {
             "suggest.toml:5: room[0].new_user_per_minute: unknown field `new_user_per_minute`; did you mean `new_users_per_minute`?",
         ),
         (
+            "type.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 60\nsession_duration = 60\n"),
+            "type.toml:6: room[0].session_duration: invalid type: integer `60`",
+        ),
+        (
             "rate.toml",
             Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[rate_limit]]\nlimit = \"5/30s\"\n"),
             "rate.toml:4: rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",

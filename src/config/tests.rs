@@ -125,6 +125,39 @@ fn unknown_keys_get_the_nearest_known_key() {
     );
 }
 
+/// A value of the wrong type names the key and its line, however deep the key is written.
+#[test]
+fn type_errors_name_the_key_and_line() {
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 60\nsession_duration = 60\n"
+    ));
+    assert!(
+        e.starts_with("/etc/vestibule/vestibule.toml:6: room[0].session_duration: invalid type"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[server]\nthreads = \"two\"\n"));
+    assert!(
+        e.starts_with("/etc/vestibule/vestibule.toml:4: server.threads: invalid type"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\n[[room]]\nname = \"b\"\nenabled = \"yes\"\n"
+    ));
+    assert!(e.contains(":6: room[1].enabled: invalid type"), "{e}");
+    let e = errors(&format!("{MINIMAL}[[rate_limit]]\nlimit = 1.5\n"));
+    assert!(e.contains(":4: rate_limit[0].limit: invalid type"), "{e}");
+    let e = errors("[upstream]\npeers = [\"127.0.0.1:8000\", 7]\n");
+    assert!(e.contains(":2: upstream.peers[1]: invalid type"), "{e}");
+    // Every error of one file reads the same way: file, line, key, message.
+    let e = errors(&format!(
+        "{MINIMAL}[tls]\ncertificates = [{{ cert = 1, key = \"k\" }}]\n"
+    ));
+    assert!(
+        e.contains(":4: tls.certificates[0].cert: invalid type"),
+        "{e}"
+    );
+}
+
 /// SPEC §1: every problem of a file in one run, each with its key and line: unknown keys do not
 /// stop the parse, and what parsed is validated too.
 #[test]
@@ -446,7 +479,9 @@ fn acme_challenges_bypass_rooms_unless_turned_off() {
         "{MINIMAL}[server]\nbypass_acme_challenge = \"no\"\n"
     ));
     assert!(
-        e.contains("vestibule.toml:4: invalid type: string \"no\", expected a boolean"),
+        e.contains(
+            "vestibule.toml:4: server.bypass_acme_challenge: invalid type: string \"no\", expected a boolean"
+        ),
         "{e}"
     );
 }
