@@ -228,6 +228,35 @@ fn check_reports_each_kind_of_bad_config() {
     }
 }
 
+/// Two rooms that name no cookie each get their own, so neither's visitors lose their place to
+/// the other's; the first keeps `waiting_room`.
+#[test]
+fn rooms_without_cookie_names_each_set_their_own() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(
+            "[[room]]\nname = \"shop\"\npaths = [\"/shop\"]\nallow_percentage = 0\n\
+             [[room]]\nname = \"tickets\"\npaths = [\"/tickets\"]\nallow_percentage = 0",
+        )
+        .start();
+    let shop = client().get(v.url("/shop/")).send().unwrap();
+    assert_eq!(shop.status(), 200);
+    assert!(
+        room_cookie(&shop, "waiting_room").is_some(),
+        "{:?}",
+        set_cookies(&shop)
+    );
+    assert!(room_cookie(&shop, "waiting_room_tickets").is_none());
+    let tickets = client().get(v.url("/tickets/")).send().unwrap();
+    assert_eq!(tickets.status(), 200);
+    assert!(
+        room_cookie(&tickets, "waiting_room_tickets").is_some(),
+        "{:?}",
+        set_cookies(&tickets)
+    );
+    assert!(room_cookie(&tickets, "waiting_room").is_none());
+}
+
 #[test]
 fn sigterm_ends_the_process_promptly() {
     let origin = Origin::start();

@@ -329,6 +329,52 @@ fn window_limits_may_be_rates() {
     }
 }
 
+/// Each room that names no cookie gets its own; the first keeps `waiting_room`.
+#[test]
+fn rooms_without_cookie_names_get_their_own() {
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nname = \"shop\"\npaths = [\"/shop\"]\n\
+         [[room]]\nname = \"tickets\"\npaths = [\"/tickets\"]\n\
+         [[room]]\nname = \"api.v2\"\npaths = [\"/api\"]\n"
+    ))
+    .unwrap();
+    let names: Vec<&str> = c.rooms.iter().map(|r| r.cookie.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "waiting_room",
+            "waiting_room_tickets",
+            "waiting_room_api.v2"
+        ]
+    );
+    // A room that names its cookie leaves `waiting_room` to the first that does not.
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nname = \"a\"\ncookie_name = \"a_cookie\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.rooms[1].cookie.name, "waiting_room");
+    // A written name that collides with a default one is still refused, at the second room.
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nname = \"a\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\n\
+         [[room]]\nname = \"c\"\npaths = [\"/c\"]\ncookie_name = \"waiting_room_b\"\n"
+    ));
+    assert!(
+        e.contains(":11: room[2].cookie_name: \"waiting_room_b\" is used by another room"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nname = \"a\"\ncookie_name = \"waiting_room_b\"\n\
+         [[room]]\nname = \"c\"\npaths = [\"/c\"]\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\n"
+    ));
+    assert!(
+        e.contains("room[2].cookie_name: this room's default cookie name \"waiting_room_b\" is used by another room"),
+        "{e}"
+    );
+}
+
 #[test]
 fn capacity_rooms_need_a_limit() {
     let e = errors(&format!("{MINIMAL}[[room]]\nadmission = \"random\"\n"));

@@ -609,6 +609,7 @@ impl Validator<'_> {
         let mut out: Vec<RoomConfig> = Vec::new();
         let mut names = HashSet::new();
         let mut cookies = HashSet::new();
+        let mut default_cookie_taken = false;
         for (i, r) in rooms.iter().enumerate() {
             let k = |field: &str| format!("room[{i}].{field}");
             let name = r.name.clone().unwrap_or_else(|| "default".into());
@@ -626,20 +627,32 @@ impl Validator<'_> {
                     format!("another room is already named \"{name}\""),
                 );
             }
-            let cookie_name = r
-                .cookie_name
-                .clone()
-                .unwrap_or_else(|| "waiting_room".into());
-            if !is_cookie_name(&cookie_name) {
+            // A room that names no cookie gets one of its own, so several rooms need no cookie
+            // names to be written. The first such room keeps `waiting_room`, the name every room
+            // had before, so visitors holding that cookie keep their place.
+            let (cookie_name, written) = match &r.cookie_name {
+                Some(c) => (c.clone(), true),
+                None if default_cookie_taken => (format!("waiting_room_{name}"), false),
+                None => {
+                    default_cookie_taken = true;
+                    ("waiting_room".to_owned(), false)
+                }
+            };
+            if written && !is_cookie_name(&cookie_name) {
                 self.err(
                     k("cookie_name"),
                     format!("\"{cookie_name}\" is not a valid cookie name"),
                 );
             } else if !cookies.insert(cookie_name.clone()) {
+                let whose = if written {
+                    ""
+                } else {
+                    "this room's default cookie name "
+                };
                 self.err(
                     k("cookie_name"),
                     format!(
-                        "\"{cookie_name}\" is used by another room; each room needs its own cookie"
+                        "{whose}\"{cookie_name}\" is used by another room; each room needs its own cookie"
                     ),
                 );
             }
