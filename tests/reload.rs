@@ -99,6 +99,13 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             "deny.html: room[0].pages: cannot read page",
         ),
         (
+            "pages folder misspelled",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| t.replace("pages = \"pages\"", "pages = \"pagse\""))
+            }),
+            "room[0].pages: there is no folder",
+        ),
+        (
             "unknown key",
             Box::new(|v: &Vestibule| {
                 edit(v, |t| {

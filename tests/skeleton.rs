@@ -208,6 +208,11 @@ fn check_reports_each_kind_of_bad_config() {
             Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[rate_limit]]\nlimit = \"5/30s\"\n"),
             "rate.toml:4: rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",
         ),
+        (
+            "pages.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\npages = \"no-such-pages\"\n"),
+            "pages.toml:4: room[0].pages: there is no folder",
+        ),
     ];
     for &(name, text, expected) in cases {
         let path = dir.path().join(name);
@@ -226,6 +231,34 @@ fn check_reports_each_kind_of_bad_config() {
         assert_eq!(code, 1, "{name}");
         assert!(err.contains(expected), "{name}: {err}");
     }
+}
+
+/// A first config needs no copied files: a room that names no `pages`, with no `pages` folder
+/// beside the config, serves the pages built into the binary, and says so once.
+#[test]
+fn a_room_without_a_pages_folder_serves_the_built_in_pages() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .without_pages()
+        .extra("[[room]]\nname = \"sale\"\nallow_percentage = 0")
+        .start();
+    assert!(!v.path("pages").exists());
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(room_cookie(&resp, "waiting_room").is_some());
+    let body = resp.text().unwrap();
+    assert!(body.contains("<h1>sale is closed right now</h1>"), "{body}");
+    assert!(
+        eventually(Duration::from_secs(5), || v
+            .log_text()
+            .contains("names no pages and there is no folder")),
+        "{}",
+        v.log_text()
+    );
+    // `--check` passes the same file, with the same note.
+    let (code, out, err) = run_cli(&["--check", "--config", v.config_path().to_str().unwrap()]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+    assert!(err.contains("serving the built-in pages"), "{err}");
 }
 
 /// Two rooms that name no cookie each get their own, so neither's visitors lose their place to

@@ -284,7 +284,12 @@ fn room_fields(r: &RoomConfig) -> Fields {
         ),
         ("cookie_secure", debug(&r.cookie.secure).to_lowercase()),
         ("wait_status", r.wait_status.to_string()),
-        ("pages", r.pages.display().to_string()),
+        (
+            "pages",
+            r.pages
+                .as_ref()
+                .map_or("(built in)".into(), |p| p.display().to_string()),
+        ),
         ("queue_all", r.queue_all.to_string()),
         ("title", format!("{:?}", r.title)),
         ("sold_out", r.sold_out.to_string()),

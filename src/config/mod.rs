@@ -323,7 +323,9 @@ pub struct RoomConfig {
     pub admission: Admission,
     pub cookie: CookieConfig,
     pub wait_status: u16,
-    pub pages: PathBuf,
+    /// The room's page folder; `None` serves the pages built into the binary (the room names
+    /// no `pages` and there is no `pages` folder beside the config).
+    pub pages: Option<PathBuf>,
     /// Hold every new or waiting user; admitted users keep access.
     pub queue_all: bool,
     /// What visitors are told they are waiting for (the room's name unless set).

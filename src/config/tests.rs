@@ -58,7 +58,8 @@ fn room_defaults_follow_the_spec() {
     assert_eq!(r.cookie.same_site, SameSite::Lax);
     assert_eq!(r.cookie.secure, CookieSecure::Auto);
     assert_eq!(r.wait_status, 200);
-    assert_eq!(r.pages, PathBuf::from("/etc/vestibule/pages"));
+    // No `pages` and no /etc/vestibule/pages folder here: the built-in pages.
+    assert_eq!(r.pages, None);
 }
 
 #[test]
@@ -371,6 +372,32 @@ fn rooms_without_cookie_names_get_their_own() {
     ));
     assert!(
         e.contains("room[2].cookie_name: this room's default cookie name \"waiting_room_b\" is used by another room"),
+        "{e}"
+    );
+}
+
+/// A room's pages: a named folder must exist; with none named, `pages` beside the config if
+/// it is there, else the built-in pages.
+#[test]
+fn a_room_without_a_pages_folder_gets_the_built_in_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vestibule.toml");
+    let load = |text: &str| Config::parse(text, &path);
+    let room = format!("{MINIMAL}[[room]]\n");
+    assert_eq!(load(&room).unwrap().rooms[0].pages, None);
+    std::fs::create_dir(dir.path().join("pages")).unwrap();
+    assert_eq!(
+        load(&room).unwrap().rooms[0].pages,
+        Some(dir.path().join("pages"))
+    );
+    let e = load(&format!("{room}pages = \"pagse\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "vestibule.toml:4: room[0].pages: there is no folder {}; leave `pages` out to serve the built-in pages",
+            dir.path().join("pagse").display()
+        )),
         "{e}"
     );
 }

@@ -729,7 +729,26 @@ impl Validator<'_> {
                     format!("must be a 2xx status, 429 or 503, got {wait_status}"),
                 );
             }
-            let pages = self.resolve(r.pages.as_deref().unwrap_or("pages"));
+            // A folder the room names must be there: a typo in it would otherwise serve other
+            // pages than the operator wrote. A room that names none takes `pages` beside the
+            // config if there is one, else the pages built into the binary, so a first config
+            // needs no copied files.
+            let pages = match r.pages.as_deref() {
+                Some(p) => {
+                    let dir = self.resolve(p);
+                    if !dir.is_dir() {
+                        self.err(
+                            k("pages"),
+                            format!(
+                                "there is no folder {}; leave `pages` out to serve the built-in pages",
+                                dir.display()
+                            ),
+                        );
+                    }
+                    Some(dir)
+                }
+                None => Some(self.resolve("pages")).filter(|dir| dir.is_dir()),
+            };
             let title = r
                 .title
                 .as_deref()
