@@ -171,7 +171,15 @@ impl ProxyHttp for Proxy {
         if let Some(until) = self.reset_penalty(client, &snapshot, now, ctx) {
             return refuse_for_resets(session, until, now).await.map(|()| true);
         }
-        let answer = self.decide(session.req_header(), &path, &snapshot, client, tls, now, ctx);
+        let answer = self.decide(
+            session.req_header(),
+            &path,
+            &snapshot,
+            client,
+            tls,
+            now,
+            ctx,
+        );
         match answer {
             Answer::Forward => Ok(false),
             Answer::RoomPage(room, outcome) => {
