@@ -400,6 +400,24 @@ fn a_room_without_a_pages_folder_gets_the_built_in_pages() {
         )),
         "{e}"
     );
+    // The same rule for the server's pages and an event's: a named folder must be there.
+    let e = load(&format!("{MINIMAL}[server]\npages = \"nope\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("vestibule.toml:4: server.pages: there is no folder"),
+        "{e}"
+    );
+    let e = load(&format!(
+        "{room}[[room.event]]\nname = \"e\"\nstart = \"2026-12-01T10:00:00Z\"\nend = \"2026-12-01T11:00:00Z\"\npages = \"nope\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("vestibule.toml:8: room[0].event[0].pages: there is no folder"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
 
 #[test]
@@ -714,13 +732,16 @@ fn operator_keys_are_checked() {
 
 #[test]
 fn events_are_read_in_time_order() {
-    let c = parse(&format!(
+    // The event's page folder must exist.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pages/launch")).unwrap();
+    let c = Config::parse(&format!(
         "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 100\n\
          [[room.event]]\nname = \"late\"\nstart = \"2026-12-02T10:00:00Z\"\nend = \"2026-12-02T12:00:00Z\"\n\
          [[room.event]]\nname = \"launch\"\nprequeue_start = \"2026-12-01T09:30:00Z\"\n\
          start = \"2026-12-01T11:00:00+01:00\"\nend = 2026-12-01T14:00:00Z\nshuffle_at_start = true\n\
          pages = \"pages/launch\"\nnew_users_per_minute = 500\nadmission = \"random\"\ntitle = \"Launch\"\n"
-    ))
+    ), &dir.path().join("vestibule.toml"))
     .unwrap();
     let events = &c.rooms[0].events;
     assert_eq!(
@@ -731,7 +752,7 @@ fn events_are_read_in_time_order() {
     assert_eq!(e.prequeue_start, Some(1_796_117_400));
     assert_eq!((e.start, e.end), (1_796_119_200, 1_796_133_600));
     assert!(e.shuffle_at_start);
-    assert_eq!(e.pages, Some(PathBuf::from("/etc/vestibule/pages/launch")));
+    assert_eq!(e.pages, Some(dir.path().join("pages/launch")));
     assert_eq!(e.overrides.new_users_per_minute, Some(500));
     assert_eq!(e.overrides.order, Some(QueueOrder::Random));
     assert_eq!(e.overrides.title.as_deref(), Some("Launch"));
