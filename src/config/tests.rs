@@ -327,6 +327,21 @@ fn window_limits_may_be_rates() {
     ] {
         let e = errors(&format!("{MINIMAL}[[rate_limit]]\n{text}\n"));
         assert!(e.contains(wanted), "{text}: {wanted} missing from {e}");
+    } // Whatever is written, an error naming the key, never a panic.
+    for text in [
+        "/",
+        "5/",
+        "/10s",
+        "99999999999999999999/10s",
+        "-5/10s",
+        "5/10s/3",
+        "5/99999999999999999999999s",
+        "5/1e400s",
+        "5 / ",
+        "\u{e9}/\u{e9}",
+    ] {
+        let e = errors(&format!("{MINIMAL}[[rate_limit]]\nlimit = \"{text}\"\n"));
+        assert!(e.contains(":4: rate_limit[0].limit: "), "{text}: {e}");
     }
 }
 
