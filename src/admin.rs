@@ -198,12 +198,18 @@ fn rule_status(rule: &Rule, now: crate::time::Timestamp) -> Value {
     match c.algorithm {
         Algorithm::Window {
             window,
-            limit,
+            quota,
             penalty,
         } => {
             v["algorithm"] = json!("window");
             v["window_seconds"] = json!(secs(window));
-            v["limit"] = json!(limit);
+            // A number (requests/s) as before when it is one; a rate's text when it is not.
+            let limit = crate::config::window_limit_text(window, quota);
+            v["limit"] = match limit.parse::<u64>() {
+                Ok(n) => json!(n),
+                Err(_) => json!(limit),
+            };
+            v["quota"] = json!(quota);
             v["penalty_seconds"] = json!(secs(penalty));
         }
         Algorithm::TokenBucket {

@@ -63,7 +63,10 @@ impl WatchSet {
             .rooms
             .iter()
             .flat_map(|r| {
-                std::iter::once(r.config.pages.as_path())
+                r.config
+                    .pages
+                    .as_deref()
+                    .into_iter()
                     .chain(r.config.events.iter().filter_map(|e| e.pages.as_deref()))
             })
             .collect();

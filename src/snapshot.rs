@@ -133,9 +133,16 @@ impl Snapshot {
             }
         };
         let mut rooms = Vec::new();
+        let mut built_in = Vec::new();
         for (i, room) in config.rooms.iter().enumerate() {
-            let Some(pages) = pages_in(&room.pages, &format!("room[{i}].pages"), &mut errors)
-            else {
+            let pages = match &room.pages {
+                Some(dir) => pages_in(dir, &format!("room[{i}].pages"), &mut errors),
+                None => {
+                    built_in.push(room.name.as_str());
+                    Some(Pages::builtin())
+                }
+            };
+            let Some(pages) = pages else {
                 continue;
             };
             let Some(language) = pages.catalogs().find(&room.default_language) else {
@@ -151,7 +158,10 @@ impl Snapshot {
                             .map(|l| l.tag.as_str())
                             .collect::<Vec<_>>()
                             .join(", "),
-                        room.pages.display(),
+                        room.pages
+                            .clone()
+                            .unwrap_or_else(|| config.path.with_file_name("pages"))
+                            .display(),
                         room.default_language,
                     ),
                 ));
@@ -183,6 +193,18 @@ impl Snapshot {
                 built = built.with_event_pages(j, pages, language);
             }
             rooms.push(built);
+        }
+
+        // Said once (a reload logs only new warnings), so an operator who meant to serve their
+        // own pages learns where vestibule looked.
+        if !built_in.is_empty() {
+            warnings.push(format!(
+                "room{} {} name{} no pages and there is no folder {}: serving the built-in pages",
+                if built_in.len() > 1 { "s" } else { "" },
+                built_in.join(", "),
+                if built_in.len() > 1 { "" } else { "s" },
+                config.path.with_file_name("pages").display()
+            ));
         }
 
         let rules = RuleSet::new(

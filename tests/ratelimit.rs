@@ -16,6 +16,30 @@ fn get(v: &Vestibule, path: &str, xff: &str) -> reqwest::blocking::Response {
         .unwrap()
 }
 
+/// A window rule written as a rate, "5/10s": five requests in ten seconds pass, the sixth is
+/// refused, and the policy header reports the quota as written.
+#[test]
+fn a_window_limit_written_as_a_rate_allows_that_many_per_window() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra("[[rate_limit]]\nname = \"login\"\nlimit = \"5/10s\"\npenalty = \"0s\"")
+        .start();
+    let user = "198.51.100.9";
+    let started = Instant::now();
+    for i in 0..5 {
+        let resp = get(&v, "/__echo", user);
+        assert_eq!(resp.status(), 200, "request {}", i + 1);
+    }
+    let resp = get(&v, "/__echo", user);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["ratelimit-policy"], "\"login\";q=5;w=10");
+    assert!(resp.headers().contains_key("retry-after"));
+    // Another identity has its own five.
+    assert_eq!(get(&v, "/__echo", "198.51.100.10").status(), 200);
+}
+
 /// vsthrottle's example, 15 requests per 10 s, with a 3 s penalty (its 30 s would only make the
 /// test slower): the sixteenth is blocked for the penalty, however the bucket refills.
 #[test]

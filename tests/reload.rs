@@ -98,6 +98,36 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             Box::new(|v: &Vestibule| std::fs::remove_file(v.path("pages/deny.html")).unwrap()),
             "deny.html: room[0].pages: cannot read page",
         ),
+        (
+            "pages folder misspelled",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| t.replace("pages = \"pages\"", "pages = \"pagse\""))
+            }),
+            "room[0].pages: there is no folder",
+        ),
+        (
+            "unknown key",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| {
+                    t.replace("allow_percentage = 0", "allow_percentage = 0\nallow_percent = 5")
+                })
+            }),
+            "room[0].allow_percent: unknown field `allow_percent`; did you mean `allow_percentage`?",
+        ),
+        (
+            "value of the wrong type",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| t.replace("allow_percentage = 0", "allow_percentage = \"0\""))
+            }),
+            "room[0].allow_percentage: invalid type",
+        ),
+        (
+            "rate over a window that does not exist",
+            Box::new(|v: &Vestibule| {
+                edit(v, |t| format!("{t}\n[[rate_limit]]\nlimit = \"5/30s\"\n"))
+            }),
+            "rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",
+        ),
     ];
     let mut failures = 0.0;
     let mut successes = 0.0;

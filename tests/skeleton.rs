@@ -170,7 +170,7 @@ fn check_accepts_good_configs() {
 #[test]
 fn check_reports_each_kind_of_bad_config() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, Option<&str>, &str); 6] = [
+    let cases: &[(&str, Option<&str>, &str)] = &[
         ("missing.toml", None, "missing.toml: cannot read the config file"),
         ("syntax.toml", Some("[upstream\npeers = []\n"), "syntax.toml:1"),
         (
@@ -193,8 +193,28 @@ fn check_reports_each_kind_of_bad_config() {
             Some("[upstream]\npeers = [\"no-such-origin.invalid:80\"]\n"),
             "resolve.toml:2: upstream.peers[0]: cannot resolve \"no-such-origin.invalid:80\"",
         ),
+        (
+            "suggest.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\nadmission = \"fifo\"\nnew_user_per_minute = 60\n"),
+            "suggest.toml:5: room[0].new_user_per_minute: unknown field `new_user_per_minute`; did you mean `new_users_per_minute`?",
+        ),
+        (
+            "type.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 60\nsession_duration = 60\n"),
+            "type.toml:6: room[0].session_duration: invalid type: integer `60`",
+        ),
+        (
+            "rate.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[rate_limit]]\nlimit = \"5/30s\"\n"),
+            "rate.toml:4: rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",
+        ),
+        (
+            "pages.toml",
+            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\npages = \"no-such-pages\"\n"),
+            "pages.toml:4: room[0].pages: there is no folder",
+        ),
     ];
-    for (name, text, expected) in cases {
+    for &(name, text, expected) in cases {
         let path = dir.path().join(name);
         if let Some(text) = text {
             std::fs::write(&path, text).unwrap();
@@ -211,6 +231,63 @@ fn check_reports_each_kind_of_bad_config() {
         assert_eq!(code, 1, "{name}");
         assert!(err.contains(expected), "{name}: {err}");
     }
+}
+
+/// A first config needs no copied files: a room that names no `pages`, with no `pages` folder
+/// beside the config, serves the pages built into the binary, and says so once.
+#[test]
+fn a_room_without_a_pages_folder_serves_the_built_in_pages() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .without_pages()
+        .extra("[[room]]\nname = \"sale\"\nallow_percentage = 0")
+        .start();
+    assert!(!v.path("pages").exists());
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(room_cookie(&resp, "waiting_room").is_some());
+    let body = resp.text().unwrap();
+    assert!(body.contains("<h1>sale is closed right now</h1>"), "{body}");
+    assert!(
+        eventually(Duration::from_secs(5), || v
+            .log_text()
+            .contains("names no pages and there is no folder")),
+        "{}",
+        v.log_text()
+    );
+    // `--check` passes the same file, with the same note.
+    let (code, out, err) = run_cli(&["--check", "--config", v.config_path().to_str().unwrap()]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+    assert!(err.contains("serving the built-in pages"), "{err}");
+}
+
+/// Two rooms that name no cookie each get their own, so neither's visitors lose their place to
+/// the other's; the first keeps `waiting_room`.
+#[test]
+fn rooms_without_cookie_names_each_set_their_own() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(
+            "[[room]]\nname = \"shop\"\npaths = [\"/shop\"]\nallow_percentage = 0\n\
+             [[room]]\nname = \"tickets\"\npaths = [\"/tickets\"]\nallow_percentage = 0",
+        )
+        .start();
+    let shop = client().get(v.url("/shop/")).send().unwrap();
+    assert_eq!(shop.status(), 200);
+    assert!(
+        room_cookie(&shop, "waiting_room").is_some(),
+        "{:?}",
+        set_cookies(&shop)
+    );
+    assert!(room_cookie(&shop, "waiting_room_tickets").is_none());
+    let tickets = client().get(v.url("/tickets/")).send().unwrap();
+    assert_eq!(tickets.status(), 200);
+    assert!(
+        room_cookie(&tickets, "waiting_room_tickets").is_some(),
+        "{:?}",
+        set_cookies(&tickets)
+    );
+    assert!(room_cookie(&tickets, "waiting_room").is_none());
 }
 
 #[test]

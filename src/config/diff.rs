@@ -284,7 +284,12 @@ fn room_fields(r: &RoomConfig) -> Fields {
         ),
         ("cookie_secure", debug(&r.cookie.secure).to_lowercase()),
         ("wait_status", r.wait_status.to_string()),
-        ("pages", r.pages.display().to_string()),
+        (
+            "pages",
+            r.pages
+                .as_ref()
+                .map_or("(built in)".into(), |p| p.display().to_string()),
+        ),
         ("queue_all", r.queue_all.to_string()),
         ("title", format!("{:?}", r.title)),
         ("sold_out", r.sold_out.to_string()),
@@ -376,12 +381,12 @@ fn rule_fields(r: &RuleConfig) -> Fields {
     match r.algorithm {
         Algorithm::Window {
             window,
-            limit,
+            quota,
             penalty,
         } => {
             f.push(("algorithm", "window".into()));
             f.push(("window", duration(window)));
-            f.push(("limit", limit.to_string()));
+            f.push(("limit", super::window_limit_text(window, quota)));
             f.push(("penalty", duration(penalty)));
         }
         Algorithm::TokenBucket {

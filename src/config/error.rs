@@ -86,7 +86,12 @@ pub fn from_toml(file: &Path, text: &str, err: &toml::de::Error, redact: bool) -
     if redact {
         message = redact_quoted(&message);
     }
-    let key = key_from_message(&message);
+    // serde's type errors ("invalid type: integer `60`, expected a duration") name no key, but
+    // the span points at the value, and the value's place names it.
+    let key = key_from_message(&message).or_else(|| {
+        err.span()
+            .and_then(|span| super::locate::key_at(text, span.start))
+    });
     ConfigError {
         file: file.to_path_buf(),
         key,

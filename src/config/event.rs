@@ -260,6 +260,11 @@ pub fn check_events(
                 "must be at most 200 characters, without control characters".into(),
             );
         }
+        // Like a room's: a folder named must be there, so a typo is one error at its line.
+        let pages = e.pages.as_deref().map(resolve);
+        if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
+            bad("pages", format!("there is no folder {}", dir.display()));
+        }
         if !fine {
             continue;
         }
@@ -271,7 +276,7 @@ pub fn check_events(
                 start,
                 end,
                 shuffle_at_start,
-                pages: e.pages.as_deref().map(resolve),
+                pages,
                 overrides: EventOverrides {
                     new_users_per_minute,
                     total_active_users,

@@ -335,7 +335,7 @@ pub struct RateLimitFile {
     pub algorithm: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub window: Option<Duration>,
-    pub limit: Option<i64>,
+    pub limit: Option<LimitText>,
     #[serde(default, with = "humantime_serde")]
     pub period: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -362,5 +362,35 @@ impl Default for LogFile {
             format: "plain".into(),
             access: true,
         }
+    }
+}
+
+/// A rule's `limit` as written: a number, or a rate such as `"5/10s"` (requests per duration),
+/// which also says the duration the number counts over, so no other key has to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LimitText {
+    Count(i64),
+    Rate(String),
+}
+
+impl<'de> Deserialize<'de> for LimitText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = LimitText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number or a rate such as \"5/10s\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<LimitText, E> {
+                Ok(LimitText::Count(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<LimitText, E> {
+                Ok(LimitText::Count(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<LimitText, E> {
+                Ok(LimitText::Rate(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visit)
     }
 }

@@ -32,6 +32,66 @@ impl<'a> Locator<'a> {
     }
 }
 
+/// The dotted key path (`room[0].session_duration`) whose value is written at byte `offset`: the
+/// innermost one, so a parser error that only knows where it stopped can name the key.
+pub fn key_at(text: &str, offset: usize) -> Option<String> {
+    let doc = ImDocument::parse(text).ok()?;
+    let mut path = String::new();
+    find_key(doc.as_item(), offset, &mut path).then_some(path)
+}
+
+fn contains(span: Option<std::ops::Range<usize>>, offset: usize) -> bool {
+    span.is_some_and(|s| s.start <= offset && offset < s.end.max(s.start + 1))
+}
+
+/// Appends to `path` the keys down to the innermost value holding `offset`; false if none does.
+fn find_key(item: &Item, offset: usize, path: &mut String) -> bool {
+    let base = path.len();
+    let enter = |path: &mut String, segment: &str, index: bool| {
+        if !index && !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(segment);
+    };
+    if let Some(table) = item.as_table_like() {
+        for (key, child) in table.iter() {
+            enter(path, key, false);
+            let direct = match child {
+                Item::Value(v) => contains(v.span(), offset),
+                _ => false,
+            };
+            if find_key(child, offset, path) || direct {
+                return true;
+            }
+            path.truncate(base);
+        }
+        return false;
+    }
+    match item {
+        Item::ArrayOfTables(tables) => {
+            for (i, t) in tables.iter().enumerate() {
+                enter(path, &format!("[{i}]"), true);
+                if find_key(&Item::Table(t.clone()), offset, path) {
+                    return true;
+                }
+                path.truncate(base);
+            }
+            false
+        }
+        Item::Value(toml_edit::Value::Array(values)) => {
+            for (i, v) in values.iter().enumerate() {
+                if contains(v.span(), offset) {
+                    enter(path, &format!("[{i}]"), true);
+                    find_key(&Item::Value(v.clone()), offset, path);
+                    return true;
+                }
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
 fn locate(root: &Item, path: &str) -> Option<usize> {
     let mut item: &Item = root;
     let mut best: Option<usize> = None;
@@ -122,5 +182,19 @@ allow_percentage = 150
         // A key that is not written points at its table.
         assert_eq!(line_of_key(DOC, "room[0].paths"), Some(5));
         assert_eq!(line_of_key("x = [", "x"), None);
+    }
+
+    #[test]
+    fn names_the_key_written_at_an_offset() {
+        let at = |needle: &str| key_at(DOC, DOC.find(needle).unwrap());
+        assert_eq!(at("150").as_deref(), Some("room[1].allow_percentage"));
+        assert_eq!(at("\"bad\"").as_deref(), Some("server.listen[1]"));
+        assert_eq!(at("\"b\"").as_deref(), Some("room[1].name"));
+        assert_eq!(
+            key_at("a = { b = { c = 1 } }", 16).as_deref(),
+            Some("a.b.c")
+        );
+        assert_eq!(key_at(DOC, 0), None);
+        assert_eq!(key_at("x = [", 4), None);
     }
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod event;
 mod file;
 pub mod locate;
+mod suggest;
 mod validate;
 
 use std::net::SocketAddr;
@@ -134,6 +135,17 @@ impl std::fmt::Debug for ClusterConfig {
 
 /// A URL without its credentials (`redis://:secret@host` → `redis://***@host`): secrets never
 /// reach logs or `/status`.
+/// A window rule's limit as people read it: requests per second when the quota divides evenly
+/// over the window (every limit written as a number), else the rate (`"5/10s"`).
+pub fn window_limit_text(window: Duration, quota: u64) -> String {
+    let w = window.as_secs().max(1);
+    if quota % w == 0 {
+        (quota / w).to_string()
+    } else {
+        format!("{quota}/{w}s")
+    }
+}
+
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
@@ -311,7 +323,9 @@ pub struct RoomConfig {
     pub admission: Admission,
     pub cookie: CookieConfig,
     pub wait_status: u16,
-    pub pages: PathBuf,
+    /// The room's page folder; `None` serves the pages built into the binary (the room names
+    /// no `pages` and there is no `pages` folder beside the config).
+    pub pages: Option<PathBuf>,
     /// Hold every new or waiting user; admitted users keep access.
     pub queue_all: bool,
     /// What visitors are told they are waiting for (the room's name unless set).
@@ -562,10 +576,12 @@ pub enum KeyPart {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
-    /// Estimated requests/s over a sliding window; over `limit` trips the penalty box.
+    /// Requests estimated over a sliding window; over `quota` (requests per `window`, whether
+    /// written as a rate per second or as `"N/window"`) trips the penalty box. A count per window
+    /// rather than a rate per second, so `"5/10s"` is exact.
     Window {
         window: Duration,
-        limit: u32,
+        quota: u64,
         penalty: Duration,
     },
     /// `limit` tokens per `period`, refilled continuously (vsthrottle).

@@ -58,7 +58,8 @@ fn room_defaults_follow_the_spec() {
     assert_eq!(r.cookie.same_site, SameSite::Lax);
     assert_eq!(r.cookie.secure, CookieSecure::Auto);
     assert_eq!(r.wait_status, 200);
-    assert_eq!(r.pages, PathBuf::from("/etc/vestibule/pages"));
+    // No `pages` and no /etc/vestibule/pages folder here: the built-in pages.
+    assert_eq!(r.pages, None);
 }
 
 #[test]
@@ -71,7 +72,7 @@ fn rule_defaults_follow_the_spec() {
         r.algorithm,
         Algorithm::Window {
             window: Duration::from_secs(10),
-            limit: 100,
+            quota: 1000,
             penalty: Duration::from_secs(900)
         }
     );
@@ -94,6 +95,68 @@ fn unknown_keys_are_errors() {
     assert!(e.contains(":5: server.lisen: unknown field `lisen`"), "{e}");
     let e = errors(&format!("{MINIMAL}[[room]]\nallow_percent = 5\n"));
     assert!(e.contains("room[0].allow_percent: unknown field"), "{e}");
+}
+
+#[test]
+fn unknown_keys_get_the_nearest_known_key() {
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_user_per_minute = 60\n"
+    ));
+    assert!(
+        e.contains(
+            "vestibule.toml:5: room[0].new_user_per_minute: unknown field `new_user_per_minute`; \
+             did you mean `new_users_per_minute`?"
+        ),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}health_chek = \"1s\"\n"));
+    assert!(
+        e.contains(
+            ":3: upstream.health_chek: unknown field `health_chek`; did you mean `health_check`?"
+        ),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[[rate_limit]]\nlimt = 5\n"));
+    assert!(e.contains("did you mean `limit`?"), "{e}");
+    // Nothing near: no guess.
+    let e = errors(&format!("{MINIMAL}[server]\nflux_capacitor = 1\n"));
+    assert!(
+        e.contains("unknown field `flux_capacitor`") && !e.contains("did you mean"),
+        "{e}"
+    );
+}
+
+/// A value of the wrong type names the key and its line, however deep the key is written.
+#[test]
+fn type_errors_name_the_key_and_line() {
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 60\nsession_duration = 60\n"
+    ));
+    assert!(
+        e.starts_with("/etc/vestibule/vestibule.toml:6: room[0].session_duration: invalid type"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[server]\nthreads = \"two\"\n"));
+    assert!(
+        e.starts_with("/etc/vestibule/vestibule.toml:4: server.threads: invalid type"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\n[[room]]\nname = \"b\"\nenabled = \"yes\"\n"
+    ));
+    assert!(e.contains(":6: room[1].enabled: invalid type"), "{e}");
+    let e = errors(&format!("{MINIMAL}[[rate_limit]]\nlimit = 1.5\n"));
+    assert!(e.contains(":4: rate_limit[0].limit: invalid type"), "{e}");
+    let e = errors("[upstream]\npeers = [\"127.0.0.1:8000\", 7]\n");
+    assert!(e.contains(":2: upstream.peers[1]: invalid type"), "{e}");
+    // Every error of one file reads the same way: file, line, key, message.
+    let e = errors(&format!(
+        "{MINIMAL}[tls]\ncertificates = [{{ cert = 1, key = \"k\" }}]\n"
+    ));
+    assert!(
+        e.contains(":4: tls.certificates[0].cert: invalid type"),
+        "{e}"
+    );
 }
 
 /// SPEC §1: every problem of a file in one run, each with its key and line: unknown keys do not
@@ -202,6 +265,174 @@ fn keys_that_do_not_apply_say_why() {
         "{MINIMAL}[[rate_limit]]\nalgorithm = \"concurrency\"\npenalty = \"1m\"\n"
     ));
     assert!(e.contains("rate_limit[0].penalty: does not apply"), "{e}");
+}
+
+/// A window rule's `limit` may be a rate: "5/10s" is a quota of 5 per 10 s window.
+#[test]
+fn window_limits_may_be_rates() {
+    let rule = |text: &str| {
+        parse(&format!("{MINIMAL}[[rate_limit]]\n{text}\n"))
+            .unwrap()
+            .rate_limits[0]
+            .algorithm
+    };
+    let window = |secs, quota| Algorithm::Window {
+        window: Duration::from_secs(secs),
+        quota,
+        penalty: Duration::from_secs(900),
+    };
+    assert_eq!(rule("limit = \"5/10s\""), window(10, 5));
+    assert_eq!(rule("limit = \"100 / 1m\""), window(60, 100));
+    assert_eq!(rule("limit = \"3/s\""), window(1, 3));
+    // A number is still requests per second, averaged over the window.
+    assert_eq!(rule("limit = 5\nwindow = \"10s\""), window(10, 50));
+    // Token buckets take the same text for `limit` per `period`.
+    assert_eq!(
+        rule("algorithm = \"token_bucket\"\nlimit = \"15/1m\""),
+        Algorithm::TokenBucket {
+            limit: 15,
+            period: Duration::from_secs(60),
+            penalty: Duration::from_secs(900),
+        }
+    );
+    for (text, wanted) in [
+        (
+            "limit = \"5/10s\"\nwindow = \"10s\"",
+            ":5: rate_limit[0].window: is already given by limit = \"5/10s\"",
+        ),
+        (
+            "limit = \"5/30s\"",
+            ":4: rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s, got 30s",
+        ),
+        (
+            "limit = \"five/10s\"",
+            ":4: rate_limit[0].limit: \"five/10s\" is not a number of requests or a rate like \"5/10s\"",
+        ),
+        ("limit = \"5\"", ":4: rate_limit[0].limit: \"5\" is not a number"),
+        ("limit = \"5/0s\"", ":4: rate_limit[0].limit: \"5/0s\" is not"),
+        ("limit = \"5/ages\"", ":4: rate_limit[0].limit: \"5/ages\" is not"),
+        ("limit = \"0/10s\"", ":4: rate_limit[0].limit: must be between 1 and 100000000, got 0"),
+        (
+            "algorithm = \"token_bucket\"\nlimit = \"1/2d\"",
+            ":5: rate_limit[0].limit: \"1/2d\": the period must be between 1s and 24h",
+        ),
+        (
+            "algorithm = \"token_bucket\"\nlimit = \"1/1s\"\nperiod = \"1s\"",
+            ":6: rate_limit[0].period: is already given by limit",
+        ),
+        (
+            "algorithm = \"concurrency\"\nlimit = \"4/1s\"",
+            ":5: rate_limit[0].limit: \"4/1s\" is a rate; a concurrency rule's limit is a number",
+        ),
+    ] {
+        let e = errors(&format!("{MINIMAL}[[rate_limit]]\n{text}\n"));
+        assert!(e.contains(wanted), "{text}: {wanted} missing from {e}");
+    } // Whatever is written, an error naming the key, never a panic.
+    for text in [
+        "/",
+        "5/",
+        "/10s",
+        "99999999999999999999/10s",
+        "-5/10s",
+        "5/10s/3",
+        "5/99999999999999999999999s",
+        "5/1e400s",
+        "5 / ",
+        "\u{e9}/\u{e9}",
+    ] {
+        let e = errors(&format!("{MINIMAL}[[rate_limit]]\nlimit = \"{text}\"\n"));
+        assert!(e.contains(":4: rate_limit[0].limit: "), "{text}: {e}");
+    }
+}
+
+/// Each room that names no cookie gets its own; the first keeps `waiting_room`.
+#[test]
+fn rooms_without_cookie_names_get_their_own() {
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nname = \"shop\"\npaths = [\"/shop\"]\n\
+         [[room]]\nname = \"tickets\"\npaths = [\"/tickets\"]\n\
+         [[room]]\nname = \"api.v2\"\npaths = [\"/api\"]\n"
+    ))
+    .unwrap();
+    let names: Vec<&str> = c.rooms.iter().map(|r| r.cookie.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "waiting_room",
+            "waiting_room_tickets",
+            "waiting_room_api.v2"
+        ]
+    );
+    // A room that names its cookie leaves `waiting_room` to the first that does not.
+    let c = parse(&format!(
+        "{MINIMAL}[[room]]\nname = \"a\"\ncookie_name = \"a_cookie\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.rooms[1].cookie.name, "waiting_room");
+    // A written name that collides with a default one is still refused, at the second room.
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nname = \"a\"\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\n\
+         [[room]]\nname = \"c\"\npaths = [\"/c\"]\ncookie_name = \"waiting_room_b\"\n"
+    ));
+    assert!(
+        e.contains(":11: room[2].cookie_name: \"waiting_room_b\" is used by another room"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\nname = \"a\"\ncookie_name = \"waiting_room_b\"\n\
+         [[room]]\nname = \"c\"\npaths = [\"/c\"]\n\
+         [[room]]\nname = \"b\"\npaths = [\"/b\"]\n"
+    ));
+    assert!(
+        e.contains("room[2].cookie_name: this room's default cookie name \"waiting_room_b\" is used by another room"),
+        "{e}"
+    );
+}
+
+/// A room's pages: a named folder must exist; with none named, `pages` beside the config if
+/// it is there, else the built-in pages.
+#[test]
+fn a_room_without_a_pages_folder_gets_the_built_in_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vestibule.toml");
+    let load = |text: &str| Config::parse(text, &path);
+    let room = format!("{MINIMAL}[[room]]\n");
+    assert_eq!(load(&room).unwrap().rooms[0].pages, None);
+    std::fs::create_dir(dir.path().join("pages")).unwrap();
+    assert_eq!(
+        load(&room).unwrap().rooms[0].pages,
+        Some(dir.path().join("pages"))
+    );
+    let e = load(&format!("{room}pages = \"pagse\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "vestibule.toml:4: room[0].pages: there is no folder {}; leave `pages` out to serve the built-in pages",
+            dir.path().join("pagse").display()
+        )),
+        "{e}"
+    );
+    // The same rule for the server's pages and an event's: a named folder must be there.
+    let e = load(&format!("{MINIMAL}[server]\npages = \"nope\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("vestibule.toml:4: server.pages: there is no folder"),
+        "{e}"
+    );
+    let e = load(&format!(
+        "{room}[[room.event]]\nname = \"e\"\nstart = \"2026-12-01T10:00:00Z\"\nend = \"2026-12-01T11:00:00Z\"\npages = \"nope\"\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("vestibule.toml:8: room[0].event[0].pages: there is no folder"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
 }
 
 #[test]
@@ -354,7 +585,9 @@ fn acme_challenges_bypass_rooms_unless_turned_off() {
         "{MINIMAL}[server]\nbypass_acme_challenge = \"no\"\n"
     ));
     assert!(
-        e.contains("vestibule.toml:4: invalid type: string \"no\", expected a boolean"),
+        e.contains(
+            "vestibule.toml:4: server.bypass_acme_challenge: invalid type: string \"no\", expected a boolean"
+        ),
         "{e}"
     );
 }
@@ -514,13 +747,16 @@ fn operator_keys_are_checked() {
 
 #[test]
 fn events_are_read_in_time_order() {
-    let c = parse(&format!(
+    // The event's page folder must exist.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pages/launch")).unwrap();
+    let c = Config::parse(&format!(
         "{MINIMAL}[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 100\n\
          [[room.event]]\nname = \"late\"\nstart = \"2026-12-02T10:00:00Z\"\nend = \"2026-12-02T12:00:00Z\"\n\
          [[room.event]]\nname = \"launch\"\nprequeue_start = \"2026-12-01T09:30:00Z\"\n\
          start = \"2026-12-01T11:00:00+01:00\"\nend = 2026-12-01T14:00:00Z\nshuffle_at_start = true\n\
          pages = \"pages/launch\"\nnew_users_per_minute = 500\nadmission = \"random\"\ntitle = \"Launch\"\n"
-    ))
+    ), &dir.path().join("vestibule.toml"))
     .unwrap();
     let events = &c.rooms[0].events;
     assert_eq!(
@@ -531,7 +767,7 @@ fn events_are_read_in_time_order() {
     assert_eq!(e.prequeue_start, Some(1_796_117_400));
     assert_eq!((e.start, e.end), (1_796_119_200, 1_796_133_600));
     assert!(e.shuffle_at_start);
-    assert_eq!(e.pages, Some(PathBuf::from("/etc/vestibule/pages/launch")));
+    assert_eq!(e.pages, Some(dir.path().join("pages/launch")));
     assert_eq!(e.overrides.new_users_per_minute, Some(500));
     assert_eq!(e.overrides.order, Some(QueueOrder::Random));
     assert_eq!(e.overrides.title.as_deref(), Some("Launch"));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::error::{from_toml, ConfigError, ConfigErrors};
-use super::file::{FileConfig, RateLimitFile, RoomFile, UpstreamFile};
+use super::file::{FileConfig, LimitText, RateLimitFile, RoomFile, UpstreamFile};
 use super::locate::{line_of_key, Locator};
 use super::*;
 use crate::identity::{IdentityPolicy, Source};
@@ -45,7 +45,11 @@ pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config,
     };
     for key in unknown {
         let field = key.rsplit(['.', '[']).next().unwrap_or(&key).to_owned();
-        v.err(key, format!("unknown field `{field}`"));
+        let message = match super::suggest::did_you_mean(&key) {
+            Some(known) => format!("unknown field `{field}`; did you mean `{known}`?"),
+            None => format!("unknown field `{field}`"),
+        };
+        v.err(key, message);
     }
     let file: FileConfig = match parsed {
         Ok(file) => file,
@@ -340,6 +344,16 @@ impl Validator<'_> {
             );
         }
         let pages = s.pages.as_deref().map(|p| self.resolve(p));
+        // A folder named must be there: one error at its line, not one per missing page.
+        if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
+            self.err(
+                "server.pages",
+                format!(
+                    "there is no folder {}; leave `pages` out to serve the built-in pages",
+                    dir.display()
+                ),
+            );
+        }
         let h2_resets = self.reset_budget(s);
         Some(ServerConfig {
             listen,
@@ -605,6 +619,7 @@ impl Validator<'_> {
         let mut out: Vec<RoomConfig> = Vec::new();
         let mut names = HashSet::new();
         let mut cookies = HashSet::new();
+        let mut default_cookie_taken = false;
         for (i, r) in rooms.iter().enumerate() {
             let k = |field: &str| format!("room[{i}].{field}");
             let name = r.name.clone().unwrap_or_else(|| "default".into());
@@ -622,20 +637,32 @@ impl Validator<'_> {
                     format!("another room is already named \"{name}\""),
                 );
             }
-            let cookie_name = r
-                .cookie_name
-                .clone()
-                .unwrap_or_else(|| "waiting_room".into());
-            if !is_cookie_name(&cookie_name) {
+            // A room that names no cookie gets one of its own, so several rooms need no cookie
+            // names to be written. The first such room keeps `waiting_room`, the name every room
+            // had before, so visitors holding that cookie keep their place.
+            let (cookie_name, written) = match &r.cookie_name {
+                Some(c) => (c.clone(), true),
+                None if default_cookie_taken => (format!("waiting_room_{name}"), false),
+                None => {
+                    default_cookie_taken = true;
+                    ("waiting_room".to_owned(), false)
+                }
+            };
+            if written && !is_cookie_name(&cookie_name) {
                 self.err(
                     k("cookie_name"),
                     format!("\"{cookie_name}\" is not a valid cookie name"),
                 );
             } else if !cookies.insert(cookie_name.clone()) {
+                let whose = if written {
+                    ""
+                } else {
+                    "this room's default cookie name "
+                };
                 self.err(
                     k("cookie_name"),
                     format!(
-                        "\"{cookie_name}\" is used by another room; each room needs its own cookie"
+                        "{whose}\"{cookie_name}\" is used by another room; each room needs its own cookie"
                     ),
                 );
             }
@@ -712,7 +739,26 @@ impl Validator<'_> {
                     format!("must be a 2xx status, 429 or 503, got {wait_status}"),
                 );
             }
-            let pages = self.resolve(r.pages.as_deref().unwrap_or("pages"));
+            // A folder the room names must be there: a typo in it would otherwise serve other
+            // pages than the operator wrote. A room that names none takes `pages` beside the
+            // config if there is one, else the pages built into the binary, so a first config
+            // needs no copied files.
+            let pages = match r.pages.as_deref() {
+                Some(p) => {
+                    let dir = self.resolve(p);
+                    if !dir.is_dir() {
+                        self.err(
+                            k("pages"),
+                            format!(
+                                "there is no folder {}; leave `pages` out to serve the built-in pages",
+                                dir.display()
+                            ),
+                        );
+                    }
+                    Some(dir)
+                }
+                None => Some(self.resolve("pages")).filter(|dir| dir.is_dir()),
+            };
             let title = r
                 .title
                 .as_deref()
@@ -1283,7 +1329,19 @@ impl Validator<'_> {
                 );
             }
         };
-        let limit = r.limit.unwrap_or(100);
+        // A rate ("5/10s") carries the duration its count is over, which then replaces the
+        // `window` or `period` key instead of competing with it.
+        let (limit, rate) = match &r.limit {
+            None => (100, None),
+            Some(LimitText::Count(n)) => (*n, None),
+            Some(LimitText::Rate(text)) => match parse_rate(text) {
+                Ok((n, per)) => (n, Some((text.as_str(), per))),
+                Err(message) => {
+                    self.err(k("limit"), message);
+                    (100, None)
+                }
+            },
+        };
         if !(1..=100_000_000).contains(&limit) {
             self.err(
                 k("limit"),
@@ -1295,6 +1353,14 @@ impl Validator<'_> {
         if penalty > Duration::from_secs(7 * 24 * 3600) {
             self.err(k("penalty"), "must be at most 7 days");
         }
+        let implied = |v: &mut Self, field: &str, set: bool, text: &str| {
+            if set {
+                v.err(
+                    k(field),
+                    format!("is already given by limit = \"{text}\": remove one of them"),
+                );
+            }
+        };
         match algorithm {
             "window" => {
                 not_for(
@@ -1303,19 +1369,38 @@ impl Validator<'_> {
                     r.period.is_some(),
                     "windows are 1s, 10s or 60s, set with `window`",
                 );
-                let window = r.window.unwrap_or(Duration::from_secs(10));
-                if window.subsec_nanos() != 0 || !WINDOWS.contains(&window.as_secs()) {
-                    self.err(
-                        k("window"),
-                        format!(
-                            "must be \"1s\", \"10s\" or \"60s\", got {}",
-                            humantime::format_duration(window)
-                        ),
-                    );
-                }
+                let (window, quota) = match rate {
+                    Some((text, per)) => {
+                        implied(self, "window", r.window.is_some(), text);
+                        if per.subsec_nanos() != 0 || !WINDOWS.contains(&per.as_secs()) {
+                            self.err(
+                                k("limit"),
+                                format!(
+                                    "\"{text}\": a window rule counts over 1s, 10s or 60s, got {}",
+                                    humantime::format_duration(per)
+                                ),
+                            );
+                        }
+                        (per, u64::from(limit))
+                    }
+                    None => {
+                        let window = r.window.unwrap_or(Duration::from_secs(10));
+                        if window.subsec_nanos() != 0 || !WINDOWS.contains(&window.as_secs()) {
+                            self.err(
+                                k("window"),
+                                format!(
+                                    "must be \"1s\", \"10s\" or \"60s\", got {}",
+                                    humantime::format_duration(window)
+                                ),
+                            );
+                        }
+                        // A number is requests per second, averaged over the window.
+                        (window, u64::from(limit) * window.as_secs().max(1))
+                    }
+                };
                 Some(Algorithm::Window {
                     window,
-                    limit,
+                    quota,
                     penalty,
                 })
             }
@@ -1326,10 +1411,27 @@ impl Validator<'_> {
                     r.window.is_some(),
                     "a bucket refills `limit` tokens per `period`",
                 );
-                let period = r.period.unwrap_or(Duration::from_secs(10));
-                if period < Duration::from_secs(1) || period > Duration::from_secs(24 * 3600) {
-                    self.err(k("period"), "must be between 1s and 24h");
-                }
+                let period = match rate {
+                    Some((text, per)) => {
+                        implied(self, "period", r.period.is_some(), text);
+                        if per < Duration::from_secs(1) || per > Duration::from_secs(24 * 3600) {
+                            self.err(
+                                k("limit"),
+                                format!("\"{text}\": the period must be between 1s and 24h"),
+                            );
+                        }
+                        per
+                    }
+                    None => {
+                        let period = r.period.unwrap_or(Duration::from_secs(10));
+                        if period < Duration::from_secs(1)
+                            || period > Duration::from_secs(24 * 3600)
+                        {
+                            self.err(k("period"), "must be between 1s and 24h");
+                        }
+                        period
+                    }
+                };
                 Some(Algorithm::TokenBucket {
                     limit,
                     period,
@@ -1355,6 +1457,12 @@ impl Validator<'_> {
                     r.penalty.is_some(),
                     "a slot frees as soon as a request ends",
                 );
+                if let Some((text, _)) = rate {
+                    self.err(
+                        k("limit"),
+                        format!("\"{text}\" is a rate; a concurrency rule's limit is a number of requests in flight"),
+                    );
+                }
                 Some(Algorithm::Concurrency { limit })
             }
             other => {
@@ -1463,6 +1571,24 @@ fn is_cookie_name(s: &str) -> bool {
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// `"N/DURATION"`: N requests per DURATION (`"5/10s"`, `"100/1m"`; `"5/s"` reads as `"5/1s"`).
+fn parse_rate(text: &str) -> Result<(i64, Duration), String> {
+    let bad = || format!("\"{text}\" is not a number of requests or a rate like \"5/10s\"");
+    let (count, per) = text.split_once('/').ok_or_else(bad)?;
+    let count: i64 = count.trim().parse().map_err(|_| bad())?;
+    let per = per.trim();
+    let per = if per.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        humantime::parse_duration(&format!("1{per}"))
+    } else {
+        humantime::parse_duration(per)
+    }
+    .map_err(|_| bad())?;
+    if per.is_zero() {
+        return Err(bad());
+    }
+    Ok((count, per))
 }
 
 fn parse_key_part(part: &str) -> Result<KeyPart, String> {

@@ -324,17 +324,17 @@ impl Rule {
                 Counter::Window(counter),
                 Algorithm::Window {
                     window,
-                    limit,
+                    quota,
                     penalty,
                 },
             ) => {
                 let sample = counter.observe(key, 1, now);
-                if window::rate(&sample, window) <= f64::from(limit) {
+                if sample.weighted() <= quota as f64 {
                     // A window's pass is not advertised (only buckets' are): no quota to work out.
                     return Check::pass(0, 0);
                 }
                 let wait = if penalty.is_zero() {
-                    window::time_to_recover(&sample, window, limit)
+                    window::time_to_recover(&sample, window, quota)
                 } else {
                     let until = now.saturating_add(penalty);
                     state.penalty.put(key, until, now);
@@ -454,8 +454,6 @@ impl Rule {
     }
 }
 
-/// `q` is the quota per `w` seconds (IETF httpapi-ratelimit-headers). For a window rule the
-/// limit is a rate, so its quota over the window is `limit × window`.
 fn penalty_mark(key: u64) -> Mark {
     Mark {
         kind: MarkKind::Penalty,
@@ -470,19 +468,16 @@ fn penalty_mark(key: u64) -> Mark {
 /// quota (README, "Run several nodes").
 pub fn exchange_above(algorithm: &Algorithm) -> u64 {
     match algorithm {
-        Algorithm::Window { window, limit, .. } => {
-            let quota = u64::from(*limit) * window.as_secs().max(1);
-            (quota / 20).max(1)
-        }
+        Algorithm::Window { quota, .. } => (quota / 20).max(1),
         _ => 1,
     }
 }
 
+/// `q` is the quota per `w` seconds (IETF httpapi-ratelimit-headers).
 fn policy_item(c: &RuleConfig) -> String {
     match c.algorithm {
-        Algorithm::Window { window, limit, .. } => {
-            let w = window.as_secs();
-            format!("\"{}\";q={};w={w}", c.name, u64::from(limit) * w)
+        Algorithm::Window { window, quota, .. } => {
+            format!("\"{}\";q={quota};w={}", c.name, window.as_secs())
         }
         Algorithm::TokenBucket { limit, period, .. } => {
             format!("\"{}\";q={limit};w={}", c.name, period.as_secs())
@@ -622,6 +617,24 @@ mod tests {
             rule.check(rule.key(&view(&b, &h, "/")), at(1_011)).outcome,
             Outcome::Pass
         );
+    }
+
+    /// "5/10s" allows 5 requests in a 10 s window, not 5 per second: the 6th is refused, and
+    /// the policy header says 5 per 10.
+    #[test]
+    fn a_rate_written_as_text_is_a_quota_per_window() {
+        let (set, _, _) =
+            rules("[[rate_limit]]\nname = \"r\"\nlimit = \"5/10s\"\npenalty = \"0s\"\n");
+        let rule = set.get(0).unwrap();
+        assert_eq!(rule.policy(), "\"r\";q=5;w=10");
+        for i in 0..5 {
+            let c = rule.check(7, at(10_000 + i * 1_000));
+            assert_eq!(c.outcome, Outcome::Pass, "request {}", i + 1);
+        }
+        let c = rule.check(7, at(15_000));
+        assert_eq!(c.outcome, Outcome::Limited);
+        // curr = 6 over a quota of 5: the rest of this interval (5 s), then a sixth of the next.
+        assert_eq!(c.retry_after, 7);
     }
 
     #[test]
@@ -775,7 +788,7 @@ mod tests {
         let mut changed = rule.config.clone();
         changed.algorithm = Algorithm::Window {
             window: Duration::from_secs(10),
-            limit: 1,
+            quota: 10,
             penalty: Duration::from_secs(60),
         };
         let other = Rule::new(changed, &states, &store);

@@ -10,13 +10,14 @@ pub fn rate(sample: &WindowSample, window: Duration) -> f64 {
     sample.weighted() / window.as_secs_f64()
 }
 
-/// With no further requests, how long until the estimate is back at or under `limit`.
+/// With no further requests, how long until the estimate is back at or under `quota` (requests
+/// per window).
 ///
 /// Within the current interval only `prev`'s weight decays; if `curr` alone is over the quota,
 /// the wait runs into the next interval, where `curr` becomes the decaying `prev`.
-pub fn time_to_recover(sample: &WindowSample, window: Duration, limit: u32) -> Duration {
+pub fn time_to_recover(sample: &WindowSample, window: Duration, quota: u64) -> Duration {
     let w = window.as_secs_f64();
-    let quota = f64::from(limit) * w;
+    let quota = quota as f64;
     let (prev, curr, f) = (sample.prev as f64, sample.curr as f64, sample.fraction);
     if sample.weighted() <= quota {
         return Duration::ZERO;
@@ -58,15 +59,15 @@ mod tests {
     fn recovery_time_at_the_boundaries() {
         let w = Duration::from_secs(10);
         // Under the limit: nothing to wait for.
-        assert_eq!(time_to_recover(&s(100, 100, 0.5), w, 100), Duration::ZERO);
+        assert_eq!(time_to_recover(&s(100, 100, 0.5), w, 1000), Duration::ZERO);
         // prev = 2000, curr = 0, f = 0: need 2000·(1−Δ/10) ≤ 1000 → Δ = 5 s.
         assert_eq!(
-            time_to_recover(&s(2000, 0, 0.0), w, 100),
+            time_to_recover(&s(2000, 0, 0.0), w, 1000),
             Duration::from_secs(5)
         );
         // curr alone over the quota: finish this interval (8 s), then curr = 1500 decays to
         // 1000 after a third of the next one.
-        let d = time_to_recover(&s(0, 1500, 0.2), w, 100);
+        let d = time_to_recover(&s(0, 1500, 0.2), w, 1000);
         assert!((d.as_secs_f64() - (8.0 + 10.0 / 3.0)).abs() < 1e-6, "{d:?}");
     }
 }

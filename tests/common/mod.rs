@@ -188,6 +188,9 @@ pub struct Setup {
     pub files: Vec<(String, Vec<u8>)>,
     /// `[server] threads`.
     pub threads: usize,
+    /// Whether the shipped pages are copied to `pages/` beside the config (they are unless
+    /// [`Setup::without_pages`]).
+    pub copy_pages: bool,
 }
 
 impl Setup {
@@ -202,7 +205,14 @@ impl Setup {
             env: Vec::new(),
             files: Vec::new(),
             threads: 2,
+            copy_pages: true,
         }
+    }
+
+    /// No `pages/` folder beside the config: rooms that name none serve the built-in pages.
+    pub fn without_pages(mut self) -> Setup {
+        self.copy_pages = false;
+        self
     }
 
     /// `[server] threads` (2 unless set).
@@ -282,7 +292,9 @@ impl Vestibule {
 
     pub fn start(setup: Setup) -> Vestibule {
         let dir = tempfile::tempdir().expect("temp dir");
-        copy_pages(&dir.path().join("pages"));
+        if setup.copy_pages {
+            copy_pages(&dir.path().join("pages"));
+        }
         std::fs::write(dir.path().join("keys.toml"), &setup.keys).expect("keys");
         for (name, contents) in &setup.files {
             let path = dir.path().join(name);
