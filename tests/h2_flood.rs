@@ -441,8 +441,9 @@ const PER_CLIENT: u64 = 60;
 /// GOAWAY arrived.
 const IN_FLIGHT: u64 = 2 * 20;
 
-#[test]
-fn a_paced_reset_flood_is_cut_off_per_connection_and_per_client() {
+/// A recording origin, a proxy with the budgets above that believes PROXY headers (so loopback
+/// clients have addresses of their own), and a runtime for the h2 clients.
+fn start_with_budgets() -> (RawOrigin, Vestibule, tokio::runtime::Runtime) {
     let origin = RawOrigin::start();
     let v = Setup::new(origin.addr)
         .server(&format!(
@@ -457,6 +458,12 @@ fn a_paced_reset_flood_is_cut_off_per_connection_and_per_client() {
         .enable_all()
         .build()
         .unwrap();
+    (origin, v, rt)
+}
+
+#[test]
+fn a_paced_reset_flood_is_cut_off_per_connection_and_per_client() {
+    let (origin, v, rt) = start_with_budgets();
     let flooder = proxy_v1("203.0.113.50");
     let bystander = proxy_v1("203.0.113.60");
     let limit = Duration::from_secs(4);
@@ -553,20 +560,7 @@ fn a_paced_reset_flood_is_cut_off_per_connection_and_per_client() {
 /// budget of 60, and the client is still served afterwards.
 #[test]
 fn connections_that_drop_with_requests_in_flight_are_not_charged() {
-    let origin = RawOrigin::start();
-    let v = Setup::new(origin.addr)
-        .server(&format!(
-            "h2c = true\nproxy_protocol = true\nh2_reset_per_connection = {PER_CONNECTION}\n\
-             h2_reset_per_client = {PER_CLIENT}\nh2_reset_window = \"10m\"\nh2_reset_penalty = \"5m\""
-        ))
-        .upstream_extra("health_check = \"0s\"\n")
-        .extra("[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]")
-        .start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (origin, v, rt) = start_with_budgets();
     let visitor = proxy_v1("203.0.113.70");
     let addr = v.proxy;
     for round in 0..4 {
