@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proof-of-work solve times in a real browser (SPEC §14): Debian's chromium, headless, solves the
+# Proof-of-work solve times in a real browser: Debian's chromium, headless, solves the
 # challenge page of rooms at difficulties 12 to 22, with the page's own SHA-256 (what visitors
 # run) and with WebCrypto (`#webcrypto`). Prints the median and the 90th percentile of the time
 # from the page's arrival to the browser sending the solution back, per difficulty; the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a cluster costs (SPEC §9): the allowed path of a capacity room on a node with the
+# What a cluster costs: the allowed path of a capacity room on a node with the
 # in-process store against a node of a two-node cluster on Redis (the request path must not
 # touch the store: goal within 2 %), and what the measured node costs the store per second:
 # round trips, bytes, and Redis CPU.

@@ -108,7 +108,7 @@ EOF
 ROOM='[[room]]
 pages = "pages"
 allow_percentage = 50'
-# The same room with an event whose pre-queue is open (SPEC §13): every request is a new
+# The same room with an event whose pre-queue is open: every request is a new
 # visitor who gets the pre-queue page and a token due at the start.
 PREQUEUE_ROOM="$ROOM
 [[room.event]]
@@ -117,7 +117,7 @@ prequeue_start = \"$(date -u -d '-1 hour' +%FT%TZ)\"
 start = \"$(date -u -d '+1 day' +%FT%TZ)\"
 end = \"$(date -u -d '+2 days' +%FT%TZ)\"
 shuffle_at_start = true"
-# The same room asking new arrivals for a proof-of-work (SPEC §14): every request is a new
+# The same room asking new arrivals for a proof-of-work: every request is a new
 # visitor who gets the challenge page, with a challenge of its own.
 CHALLENGE_ROOM="$ROOM
 challenge = \"pow\""

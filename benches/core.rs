@@ -62,7 +62,7 @@ fn tokens(c: &mut Criterion) {
     });
 }
 
-/// Proof-of-work (SPEC §14): what the server pays per challenge, against what a visitor pays
+/// Proof-of-work: what the server pays per challenge, against what a visitor pays
 /// per solve (`benches/challenge.sh`).
 fn challenges(c: &mut Criterion) {
     use vestibule::challenge;
@@ -107,7 +107,7 @@ fn challenges(c: &mut Criterion) {
     });
 }
 
-/// Invitations (SPEC §14): checking a code (one HMAC), refusing a forged one, and a whole
+/// Invitations: checking a code (one HMAC), refusing a forged one, and a whole
 /// decision of an invite room for a visitor presenting theirs again (the check and the store's
 /// memory of its holders).
 fn invitations(c: &mut Criterion) {

@@ -140,11 +140,11 @@ for ROUND in $(seq 1 "$ROUNDS"); do
   each measure allowed port vestibule_allowed origin -H "Cookie: $COOKIE"
   each measure rules port vestibule_3_rules origin -H "Cookie: $COOKIE"
   each measure waiting port vestibule_waiting_page page
-  # The same page in a language negotiated from a browser's Accept-Language (SPEC §13).
+  # The same page in a language negotiated from a browser's Accept-Language.
   each measure waiting port vestibule_waiting_page_ar page -H "$ARABIC"
-  # An event's pre-queue page, for a new visitor each time (SPEC §13).
+  # An event's pre-queue page, for a new visitor each time.
   each measure prequeue port vestibule_prequeue_page page
-  # A proof-of-work room's challenge page, a challenge of its own for each request (SPEC §14).
+  # A proof-of-work room's challenge page, a challenge of its own for each request.
   each measure challenge port vestibule_challenge_page page
   each measure log port vestibule_allowed_with_access_log origin -H "Cookie: $COOKIE"
   if [ -n "${P[1 ngx_pid]:-}" ]; then
@@ -188,7 +188,7 @@ echo "Origin: $ORIGIN_KIND ($ORIGIN_WORKERS workers). $CONNECTIONS connections, 
 echo
 python3 "$(dirname "$0")/table.py" "$RESULTS" | tee "$OUT/table.md"
 echo
-echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page (any language) <= 0.60x plain CPU/req (SPEC §13: <= 0.5x); RSS <= 2x."
+echo "Goals: allowed <= 1.10x, 3 rules <= 1.15x, waiting page (any language) <= 0.60x plain CPU/req (stricter goal: <= 0.5x); RSS <= 2x."
 if [ "$SCALING" = 1 ]; then
   echo "Scaling goals: CPU/req at 2 threads <= 1.08x its 1-thread figure (allowed, 3 rules); on 16 cores <= 1.25x from 1 to 8 threads and req/s at 8 >= 1.4x plain default."
 fi
