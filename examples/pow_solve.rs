@@ -1,4 +1,4 @@
-//! A reference client for a proof-of-work room (SPEC §14), for apps that talk JSON to a site
+//! A reference client for a proof-of-work room, for apps that talk JSON to a site
 //! behind vestibule.
 //!
 //! ```text

@@ -31,7 +31,7 @@ impl Admin {
         Admin { app }
     }
 
-    /// An operator action (SPEC §13): `/rooms/<room>/<action>`.
+    /// An operator action: `/rooms/<room>/<action>`.
     async fn action(&self, session: &mut ServerSession, snapshot: &Snapshot) -> Response<Vec<u8>> {
         if snapshot.config.admin.token.is_none() {
             return text(
@@ -154,7 +154,7 @@ impl Admin {
     }
 }
 
-/// SPEC §9: `cluster: {store, node, nodes, up, last_sync}`; never the store's address.
+/// `cluster: {store, node, nodes, up, last_sync}`; never the store's address.
 fn cluster_status(store: &dyn crate::store::CounterStore) -> Value {
     match store.cluster() {
         Some(c) => json!({
@@ -300,7 +300,7 @@ fn room_status(
     v["paused"] = json!(room.controls().held().paused);
     v["overrides"] = json!(overrides.overrides(&c.name));
     v["admit_grants_left"] = json!(crate::controls::grants_left(store, &c.name, now));
-    // Scheduled events (SPEC §13): the one in force (else the next, else the last), and the
+    // Scheduled events: the one in force (else the next, else the last), and the
     // next one to open.
     let event = |p: Option<crate::room::event::Phase>| {
         p.map(|p| {
@@ -458,7 +458,7 @@ fn parse_action(
             (_, "pause" | "resume" | "admit" | "message" | "sold-out" | "overrides") => {
                 return Err((
                     StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{method} does not apply to {what}; see SPEC §13"),
+                    format!("{method} does not apply to {what}; see the admin API in the docs"),
                 ))
             }
             _ => return Err((
@@ -626,7 +626,7 @@ fn status_html(s: &Value) -> String {
             esc(&e["message"])
         ),
     };
-    // One row per lane of every room with lanes (SPEC §14).
+    // One row per lane of every room with lanes.
     let lanes: Vec<Value> = rooms
         .iter()
         .flat_map(|r| {

@@ -175,7 +175,7 @@ impl App {
         Ok(generation)
     }
 
-    /// One second of every room's autopilot (SPEC §10): starts, steps or stops each, and logs
+    /// One second of every room's autopilot: starts, steps or stops each, and logs
     /// every change of the pace with its reason.
     pub fn steer(&self, now: Timestamp) {
         let snapshot = self.snapshot();

@@ -1,4 +1,4 @@
-//! Proof-of-work before a place in line (SPEC §14). Pure: no HTTP, no clock of its own.
+//! Proof-of-work before a place in line. Pure: no HTTP, no clock of its own.
 //!
 //! A new arrival in a `challenge = "pow"` room gets a challenge value instead of a wait token:
 //!

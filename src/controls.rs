@@ -1,4 +1,4 @@
-//! Operator actions (SPEC §13): runtime overrides on top of the config file.
+//! Operator actions: runtime overrides on top of the config file.
 //!
 //! An operator pauses a room, lets a few more people in, posts a notice or declares a sale sold
 //! out through the admin endpoint, in seconds and without editing a file. Each room's overrides
@@ -426,7 +426,7 @@ impl Controls {
         (o, written)
     }
 
-    /// Takes in the overrides other nodes published (SPEC §13: actions reach every node within
+    /// Takes in the overrides other nodes published (actions reach every node within
     /// one sync interval): a room's newer version replaces this node's, and is kept in the
     /// state file as if it had been taken here.
     pub fn adopt(&self, incoming: Vec<(String, u64, String)>) {

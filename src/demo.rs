@@ -13,7 +13,7 @@
 //! - anything else: a small HTML page saying you got in.
 //!
 //! With a [`ModelLoad`] (`vestibule origin --model-capacity N`) it behaves like an origin under
-//! load, for the autopilot (SPEC §10): every answer but `/__stats` waits the model origin's
+//! load, for the autopilot: every answer but `/__stats` waits the model origin's
 //! latency for the users it saw in the last `window` (`base / (1 − users / capacity)`, the
 //! model of `vestibule simulate --autopilot`), and past its capacity it answers 503. A user is
 //! the first `X-Forwarded-For` address (the client vestibule saw), else the connection's peer.

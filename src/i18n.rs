@@ -1,10 +1,10 @@
-//! Visitors' languages (SPEC §13): message catalogs, `Accept-Language` negotiation, plurals.
+//! Visitors' languages: message catalogs, `Accept-Language` negotiation, plurals.
 //!
 //! Pages are templates; their words come from one catalog per language, `i18n/<lang>.toml` in
 //! a page folder. Each key is a message id and each value a [Fluent](https://projectfluent.org)
 //! pattern, so plurals follow the language's CLDR rules (`{ $n -> [one] … *[other] … }`, chosen
 //! by `intl_pluralrules` inside `fluent-bundle`) and translators never meet template syntax.
-//! The 17 languages of SPEC §13 are built in; a folder's catalog for one of them overrides
+//! The 17 languages listed in the docs are built in; a folder's catalog for one of them overrides
 //! single messages, and a catalog for another language adds it. A message missing from a
 //! language falls back to the room's default language, then to English.
 //!
@@ -32,7 +32,7 @@ pub const MAX_TAGS: usize = 24;
 /// Header values whose negotiation is remembered.
 const NEGOTIATED_CACHE: usize = 512;
 
-/// The catalogs shipped, in SPEC §13's order.
+/// The catalogs shipped, in the documented order.
 pub const BUILTIN: [(&str, &str); 17] = [
     ("en", include_str!("../pages/i18n/en.toml")),
     ("es", include_str!("../pages/i18n/es.toml")),

@@ -1,4 +1,4 @@
-//! Invitations: who may join a presale or members' room (SPEC §14). Pure: no HTTP, no clock of
+//! Invitations: who may join a presale or members' room. Pure: no HTTP, no clock of
 //! its own, no memory of uses (that is the store's, see [`crate::store::CounterStore::invite`]).
 //!
 //! `vestibule invite` prints codes signed with the ring's active key:

@@ -118,7 +118,7 @@ pub struct PageContext<'a> {
     pub rule: &'a str,
     /// The status of the response.
     pub status: u16,
-    /// The line is paused by an operator (SPEC §13): nobody is let in for now.
+    /// The line is paused by an operator: nobody is let in for now.
     pub paused: bool,
     /// The operator's notice for the room, if any (escaped like every value).
     pub message: Option<&'a str>,
@@ -128,7 +128,7 @@ pub struct PageContext<'a> {
     /// The language's catalog, and the one missing messages come from (the room's default).
     pub lang_index: usize,
     pub fallback_index: usize,
-    /// The room's event (SPEC §13): the one in force, else the next, else the last; `None`
+    /// The room's event: the one in force, else the next, else the last; `None`
     /// for a room without events. `starts_at` and `ends_at` are RFC 3339 (UTC).
     pub event: Option<&'a str>,
     /// `scheduled`, `prequeue`, `running` or `ended` (empty without an event).
@@ -144,13 +144,13 @@ pub struct PageContext<'a> {
     pub countdown: Option<String>,
     /// Pre-queued visitors get their places by a random draw at the start.
     pub shuffle_at_start: bool,
-    /// Challenge pages (SPEC §14): the value to solve, the leading zero bits asked for, and
+    /// Challenge pages: the value to solve, the leading zero bits asked for, and
     /// the cookie the solution goes back in. Pages are rendered (and cached) with
     /// [`CHALLENGE_MARK`] as the value; [`splice_challenge`] puts each visitor's in.
     pub challenge_value: &'a str,
     pub challenge_difficulty: u8,
     pub solution_cookie: &'a str,
-    /// Invitation pages (SPEC §14): the visitor presented an invitation, and it was refused.
+    /// Invitation pages: the visitor presented an invitation, and it was refused.
     pub invitation_refused: bool,
 }
 
@@ -739,7 +739,7 @@ fn template_error(file: &Path, key: &str, e: &minijinja::Error) -> ConfigError {
     ConfigError::new(file, Some(key.to_owned()), message).at_line(e.line())
 }
 
-/// The JSON answer for `Accept: application/json` clients of a waiting room (SPEC §3).
+/// The JSON answer for `Accept: application/json` clients of a waiting room.
 #[derive(Debug, Serialize)]
 pub struct WaitingJson<'a> {
     pub room: &'a str,
@@ -754,19 +754,19 @@ pub struct WaitingJson<'a> {
     pub paused: bool,
     /// The operator's notice, if any.
     pub message: Option<&'a str>,
-    /// The room's event (SPEC §13): in force, else next, else last; null without events.
+    /// The room's event: in force, else next, else last; null without events.
     pub event: Option<EventJson<'a>>,
-    /// `decision = "challenge"` (SPEC §14): what to solve; absent otherwise.
+    /// `decision = "challenge"`: what to solve; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub challenge: Option<ChallengeJson<'a>>,
-    /// Why the invitation this request presented was refused (SPEC §14: `malformed`,
+    /// Why the invitation this request presented was refused (`malformed`,
     /// `unknown_key`, `bad_signature`, `expired`, `used_up`, `full`, `revoked`); absent
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invitation_refused: Option<&'static str>,
 }
 
-/// The proof-of-work in a JSON answer (SPEC §14).
+/// The proof-of-work in a JSON answer.
 #[derive(Debug, Serialize)]
 pub struct ChallengeJson<'a> {
     pub algorithm: &'static str,
@@ -808,7 +808,7 @@ pub fn json<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
 
-/// What kind of answer a held request gets (SPEC §3).
+/// What kind of answer a held request gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wants {
     /// `Accept` names `application/json`: the JSON body (apps, `fetch` from single-page sites).
@@ -1146,7 +1146,7 @@ mod tests {
         assert_eq!(v["wait_estimate_minutes"]["p50"], serde_json::Value::Null);
         assert!(wants_json(Some(b"application/json")));
         assert!(wants_json(Some(b"Application/JSON; charset=utf-8, */*")));
-        // Named anywhere, JSON wins (SPEC §3, first rule).
+        // Named anywhere, JSON wins (first rule).
         assert!(wants_json(Some(b"text/html,application/json")));
         assert!(!wants_json(None));
         assert!(!wants_json(Some(b"\xff")));

@@ -73,7 +73,7 @@ pub struct RequestCtx {
     decision: Option<Decision>,
     /// `Set-Cookie` to add to the forwarded response.
     set_cookie: Option<String>,
-    /// `pow` rooms: removes the solution cookie once it has been used (SPEC §14).
+    /// `pow` rooms: removes the solution cookie once it has been used.
     clear_solution: Option<String>,
     /// Capacity rooms: the admitted user's place (what a revoke gives back).
     place: Option<crate::room::Place>,
@@ -460,7 +460,7 @@ impl ProxyHttp for Proxy {
                 .metrics
                 .observe_upstream(status, ctx.upstream_seconds);
         }
-        // An autopilot room's origin answers (SPEC §10): how long, and whether they failed.
+        // An autopilot room's origin answers: how long, and whether they failed.
         if let Some(room) = ctx.room.and_then(|i| ctx.snapshot.rooms.get(i)) {
             if room.config.autopilot.is_some() {
                 let seconds = ctx.upstream_seconds.or_else(|| {
@@ -982,7 +982,7 @@ fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<
     }
 }
 
-/// A `pow` room's solution (SPEC §14): the `Vestibule-Solution` header, else the solution
+/// A `pow` room's solution: the `Vestibule-Solution` header, else the solution
 /// cookie `cookie` (whose name comes back with it, to remove it once used).
 fn solution_of<'r, 'c>(
     req: &'r RequestHeader,
@@ -1001,7 +1001,7 @@ fn solution_of<'r, 'c>(
     values.first().map(|v| (*v, Some(cookie)))
 }
 
-/// An invitation (SPEC §14): the `Vestibule-Invite` header, else the link parameter
+/// An invitation: the `Vestibule-Invite` header, else the link parameter
 /// `vestibule_invite` (percent-decoded); and whether it came by the link.
 fn invitation_of(req: &RequestHeader) -> Option<(std::borrow::Cow<'_, str>, bool)> {
     if let Some(v) = req.headers.get(VESTIBULE_INVITE) {

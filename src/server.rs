@@ -160,7 +160,7 @@ impl BackgroundService for UpstreamHealth {
     }
 }
 
-/// Syncs this node's counts with the shared store every `sync_interval` (SPEC §9): one round
+/// Syncs this node's counts with the shared store every `sync_interval`: one round
 /// trip each time, never on a request's path. A failed or slow sync changes nothing but the
 /// store's health: the next one sends everything again.
 struct StoreSync {
@@ -257,7 +257,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// How often buffered access lines are written.
 const LOG_FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// How often the autopilots look whether an interval is up (SPEC §10).
+/// How often the autopilots look whether an interval is up.
 const STEER_EVERY: Duration = Duration::from_secs(1);
 
 /// Drops expired counters, writes buffered access lines, and runs the autopilots.

@@ -171,7 +171,7 @@ impl Snapshot {
                 .with_controls(state.controls.cell(&room.name))
                 .with_pilot(state.pilots.cell(&room.name))
                 .with_language(language);
-            // An event's own page folder (SPEC §13), compiled once like the rooms'.
+            // An event's own page folder, compiled once like the rooms'.
             for (j, event) in room.events.iter().enumerate() {
                 let Some(dir) = &event.pages else { continue };
                 let key = format!("room[{i}].event[{j}].pages");

@@ -18,11 +18,11 @@ use crate::store::CounterStore;
 pub struct State {
     pub store: Arc<dyn CounterStore>,
     pub rules: RuleStates,
-    /// The same store as `store` when it is shared with other nodes (SPEC §9), and how.
+    /// The same store as `store` when it is shared with other nodes, and how.
     pub shared: Option<(Arc<SharedStore>, ClusterConfig)>,
-    /// Operator actions (SPEC §13), by room name.
+    /// Operator actions, by room name.
     pub controls: Arc<Controls>,
-    /// Autopilots (SPEC §10), by room name.
+    /// Autopilots, by room name.
     pub pilots: Arc<Pilots>,
     /// HTTP/2 clients' premature resets and the penalty box they lead to (this node's own).
     pub resets: Arc<ClientResets>,

@@ -64,7 +64,7 @@ pub enum Reject {
     /// The token belongs to a session the origin ended (`Vestibule-Command: revoke`).
     Revoked,
     /// Issued by another room, and this one asks who may join (or it was issued by a room that
-    /// does, and this is another): SPEC §14.
+    /// does, and this is another).
     WrongRoom,
 }
 
@@ -116,11 +116,11 @@ pub struct Claims {
     pub chk: Option<u64>,
     /// Capacity rooms only: the jittered refresh interval granted with this token, seconds.
     pub refresh: Option<u32>,
-    /// Rooms that ask who may join (a `pow` challenge, `access = "invite"`; SPEC §14): the room
+    /// Rooms that ask who may join (a `pow` challenge, `access = "invite"`): the room
     /// the token was issued by, so a place got elsewhere without the work or the invitation is
     /// not one here.
     pub room: Option<std::sync::Arc<str>>,
-    /// Capacity rooms with priority lanes (SPEC §14): the lane a waiting visitor waits in, when
+    /// Capacity rooms with priority lanes: the lane a waiting visitor waits in, when
     /// not `public` (an invitation's lane).
     pub lane: Option<std::sync::Arc<str>>,
 }
@@ -390,7 +390,7 @@ impl SignedCache {
     }
 }
 
-/// Recently issued proof-of-work challenges (SPEC §14), by room, identity, expiry and
+/// Recently issued proof-of-work challenges, by room, identity, expiry and
 /// difficulty. Expiries are rounded (see `challenge::issue`), so one identity gets the same
 /// challenge for a few seconds, like the same lottery token for a bucket: a client that keeps
 /// asking without solving is answered without another HMAC. A solution works for its identity

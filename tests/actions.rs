@@ -1,4 +1,4 @@
-//! Operator actions on the admin endpoint (SPEC §13), and the sold-out and queue-full pages,
+//! Operator actions on the admin endpoint, and the sold-out and queue-full pages,
 //! through the real proxy in front of the demo origin.
 
 mod common;

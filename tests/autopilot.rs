@@ -1,4 +1,4 @@
-//! The autopilot (SPEC §10) on the real server, in front of the demo origin's model load
+//! The autopilot on the real server, in front of the demo origin's model load
 //! (`vestibule origin --model-capacity N`: latency grows with the users it saw in the last
 //! seconds, 503 past its capacity).
 

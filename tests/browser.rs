@@ -298,7 +298,7 @@ fn a_visitor_in_a_real_browser() {
     }
 }
 
-/// A visitor in a proof-of-work room (SPEC §14): with JavaScript on it gets its place with no
+/// A visitor in a proof-of-work room: with JavaScript on it gets its place with no
 /// click while the page stays responsive; with JavaScript off it is told what is needed.
 #[test]
 fn a_visitor_solves_a_challenge_in_a_real_browser() {

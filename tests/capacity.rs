@@ -145,8 +145,8 @@ fn revoke_in_a_lottery_room_deletes_the_cookie() {
     assert!(cookies[0].starts_with("waiting_room=deleted;"));
 }
 
-/// A non-empty fifo queue end to end: the exact place and estimates its JSON gives (SPEC §4,
-/// the `estimates` of `room::capacity`).
+/// A non-empty fifo queue end to end: the exact place and estimates its JSON gives
+/// (the `estimates` of `room::capacity`).
 #[test]
 fn json_carries_the_estimates() {
     let origin = Origin::start();
@@ -287,7 +287,7 @@ fn simulate_writes_csv_heatmaps_and_a_summary() {
     );
 }
 
-/// SPEC §4 liveness on the real server: half the queue walks away after its first page, the
+/// Liveness on the real server: half the queue walks away after its first page, the
 /// other half checks in when told; the next full minute still takes at least 90 % of its slots.
 #[test]
 fn walking_away_does_not_hold_slots() {
@@ -346,7 +346,7 @@ fn walking_away_does_not_hold_slots() {
     assert!(in_measured <= CAP, "never more than the cap");
 }
 
-/// SPEC §14 priority lanes on the real server: a minute's slots go 3 : 1 to members (who
+/// Priority lanes on the real server: a minute's slots go 3 : 1 to members (who
 /// joined with an invitation link of their lane) over the public line, though the public line
 /// arrived first; each lane is counted apart in `/status` and the metrics.
 #[test]

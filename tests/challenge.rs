@@ -1,4 +1,4 @@
-//! Proof-of-work before a place in line (SPEC §14), end to end: the real server, the demo
+//! Proof-of-work before a place in line, end to end: the real server, the demo
 //! origin, and solutions found by the reference solver.
 
 mod common;

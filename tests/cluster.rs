@@ -1,4 +1,4 @@
-//! Several real vestibule nodes sharing capacity rooms through a real Redis (SPEC §9).
+//! Several real vestibule nodes sharing capacity rooms through a real Redis.
 //!
 //! Each test starts `redis-server` on a free loopback port and stops it by pid; it skips with a
 //! loud message only when `redis-server` is not installed (`.ci/run` installs it).
@@ -521,7 +521,7 @@ fn a_frozen_store_times_out_and_no_request_waits_on_it() {
         == 1.0));
 }
 
-/// An operator action taken on one node reaches every node within a sync interval (SPEC §13).
+/// An operator action taken on one node reaches every node within a sync interval.
 #[test]
 fn operator_actions_reach_every_node() {
     let Some(redis) = Redis::start() else { return };
@@ -605,7 +605,7 @@ fn operator_actions_reach_every_node() {
     assert_eq!(User::new(3).decision(&nodes[1]).0, "allow");
 }
 
-/// An invitation's uses are remembered in the store (SPEC §14): once node a's acceptance has
+/// An invitation's uses are remembered in the store: once node a's acceptance has
 /// reached node b (one sync), node b refuses another identity and takes the same one again.
 #[test]
 fn an_invitation_used_on_one_node_is_used_on_every_node() {
@@ -661,7 +661,7 @@ fn an_invitation_used_on_one_node_is_used_on_every_node() {
     );
 }
 
-/// Priority lanes (SPEC §14) across two nodes: each lane's queue and admissions go through the
+/// Priority lanes across two nodes: each lane's queue and admissions go through the
 /// store, so a node sees the other's waiting members, and the minute splits 3 : 1 wherever the
 /// visitors check in.
 #[test]

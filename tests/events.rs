@@ -1,4 +1,4 @@
-//! Scheduled events (SPEC §13) on the real server: the pre-queue, the start, and what comes
+//! Scheduled events on the real server: the pre-queue, the start, and what comes
 //! after it, on the wall clock.
 
 mod common;

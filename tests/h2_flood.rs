@@ -1,4 +1,4 @@
-//! HTTP/2 abuse (SPEC §12): a rapid-reset flood (CVE-2023-44487) and a CONTINUATION flood
+//! HTTP/2 abuse: a rapid-reset flood (CVE-2023-44487) and a CONTINUATION flood
 //! (CVE-2024-27316 and kin) against the real server over h2c, while another client keeps being
 //! served. Memory is read from /proc before and after; every loop is bounded in count and time.
 

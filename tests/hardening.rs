@@ -213,7 +213,7 @@ fn old_lottery_wait_tokens_are_new_arrivals() {
 }
 
 /// Duplicate or listed `Content-Length` values are refused unless all equal; equal ones reach
-/// the origin as one value (SPEC §11).
+/// the origin as one value.
 #[test]
 fn content_length_must_be_unambiguous() {
     let origin = Origin::start();

@@ -1,4 +1,4 @@
-//! Invitations (SPEC §14), end to end: codes printed by `vestibule invite`, presented by link
+//! Invitations, end to end: codes printed by `vestibule invite`, presented by link
 //! or header to the real server in front of the demo origin.
 
 mod common;

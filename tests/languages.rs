@@ -1,4 +1,4 @@
-//! Pages in the visitor's language (SPEC §13), through the real proxy.
+//! Pages in the visitor's language, through the real proxy.
 
 mod common;
 

@@ -274,7 +274,7 @@ fn room_cookies_never_reach_the_origin() {
     assert_eq!(resp.status(), 200);
     let headers = echo_headers(&resp.text().unwrap());
     // Several Cookie fields reach the origin as one (RFC 6265 §5.4 allows one Cookie header),
-    // joined with "; " as HTTP/2's split cookies are (SPEC §12).
+    // joined with "; " as HTTP/2's split cookies are.
     assert_eq!(
         header_values(&headers, "cookie"),
         ["a=1;  b=\"x y\"; c=3; d=4"]

@@ -1,4 +1,4 @@
-//! The PROXY protocol on plain listeners (SPEC §12, `[server] proxy_protocol`): the real server
+//! The PROXY protocol on plain listeners (`[server] proxy_protocol`): the real server
 //! behind a balancer that opens every connection with a v1 or v2 header, spoken over raw TCP.
 
 mod common;

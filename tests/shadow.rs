@@ -1,4 +1,4 @@
-//! Rooms in shadow mode (SPEC §10): decide, set cookies and count as usual, forward everything.
+//! Rooms in shadow mode: decide, set cookies and count as usual, forward everything.
 
 mod common;
 

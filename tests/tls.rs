@@ -1,4 +1,4 @@
-//! TLS termination and HTTP/2 (SPEC §12): the real server with certificates made by a test CA,
+//! TLS termination and HTTP/2: the real server with certificates made by a test CA,
 //! spoken to by reqwest over rustls (HTTP/1.1 and HTTP/2 by ALPN), by reqwest with HTTP/2 prior
 //! knowledge (h2c), and by a raw rustls client behind a PROXY header.
 

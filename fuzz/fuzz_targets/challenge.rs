@@ -1,4 +1,4 @@
-//! The proof-of-work solution parser and checker (SPEC §14): any bytes as a solution, against a
+//! The proof-of-work solution parser and checker: any bytes as a solution, against a
 //! ring, never panic; whatever is accepted is bound to the identity and room it was checked for,
 //! and shows the work its value asks for.
 #![no_main]

@@ -1,4 +1,4 @@
-//! The invitation parser and checker (SPEC §14), and the link parameter's reader: any bytes as a
+//! The invitation parser and checker, and the link parameter's reader: any bytes as a
 //! code, against a ring, never panic; whatever is accepted is bound to the room it was checked
 //! for and has sane terms. Any text as a query string: the parameter found is the one stripped.
 #![no_main]

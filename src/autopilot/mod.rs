@@ -1,4 +1,4 @@
-//! The autopilot (SPEC §10): a capacity room's `new_users_per_minute` steered by its origin's
+//! The autopilot: a capacity room's `new_users_per_minute` steered by its origin's
 //! health.
 //!
 //! Every `autopilot_interval` the caller hands in what it saw of the room's origin answers in

@@ -1,4 +1,4 @@
-//! The autopilot in the proxy (SPEC §10): per room, what its origin answered, the pace in force,
+//! The autopilot in the proxy: per room, what its origin answered, the pace in force,
 //! and one step of the law per `autopilot_interval`.
 //!
 //! A room's [`PilotCell`] lives as long as the process (rooms rebuilt by a reload find the same

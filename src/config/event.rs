@@ -1,4 +1,4 @@
-//! `[[room.event]]`: a room's scheduled events (SPEC §13), as the core uses them, and the checks
+//! `[[room.event]]`: a room's scheduled events, as the core uses them, and the checks
 //! that turn a file's events into them.
 //!
 //! Times are RFC 3339 with a zone (`2026-12-01T10:00:00Z`, `…+01:00`), kept as Unix seconds.

@@ -262,7 +262,7 @@ pub struct RoomFile {
     pub sold_out: Option<bool>,
     pub default_language: Option<String>,
     pub mode: Option<String>,
-    /// The autopilot (SPEC §10).
+    /// The autopilot.
     pub autopilot: Option<bool>,
     #[serde(default, with = "humantime_serde")]
     pub autopilot_target_latency: Option<Duration>,
@@ -271,21 +271,21 @@ pub struct RoomFile {
     pub autopilot_max: Option<i64>,
     #[serde(default, with = "humantime_serde")]
     pub autopilot_interval: Option<Duration>,
-    /// Proof-of-work before a place in line (SPEC §14).
+    /// Proof-of-work before a place in line.
     pub challenge: Option<String>,
     pub challenge_difficulty: Option<i64>,
     #[serde(default, with = "humantime_serde")]
     pub challenge_ttl: Option<Duration>,
     pub on_challenge_failure: Option<String>,
-    /// Who may join (SPEC §14): `open` or `invite`.
+    /// Who may join: `open` or `invite`.
     pub access: Option<String>,
     /// Invitations in use a room remembers at once.
     pub max_invitations: Option<i64>,
     /// Invitations no longer taken: their ids, or whole codes.
     pub revoked_invitations: Option<Vec<String>>,
-    /// Priority lanes (SPEC §14): lane name → weight in the split of the free slots.
+    /// Priority lanes: lane name → weight in the split of the free slots.
     pub lanes: Option<std::collections::BTreeMap<String, i64>>,
-    /// `[[room.event]]`: scheduled events (SPEC §13).
+    /// `[[room.event]]`: scheduled events.
     #[serde(default)]
     pub event: Vec<EventFile>,
 }

@@ -50,7 +50,7 @@ pub struct Config {
     pub tls: TlsConfig,
 }
 
-/// `[tls]`: the certificates of the TLS listeners (SPEC §12). The files are loaded and checked
+/// `[tls]`: the certificates of the TLS listeners. The files are loaded and checked
 /// with the snapshot (`listen::tls`), and reload like the key ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsConfig {
@@ -90,7 +90,7 @@ impl TlsVersion {
     }
 }
 
-/// `[cluster]`: where counters live (SPEC §9). Restart-only.
+/// `[cluster]`: where counters live. Restart-only.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
     pub store: StoreKind,
@@ -179,7 +179,7 @@ pub enum StoreKind {
     Redis,
 }
 
-/// What capacity rooms do while the shared store cannot be reached (SPEC §9).
+/// What capacity rooms do while the shared store cannot be reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnStoreFailure {
     /// Keep deciding on the last share and this node's own counts.
@@ -220,7 +220,7 @@ pub struct ServerConfig {
     /// Pages (`error.html`, `ratelimited.html`) for requests outside every room; `None` uses
     /// the pages built into the binary.
     pub pages: Option<PathBuf>,
-    /// Every connection opens with a PROXY v1 or v2 header (SPEC §12), believed from
+    /// Every connection opens with a PROXY v1 or v2 header, believed from
     /// `identity.trusted_proxies` only.
     pub proxy_protocol: bool,
     /// TLS listeners (HTTP/2 and HTTP/1.1 by ALPN). Restart-only, like `listen`.
@@ -272,7 +272,7 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Bearer token; required when `listen` is not a loopback address.
     pub token: Option<String>,
-    /// Where operator actions (SPEC §13) are kept across restarts.
+    /// Where operator actions are kept across restarts.
     pub state_file: PathBuf,
 }
 
@@ -334,15 +334,15 @@ pub struct RoomConfig {
     pub sold_out: bool,
     /// The pages' language when `Accept-Language` names none the catalogs have.
     pub default_language: String,
-    /// `shadow`: decide, set cookies and count as usual, but forward every request (SPEC §10).
+    /// `shadow`: decide, set cookies and count as usual, but forward every request.
     pub mode: RoomMode,
-    /// Scheduled events (SPEC §13), in time order; they never overlap.
+    /// Scheduled events, in time order; they never overlap.
     pub events: Vec<EventConfig>,
-    /// `autopilot = true`: admission steered by the origin's health (SPEC §10).
+    /// `autopilot = true`: admission steered by the origin's health.
     pub autopilot: Option<AutopilotConfig>,
-    /// `challenge = "pow"`: a new arrival proves some work before it gets a place (SPEC §14).
+    /// `challenge = "pow"`: a new arrival proves some work before it gets a place.
     pub challenge: Option<ChallengeConfig>,
-    /// `access = "invite"`: only visitors holding an invitation may join (SPEC §14).
+    /// `access = "invite"`: only visitors holding an invitation may join.
     pub access: Access,
     /// The most invitations in use the room remembers at once (each until it expires): a new
     /// one beyond it is refused, a used one never forgotten early.
@@ -351,7 +351,7 @@ pub struct RoomConfig {
     pub revoked_invitations: std::collections::BTreeSet<u64>,
 }
 
-/// Who may join a room (SPEC §14).
+/// Who may join a room.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Access {
     /// Everyone; an invitation only chooses a lane.
@@ -373,7 +373,7 @@ impl Access {
 /// `max_invitations` unless set.
 pub const DEFAULT_MAX_INVITATIONS: usize = 100_000;
 
-/// A room's proof-of-work (SPEC §14).
+/// A room's proof-of-work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChallengeConfig {
     /// Leading zero bits of SHA-256(value ":" nonce), 8-28: about `2^difficulty` hashes.
@@ -401,7 +401,7 @@ impl OnChallengeFailure {
     }
 }
 
-/// What the autopilot of a room steers toward and within (SPEC §10).
+/// What the autopilot of a room steers toward and within.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AutopilotConfig {
     /// The p95 latency of the room's origin answers to stay under.
@@ -464,12 +464,12 @@ pub struct CapacityConfig {
     pub rejoin_grace: Duration,
     /// New arrivals get `queuefull.html` once this many wait; 0 = no limit.
     pub max_waiting_users: u32,
-    /// Priority lanes (SPEC §14), `public` first, then by name; empty: one line for everyone.
+    /// Priority lanes, `public` first, then by name; empty: one line for everyone.
     pub lanes: Vec<Lane>,
 }
 
 /// A priority lane of a capacity room: while several lanes have visitors waiting, the free
-/// slots are split by weight (SPEC §14).
+/// slots are split by weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lane {
     pub name: std::sync::Arc<str>,
@@ -560,7 +560,7 @@ pub struct RuleConfig {
     /// Keys the rule expects to track at once: sizes estimators and caps its tables.
     pub max_keys: usize,
     /// Window rules: count every cluster node's requests for a key, and honour every node's
-    /// penalty box (SPEC §9). Without a shared store it counts this node's alone.
+    /// penalty box. Without a shared store it counts this node's alone.
     pub shared: bool,
 }
 

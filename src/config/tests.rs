@@ -159,7 +159,7 @@ fn type_errors_name_the_key_and_line() {
     );
 }
 
-/// SPEC §1: every problem of a file in one run, each with its key and line: unknown keys do not
+/// Every problem of a file in one run, each with its key and line: unknown keys do not
 /// stop the parse, and what parsed is validated too.
 #[test]
 fn every_problem_is_reported_at_once() {

@@ -31,7 +31,7 @@ pub enum Resolve {
 
 pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config, ConfigErrors> {
     // Unknown keys do not stop the parse: each is reported, and what did parse is validated
-    // too, so one run lists every problem of the file (SPEC §1).
+    // too, so one run lists every problem of the file.
     let mut unknown = Vec::new();
     let parsed =
         serde_ignored::deserialize(toml::Deserializer::new(text), |p| unknown.push(dotted(&p)));
@@ -857,7 +857,7 @@ impl Validator<'_> {
         out
     }
 
-    /// `lanes` (SPEC §14): names as invitations write them, weights 1 to [`MAX_LANE_WEIGHT`],
+    /// `lanes`: names as invitations write them, weights 1 to [`MAX_LANE_WEIGHT`],
     /// and `public` among them, the lane of everyone without an invitation's lane.
     fn lanes(&mut self, i: usize, r: &RoomFile) -> Vec<Lane> {
         let k = |field: &str| format!("room[{i}].lanes{field}");
@@ -903,7 +903,7 @@ impl Validator<'_> {
         out
     }
 
-    /// `access` and `max_invitations` (SPEC §14).
+    /// `access` and `max_invitations`.
     fn access(&mut self, i: usize, r: &RoomFile) -> (Access, usize) {
         let k = |field: &str| format!("room[{i}].{field}");
         let access = match r.access.as_deref().unwrap_or("open") {
@@ -927,7 +927,7 @@ impl Validator<'_> {
         (access, max.clamp(1, 10_000_000) as usize)
     }
 
-    /// The `challenge*` keys (SPEC §14), checked whether or not `challenge` is on.
+    /// The `challenge*` keys, checked whether or not `challenge` is on.
     fn challenge(&mut self, i: usize, r: &RoomFile) -> Option<ChallengeConfig> {
         use crate::challenge::{MAX_DIFFICULTY, MIN_DIFFICULTY};
         let k = |field: &str| format!("room[{i}].{field}");
@@ -979,7 +979,7 @@ impl Validator<'_> {
         }
     }
 
-    /// The `autopilot*` keys (SPEC §10). They are checked whether or not `autopilot` is on, so a
+    /// The `autopilot*` keys. They are checked whether or not `autopilot` is on, so a
     /// room can be switched on by one line; they steer only when it is.
     fn autopilot(
         &mut self,

@@ -2,7 +2,7 @@
 //! request.
 //!
 //! [`Edge`] wraps the Pingora proxy app and owns the HTTP/1 connection loop, so that time spent
-//! *waiting for a client* is bounded (SPEC §11):
+//! *waiting for a client* is bounded:
 //!
 //! - between requests, a connection may stay idle for `keepalive_timeout`; a new connection must
 //!   send its first byte within `header_timeout`;

@@ -1,4 +1,4 @@
-//! The PROXY protocol (v1 text, v2 binary) in front of a connection (SPEC §12): what a layer-4
+//! The PROXY protocol (v1 text, v2 binary) in front of a connection: what a layer-4
 //! balancer (HAProxy, AWS NLB) sends first, to say who the client is.
 //!
 //! Parsing is `ppp`'s; this module decides what to do with the bytes: a whole header, one that

@@ -1,4 +1,4 @@
-//! TLS termination (SPEC §12): the certificates of one generation, checked at load, and the
+//! TLS termination: the certificates of one generation, checked at load, and the
 //! acceptor that serves them.
 //!
 //! Pingora's `TlsSettings::build()` panics on a missing file or a key that does not match its

@@ -1,6 +1,6 @@
 //! Every metric family, in one place, registered in one registry.
 //!
-//! Names and labels are part of the external contract (SPEC §7). Label values come from config
+//! Names and labels are part of the external contract. Label values come from config
 //! (room and rule names, validated as labels) or from fixed sets, never from requests, so the
 //! number of series is bounded.
 
@@ -92,13 +92,13 @@ pub struct Metrics {
     pub downstream_requests: [Arc<Counter>; 4],
     downstream_requests_vec: sharded::CounterVec,
     pub tls_certificate_expiry: GaugeVec,
-    /// Operator actions (SPEC §13), by room and action.
+    /// Operator actions, by room and action.
     pub admin_actions: IntCounterVec,
     /// Operator overrides in force, by room and override (`paused`, `sold_out`, `message`).
     pub room_override: IntGaugeVec,
     /// Admissions granted by `admit` and not taken yet, by room.
     pub room_admit_grants: IntGaugeVec,
-    /// Scheduled events (SPEC §13): 1 for each event's current state, 0 for the others.
+    /// Scheduled events: 1 for each event's current state, 0 for the others.
     pub room_event_state: IntGaugeVec,
     /// Capacity rooms: the `new_users_per_minute` in force (the autopilot's while it runs).
     pub room_new_users_per_minute: IntGaugeVec,

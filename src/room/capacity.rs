@@ -18,12 +18,12 @@
 //!   [`TICK_SECS`]), moved to the current tick at every check-in. A user who stops checking in
 //!   drops out [`Capacity::live_window`] after their last check-in: their longest jittered
 //!   interval (1.2 × `refresh`) plus a browser's latency, rounded up to ticks. No slot is held for
-//!   them any longer than that (SPEC §4, liveness).
+//!   them any longer than that (liveness).
 //! - `Admitted(m)`: users let in during minute `m`.
 //!
 //! An arrival bucket is half a `refresh` long, and fifo lets in only the head of the queue,
 //! its two oldest buckets: users let in out of arrival order arrived within one refresh interval
-//! of each other (SPEC §4). Within a bucket the order is the order of check-ins; finer buckets
+//! of each other. Within a bucket the order is the order of check-ins; finer buckets
 //! would not order better (a user is let in at their next check-in, not at once) and would
 //! multiply counters. Liveness comes first: the minute's last slots that the head cannot take go
 //! to the next users, which can reorder by up to about two refresh intervals (measured with
@@ -207,7 +207,7 @@ impl Views {
     }
 }
 
-/// One priority lane of a room (SPEC §14). Lane 0 is `public`, counted in the room's own scope,
+/// One priority lane of a room. Lane 0 is `public`, counted in the room's own scope,
 /// so a room without lanes counts as it always did.
 #[derive(Debug)]
 struct LaneCounters {
@@ -246,7 +246,7 @@ pub struct Capacity {
     order: QueueOrder,
     /// 0 = no limit. The configured value: [`Capacity::new_per_minute`] is the one in force.
     new_per_minute: u64,
-    /// The autopilot that sets the pace while it runs (SPEC §10).
+    /// The autopilot that sets the pace while it runs.
     pilot: PilotHandle,
     /// 0 = no limit.
     total_active: u64,
@@ -260,7 +260,7 @@ pub struct Capacity {
     /// New arrivals are turned away once this many wait; 0 = no limit.
     max_waiting: u64,
     queue_all: bool,
-    /// Tokens carry the room's name (rooms that ask who may join, SPEC §14).
+    /// Tokens carry the room's name (rooms that ask who may join).
     bound: Option<Arc<str>>,
     store: Arc<dyn CounterStore>,
     /// Check-ins of the last [`CHECKIN_WINDOW`], by lane.
@@ -340,7 +340,7 @@ impl Capacity {
         }
     }
 
-    /// Binds the tokens this room issues to `room` (SPEC §14).
+    /// Binds the tokens this room issues to `room`.
     pub fn bind_to(&mut self, room: Arc<str>) {
         self.bound = Some(room);
     }
@@ -627,7 +627,7 @@ impl Capacity {
     /// The free slots: the cluster's (for the order of the queue and the estimates) and this
     /// node's part of them (what it may give now). With a store of one process they are the
     /// same: min(`new_users_per_minute` − admitted this minute, `total_active_users` − active
-    /// users). In a cluster (SPEC §9), this node's part is its allotment of the slots free at
+    /// users). In a cluster, this node's part is its allotment of the slots free at
     /// the last sync, less what it admitted since; `None` = no limit.
     pub fn slots(&self, now: Timestamp) -> Slots {
         let (cluster, here) = self.headroom(now);
@@ -637,7 +637,7 @@ impl Capacity {
         }
     }
 
-    /// The free slots `lane` may take now (SPEC §14). With lanes, the minute's slots (those
+    /// The free slots `lane` may take now. With lanes, the minute's slots (those
     /// given so far and those free) are split by weight among the lanes with visitors waiting,
     /// none given more than it let in plus those waiting in it (what it leaves goes to the
     /// others, so a lane nobody waits in gives its share away); a lane takes what is left of its
@@ -1265,7 +1265,7 @@ impl Capacity {
         now.secs().saturating_sub(last) <= self.rejoin_grace.as_secs()
     }
 
-    /// An event's pre-queue (SPEC §13): nobody new is let in, admitted users keep access, and
+    /// An event's pre-queue: nobody new is let in, admitted users keep access, and
     /// everyone else gets, or keeps, a pre-queue token: their arrival (kept from an earlier wait
     /// token, else now; before the start's arrival bucket either way, so the pre-queue is ahead
     /// of later arrivals), no check-in yet (`chk` absent: counted from their first check-in
@@ -1519,7 +1519,7 @@ pub fn random_wait_minutes(p: f64, per_minute: f64) -> f64 {
 /// queue of `waiting` users, which `joining` more join each minute and `rate` leave admitted:
 /// each minute they get in with chance `P = rate / waiting then`, so
 /// `1 − Π(1 − P)` over the minutes waited reaches the percentile. With a queue that does not
-/// grow this is SPEC §4's `n = ln(1−p) / ln(1−P)`; with one that does, the later minutes'
+/// grow this is the capacity design's `n = ln(1−p) / ln(1−P)`; with one that does, the later minutes'
 /// smaller chances are counted. `None` past a day, or when nobody is let in.
 pub fn random_wait_quantiles(waiting: f64, joining: f64, rate: f64) -> [Option<f64>; 3] {
     const QUANTILES: [f64; 3] = [0.25, 0.5, 0.75];

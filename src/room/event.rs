@@ -1,4 +1,4 @@
-//! Scheduled events (SPEC §13): where a room's events stand at a moment, and the keyed draw that
+//! Scheduled events: where a room's events stand at a moment, and the keyed draw that
 //! orders pre-queued visitors at the start.
 //!
 //! An event is *scheduled* until its pre-queue opens (or its start, without one), *pre-queue*

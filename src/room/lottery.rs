@@ -38,9 +38,9 @@ pub struct Lottery {
     /// How often the page of a closed room checks again.
     pub closed_refresh: u64,
     pub queue_all: bool,
-    /// The autopilot that sets the percentage while it runs (SPEC §10).
+    /// The autopilot that sets the percentage while it runs.
     pub pilot: PilotHandle,
-    /// Tokens carry the room's name (rooms that ask who may join, SPEC §14).
+    /// Tokens carry the room's name (rooms that ask who may join).
     pub bound: Option<Arc<str>>,
 }
 
@@ -168,7 +168,7 @@ impl Lottery {
         }
     }
 
-    /// An event's pre-queue (SPEC §13): nobody new is let in and admitted users keep access.
+    /// An event's pre-queue: nobody new is let in and admitted users keep access.
     /// Everyone else gets, or keeps, a wait token due in the event's first wait period, at the
     /// moment of their place in the pre-queue ([`prequeue_place`]: drawn, keyed, with
     /// `shuffle_at_start`; else by arrival), so pre-queued visitors are drawn first, in that

@@ -46,15 +46,15 @@ pub enum Decision {
     Deny,
     /// Never held (bypass rule, or the room is disabled).
     Bypass,
-    /// The room is sold out (SPEC §13): show `soldout`; the visitor keeps their place in line.
+    /// The room is sold out: show `soldout`; the visitor keeps their place in line.
     SoldOut,
     /// The line is full (`max_waiting_users`): show `queuefull`, no wait token.
     QueueFull,
-    /// An event's pre-queue (SPEC §13): show `prequeue`, a wait token due at the start.
+    /// An event's pre-queue: show `prequeue`, a wait token due at the start.
     PreQueue,
-    /// A new arrival in a `pow` room (SPEC §14): show `challenge`, no token until it is solved.
+    /// A new arrival in a `pow` room: show `challenge`, no token until it is solved.
     Challenge,
-    /// A visitor without a valid invitation in an `invite` room (SPEC §14): show `invite` with
+    /// A visitor without a valid invitation in an `invite` room: show `invite` with
     /// status 403, no token.
     Uninvited,
 }
@@ -152,7 +152,7 @@ pub struct Outcome {
     pub invitation: Option<Result<(), Refusal>>,
 }
 
-/// What a request brings besides its cookies (SPEC §14). Only a visitor without a valid token
+/// What a request brings besides its cookies. Only a visitor without a valid token
 /// needs either.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Brought<'a> {
@@ -171,7 +171,7 @@ pub struct PowCount {
     pub failed: Option<crate::challenge::Failure>,
 }
 
-/// What bears on a room beyond its own settings (SPEC §13), handed to its admission policy:
+/// What bears on a room beyond its own settings, handed to its admission policy:
 /// operator actions, and the event running now.
 pub struct Hold<'a> {
     /// Paused or sold out: nobody new is let in; everyone keeps their place.
@@ -180,7 +180,7 @@ pub struct Hold<'a> {
     pub grant: &'a dyn Fn() -> bool,
     /// The event running now, if any: those who pre-queued for it go before later arrivals.
     pub event: Option<&'a crate::config::EventConfig>,
-    /// The priority lane a new arrival waits in: their invitation's (SPEC §14).
+    /// The priority lane a new arrival waits in: their invitation's.
     pub lane: Option<&'a str>,
 }
 
@@ -245,7 +245,7 @@ pub struct Presented {
 }
 
 /// Which tokens a room takes: those issued by no room in particular, or by this one; and only
-/// its own when it asks who may join (SPEC §14).
+/// its own when it asks who may join.
 #[derive(Clone, Copy, Debug)]
 pub struct Binding<'a> {
     pub room: &'a str,
@@ -319,11 +319,11 @@ pub struct Room {
     /// its pages.
     events: Vec<(Policy, Arc<Pages>, usize)>,
     store: Arc<dyn CounterStore>,
-    /// Operator overrides (SPEC §13); the same cell across reloads.
+    /// Operator overrides; the same cell across reloads.
     controls: Arc<RoomCell>,
     /// The catalog of `default_language` among the room's pages.
     language: usize,
-    /// The autopilot (SPEC §10); the same cell across reloads.
+    /// The autopilot; the same cell across reloads.
     pilot: Arc<PilotCell>,
     /// `pow` rooms: the cookie a solution may come back in (`<cookie_name>_pow`).
     solution_cookie: Option<String>,
@@ -382,7 +382,7 @@ impl Room {
                 .map(|_| format!("{}_pow", config.cookie.name)),
             config,
         };
-        // A room that asks who may join takes only the tokens it issued itself (SPEC §14).
+        // A room that asks who may join takes only the tokens it issued itself.
         if room.binding().required {
             room.bind_tokens();
         }
@@ -562,8 +562,8 @@ impl Room {
         self.decide_bringing(ring, uid, cookies, Brought::default(), now)
     }
 
-    /// Decides one request that may bring a proof-of-work solution or an invitation (SPEC
-    /// §14). A visitor without a valid token joins an `invite` room only with a valid
+    /// Decides one request that may bring a proof-of-work solution or an invitation
+    ///. A visitor without a valid token joins an `invite` room only with a valid
     /// invitation, and a `pow` room only with a correct solution.
     pub fn decide_bringing(
         &self,

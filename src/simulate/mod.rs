@@ -13,7 +13,7 @@
 //! - fifo: Kendall's tau between arrival minute and admission time (goal: ≥ 0.95);
 //! - random: the correlation between arrival minute and remaining wait among users waiting at
 //!   the same moment (goal: near 0);
-//! - with `lanes` (SPEC §14): each lane's share of the admissions in the minutes every lane
+//! - with `lanes`: each lane's share of the admissions in the minutes every lane
 //!   had more users waiting than its weight's share of the slots (goal: the weight's share,
 //!   within 5 points). Users of a lane other than `public` join with an invitation link of that
 //!   lane, made with the run's key, as a presale's members would.
@@ -1156,7 +1156,7 @@ pub const SWEEP_INTERVALS: [f64; 7] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// The overshoot a cluster may make over `new_users_per_minute` at a sync interval: one
 /// interval of the busiest node's share of the pace, plus one for nodes whose views of the
-/// free slots differ when they apportion them (SPEC §9; measured by the sweep).
+/// free slots differ when they apportion them (measured by the sweep).
 pub fn overshoot_bound(opts: &Options, interval_secs: f64) -> u32 {
     let busiest = opts.weights().iter().copied().fold(0.0, f64::max);
     (busiest * f64::from(opts.new_users_per_minute) * interval_secs / 60.0).ceil() as u32 + 1
@@ -1518,7 +1518,7 @@ mod tests {
         }
     }
 
-    /// SPEC §4 liveness: while live users wait, at least 90 % of the free slots are taken
+    /// Liveness: while live users wait, at least 90 % of the free slots are taken
     /// every minute, whatever share of the queue walks away; and fifo keeps arrival order.
     #[test]
     fn free_slots_are_taken_whoever_walks_away() {

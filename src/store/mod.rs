@@ -51,7 +51,7 @@ pub struct WindowSpec {
     pub interval_ms: u64,
     /// Distinct keys the counter is sized for (accuracy degrades beyond it; see `local.rs`).
     pub max_keys: usize,
-    /// Counted across the cluster when the store is shared (SPEC §9 `shared = true`): a key's
+    /// Counted across the cluster when the store is shared (`shared = true`): a key's
     /// counts are exchanged once this node counted `exchange_above` of them in an interval.
     pub shared: Option<u64>,
 }
@@ -119,7 +119,7 @@ pub enum MarkKind {
     Penalty,
 }
 
-/// One visitor presenting one invitation (SPEC §14).
+/// One visitor presenting one invitation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ticket {
     /// The invitation's id.
@@ -178,7 +178,7 @@ pub trait CounterStore: Send + Sync {
     /// Until when `mark` is set in `scope`, if it is (and has not expired).
     fn marked_until(&self, scope: &str, mark: Mark, now: Timestamp) -> Option<Timestamp>;
 
-    /// Lets `ticket.holder` join with invitation `ticket.invite` of `scope` (SPEC §14): the
+    /// Lets `ticket.holder` join with invitation `ticket.invite` of `scope`: the
     /// first `uses` holders are let in, each of them again as often as they come back, and the
     /// invitation is remembered until `ticket.until`. A shared store tells the other nodes
     /// at its next sync: until then, two nodes may each let in a last holder.
@@ -223,7 +223,7 @@ pub trait CounterStore: Send + Sync {
         self.get(key, now)
     }
 
-    /// This node's part of `scope`'s free slots (SPEC §9). A store of one process has all of
+    /// This node's part of `scope`'s free slots. A store of one process has all of
     /// them.
     fn allotment(&self, scope: &str) -> Allotment {
         let _ = scope;
@@ -236,7 +236,7 @@ pub trait CounterStore: Send + Sync {
         let _ = (scope, n, now);
     }
 
-    /// Shares a room's operator overrides (SPEC §13) with the other nodes: `version` orders
+    /// Shares a room's operator overrides with the other nodes: `version` orders
     /// them (the newest wins everywhere), `doc` is their JSON. A store of one process has
     /// nobody to tell.
     fn publish_overrides(&self, room: &str, version: u64, doc: &str) {
@@ -254,7 +254,7 @@ pub trait CounterStore: Send + Sync {
     }
 }
 
-/// Which part of a room's free slots this node may give (SPEC §9).
+/// Which part of a room's free slots this node may give.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Allotment {
     /// The store is this process's alone: every slot.
@@ -324,7 +324,7 @@ pub fn apportion(weights: &[f64], mine: usize, free: u64) -> u64 {
     floors[mine] + u64::from(order.iter().take(rest).any(|&i| i == mine))
 }
 
-/// What `/status` shows of the cluster (SPEC §9): never the store's address or credentials.
+/// What `/status` shows of the cluster: never the store's address or credentials.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterStatus {
     pub store: &'static str,

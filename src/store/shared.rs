@@ -1,4 +1,4 @@
-//! A store shared by several nodes, synced in the background (SPEC §9).
+//! A store shared by several nodes, synced in the background.
 //!
 //! The request path never waits on the network. Each node keeps, in memory:
 //!
@@ -20,7 +20,7 @@
 //! The exchange itself is elsewhere: [`super::redis`] runs it as one Lua script on Redis, and
 //! [`MemoryHub`] runs the same semantics in memory, for `vestibule simulate --nodes` and tests.
 //!
-//! Rate-limit windows, penalty boxes and buckets stay local (SPEC §9 `shared = true` windows are
+//! Rate-limit windows, penalty boxes and buckets stay local (`shared = true` windows are
 //! not built yet).
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,7 +62,7 @@ pub struct SyncRequest {
     pub mark_cursor: String,
     /// A random seed the store keeps if it has none yet (hex).
     pub seed_candidate: String,
-    /// (room, version, overrides as JSON): operator overrides to share (SPEC §13).
+    /// (room, version, overrides as JSON): operator overrides to share.
     pub controls: Vec<(String, u64, String)>,
     /// The generation of the cluster's overrides this node has read.
     pub controls_seen: u64,
@@ -161,7 +161,7 @@ pub struct SyncReply {
     pub controls_generation: u64,
 }
 
-/// Operator overrides on their way through the store (SPEC §13): each room's newest version
+/// Operator overrides on their way through the store: each room's newest version
 /// wins, on every node.
 #[derive(Debug, Default)]
 struct ControlSync {
@@ -231,7 +231,7 @@ pub fn decode_key(s: &str) -> Option<(&str, CounterKind, u64, u64)> {
 }
 
 /// What a node tells the others through the stream of marks: a mark, or a holder who joined
-/// with an invitation (SPEC §14).
+/// with an invitation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Note {
     Mark(Mark),
@@ -608,7 +608,7 @@ fn parse_seed(hex_seed: &str) -> Option<[u64; 4]> {
     Some(out)
 }
 
-/// A rate-limit window counted across the cluster (SPEC §9 `shared = true`). This node counts
+/// A rate-limit window counted across the cluster (`shared = true`). This node counts
 /// in its own sketch; a key it counted `exchange_above` times in an interval becomes one of its
 /// shared counters (absolute, like every counter), and every key's sample adds what the other
 /// nodes reported for it at the last sync. Keys far below the limit never leave the node.

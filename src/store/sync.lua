@@ -1,4 +1,4 @@
--- One node's sync with the cluster, in one round trip (SPEC §9; src/store/shared.rs).
+-- One node's sync with the cluster, in one round trip (src/store/shared.rs).
 -- ARGV: prefix, member, now_ms, dead_after_ms,
 --       n, (key, value, expire_at_ms) * n   -- this member's absolute values
 --       n, (room, demand) * n
@@ -50,7 +50,7 @@ local seed_key = prefix .. 'seed'
 redis.call('SET', seed_key, ARGV[i + 1], 'NX')
 local seed = redis.call('GET', seed_key)
 
--- Operator overrides (SPEC §13): per room, the newest version wins.
+-- Operator overrides: per room, the newest version wins.
 i = i + 2
 local ctl, ctl_gen = prefix .. 'controls', prefix .. 'controls_gen'
 n = tonumber(ARGV[i]); i = i + 1

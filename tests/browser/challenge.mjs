@@ -1,4 +1,4 @@
-// A visitor meets a proof-of-work room (SPEC §14) in a real browser: Debian's chromium, headless,
+// A visitor meets a proof-of-work room in a real browser: Debian's chromium, headless,
 // through playwright-core. Run with one JSON argument:
 //   {"mode": "test", "base": "http://127.0.0.1:PORT", "path": "/pow/", "hard": "/hard/"}
 //     solves with JavaScript on and comes back by itself; on a challenge too hard to finish

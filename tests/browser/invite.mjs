@@ -1,4 +1,4 @@
-// A visitor meets an invite-only room (SPEC §14) in a real browser: Debian's chromium, headless,
+// A visitor meets an invite-only room in a real browser: Debian's chromium, headless,
 // through playwright-core, with JavaScript off (the page's form needs none). Run with one JSON
 // argument: {"base": "http://127.0.0.1:PORT", "path": "/presale/__echo", "code": "<code>"}.
 // Types a wrong code, then the right one, into the page's form, and comes back later without it.

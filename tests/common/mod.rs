@@ -397,7 +397,7 @@ impl Vestibule {
         generation
     }
 
-    /// Invitation codes for `room` from `vestibule invite` on this proxy's config (SPEC §14),
+    /// Invitation codes for `room` from `vestibule invite` on this proxy's config,
     /// one per line printed; `args` are more of its flags.
     pub fn invite_codes(&self, room: &str, args: &[&str]) -> Vec<String> {
         let config = self.config_path();
@@ -867,7 +867,7 @@ pub fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
-/// Visitors queued in two priority lanes (SPEC §14) of a fifo room `sale` whose minute is full,
+/// Visitors queued in two priority lanes of a fifo room `sale` whose minute is full,
 /// to be let in during the `measured` minute.
 pub struct LaneQueue {
     pub measured: u64,
