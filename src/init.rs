@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(config.rooms[0].title, "Tickets \"live\" \\ now");
         assert!(config.admin.listen.ip().is_loopback());
         assert!(config.admin.state_file.starts_with(dir.path()));
-        crate::keys::KeyRing::load(&dir.path().join("keys.toml")).unwrap();
+        crate::keys::load(&dir.path().join("keys.toml")).unwrap();
     }
 
     #[test]

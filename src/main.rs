@@ -724,9 +724,8 @@ fn render_page(
 }
 
 fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
-    let loaded = vestibule::config::Config::load(path).and_then(|config| {
-        vestibule::keys::KeyRing::load(&config.keys_file).map(|ring| (config, ring))
-    });
+    let loaded = vestibule::config::Config::load(path)
+        .and_then(|config| vestibule::keys::load(&config.keys_file).map(|ring| (config, ring)));
     let (config, ring) = match loaded {
         Ok(loaded) => loaded,
         Err(errors) => {

@@ -84,7 +84,7 @@ impl Snapshot {
         let keys = if config.rooms.is_empty() {
             None
         } else {
-            match KeyRing::load(&config.keys_file) {
+            match crate::keys::load(&config.keys_file) {
                 Ok(ring) => {
                     warn_about_keys(&config.keys_file, &ring, &mut warnings);
                     Some(ring)

@@ -6,12 +6,12 @@
 //! Paths inside a config file are relative to that file's folder.
 
 pub mod diff;
-pub mod error;
 pub mod event;
 mod file;
-pub mod locate;
 mod suggest;
 mod validate;
+
+pub use vestibule_core::config::{error, locate};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

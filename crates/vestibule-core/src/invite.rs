@@ -1,5 +1,5 @@
 //! Invitations: who may join a presale or members' room. Pure: no HTTP, no clock of
-//! its own, no memory of uses (that is the store's, see [`crate::store::CounterStore::invite`]).
+//! its own, no memory of uses (that is the counter store's).
 //!
 //! `vestibule invite` prints codes signed with the ring's active key:
 //!
@@ -470,17 +470,17 @@ mod tests {
         )
         .unwrap();
         let at = Timestamp::from_secs(1_700_000_000);
-        let valid = include_str!("../fuzz/seeds/invite/valid");
+        let valid = include_str!("../../../fuzz/seeds/invite/valid");
         let inv = check(&fuzz, "presale", valid.as_bytes(), at).unwrap();
         assert_eq!((inv.uses, inv.lane), (3, "members"));
-        let expired = include_str!("../fuzz/seeds/invite/expired");
+        let expired = include_str!("../../../fuzz/seeds/invite/expired");
         assert_eq!(
             check(&fuzz, "presale", expired.as_bytes(), at),
             Err(Refusal::Expired)
         );
-        let other = include_str!("../fuzz/seeds/invite/other_room");
+        let other = include_str!("../../../fuzz/seeds/invite/other_room");
         assert!(check(&fuzz, "shop", other.as_bytes(), at).is_ok());
-        let link = include_str!("../fuzz/seeds/invite/link");
+        let link = include_str!("../../../fuzz/seeds/invite/link");
         let code = from_query(link).unwrap();
         assert!(check(&fuzz, "presale", code.as_bytes(), at).is_ok());
     }

@@ -445,9 +445,9 @@ mod tests {
         .unwrap();
         let uid = Identity::of_ip("192.0.2.1".parse().unwrap(), 64);
         let at = Timestamp::from_secs(1_700_000_000);
-        let solved = include_str!("../fuzz/seeds/challenge/solved");
+        let solved = include_str!("../../../fuzz/seeds/challenge/solved");
         assert_eq!(check(&ring, "sale", &uid, solved.as_bytes(), at), Ok(()));
-        let unsolved = include_str!("../fuzz/seeds/challenge/unsolved");
+        let unsolved = include_str!("../../../fuzz/seeds/challenge/unsolved");
         assert_eq!(
             check(&ring, "sale", &uid, unsolved.as_bytes(), at),
             Err(Failure::NotSolved)

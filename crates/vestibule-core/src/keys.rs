@@ -1,0 +1,420 @@
+//! The key ring: every key that verifies tokens, and the one that signs new ones.
+//!
+//! Keys are decoded and pre-keyed once, at load: signing and verifying then clone a ready HMAC
+//! state instead of hashing the key again per request. Nothing here ever prints a secret: the
+//! `Debug` form lists key ids, and errors name the key id and the line, never the value.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::{Sha256, Sha512};
+
+use crate::config::error::{from_toml, ConfigError, ConfigErrors};
+use crate::config::locate::Locator;
+
+/// Shortest accepted key, decoded.
+pub const MIN_KEY_BYTES: usize = 32;
+const MAX_KEY_BYTES: usize = 1024;
+
+/// The key that ships in `conf/keys.toml` for the demo. `--check` warns when it is in use.
+pub const SAMPLE_KEY: &str =
+    "ZGVtby1vbmx5LWtleS1yZXBsYWNlLW1lLXdpdGgtdmVzdGlidWxlLWtleWdlbi1vdXRwdXQtMDAwMDAwMA==";
+
+pub type HmacSha512 = Hmac<Sha512>;
+
+/// One signing key, ready to use.
+#[derive(Clone)]
+pub struct SigningKey {
+    id: String,
+    mac: HmacSha512,
+    /// Keyed with a key derived from this one, for the draws of tokens this key signed: nobody
+    /// without the ring can compute whether a token wins.
+    draw_mac: Hmac<Sha256>,
+    /// SHA-256 of the key bytes, to tell "same id, new secret" apart in reload diffs without
+    /// keeping or showing the secret itself.
+    fingerprint: [u8; 32],
+}
+
+impl SigningKey {
+    pub fn new(id: &str, secret: &[u8]) -> SigningKey {
+        use sha2::Digest;
+        let mac = HmacSha512::new_from_slice(secret).unwrap_or_else(|_| unreachable!());
+        // A key of its own for draws (domain-separated), so draw seeds reveal nothing about
+        // signatures and the other way round.
+        let mut derive = mac.clone();
+        derive.update(b"vestibule draw key v1");
+        let draw_key = derive.finalize().into_bytes();
+        SigningKey {
+            id: id.to_owned(),
+            // HMAC accepts keys of any length.
+            mac,
+            draw_mac: Hmac::<Sha256>::new_from_slice(&draw_key[..32])
+                .unwrap_or_else(|_| unreachable!()),
+            fingerprint: Sha256::digest(secret).into(),
+        }
+    }
+
+    /// The seed of the draws of a token this key signed: HMAC-SHA256 of its signature under the
+    /// derived draw key.
+    pub fn draw_seed(&self, signature: &[u8]) -> [u8; 32] {
+        let mut mac = self.draw_mac.clone();
+        mac.update(signature);
+        mac.finalize().into_bytes().into()
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// A fresh MAC keyed with this key.
+    pub fn mac(&self) -> HmacSha512 {
+        self.mac.clone()
+    }
+
+    /// The first 16 bytes of HMAC-SHA512 over `domain` and then each of `parts` prefixed with
+    /// its length (4 bytes, big-endian): the signature of challenges and invitations
+    ///, where every field is a part and no two messages can be spelled alike.
+    pub fn short_mac(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 16] {
+        use hmac::Mac;
+        let mut m = self.mac.clone();
+        m.update(domain);
+        for part in parts {
+            m.update(&(part.len() as u32).to_be_bytes());
+            m.update(part);
+        }
+        let full = m.finalize().into_bytes();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        out
+    }
+}
+
+/// `text` split at every `sep` into exactly `N` parts; `None` for more or fewer.
+pub fn split_exact<const N: usize>(text: &str, sep: char) -> Option<[&str; N]> {
+    let mut parts = text.split(sep);
+    let mut out = [""; N];
+    for slot in &mut out {
+        *slot = parts.next()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SigningKey({})", self.id)
+    }
+}
+
+/// Values remembered as verified (and tokens remembered as signed), per ring and worker thread.
+const VERIFIED_CACHE: usize = 4096;
+
+/// The ring of `keys.toml`.
+#[derive(Clone)]
+pub struct KeyRing {
+    active: String,
+    keys: BTreeMap<String, SigningKey>,
+    /// Cookie values this ring already verified (shared by clones of this ring only).
+    verified: std::sync::Arc<crate::token::VerifiedCache>,
+    /// Lottery tokens this ring's active key already signed.
+    signed: std::sync::Arc<crate::token::SignedCache>,
+    /// Proof-of-work challenges this ring's active key issued.
+    issued: std::sync::Arc<crate::token::IssuedCache>,
+}
+
+impl fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRing")
+            .field("active", &self.active)
+            .field("ids", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    active: String,
+    ring: BTreeMap<String, String>,
+}
+
+/// Key ids appear in cookies (`kid=`), so they stay within a small, cookie-safe alphabet.
+pub fn is_valid_key_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Base64, standard or URL-safe alphabet, padded or not (the VCL's decoder is as lenient).
+fn decode_key(value: &str) -> Option<Vec<u8>> {
+    let config =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let standard = GeneralPurpose::new(&base64::alphabet::STANDARD, config);
+    let url_safe = GeneralPurpose::new(&base64::alphabet::URL_SAFE, config);
+    let value = value.trim();
+    standard
+        .decode(value)
+        .or_else(|_| url_safe.decode(value))
+        .ok()
+}
+
+impl KeyRing {
+    /// Validates a key ring text; `path` only labels errors.
+    pub fn parse(text: &str, path: &Path) -> Result<KeyRing, ConfigErrors> {
+        let file: KeyFile = toml::from_str(text).map_err(|e| from_toml(path, text, &e, true))?;
+        let mut errors = Vec::new();
+        let mut keys = BTreeMap::new();
+        let locator = std::cell::OnceCell::new();
+        let err = |key: String, message: String| {
+            let line = locator.get_or_init(|| Locator::new(text)).line(&key);
+            ConfigError::new(path, Some(key), message).at_line(line)
+        };
+        if file.ring.is_empty() {
+            errors.push(err(
+                "ring".into(),
+                "the ring holds no key; add one made with `vestibule keygen`".into(),
+            ));
+        }
+        for (id, value) in &file.ring {
+            let key = format!("ring.{id}");
+            if !is_valid_key_id(id) {
+                errors.push(err(
+                    key,
+                    "key ids may use only letters, digits, '.', '_' and '-' (at most 64)".into(),
+                ));
+                continue;
+            }
+            match decode_key(value) {
+                None => errors.push(err(key, "is not valid base64".into())),
+                Some(bytes) if bytes.len() < MIN_KEY_BYTES => errors.push(err(
+                    key,
+                    format!(
+                        "decodes to {} bytes; keys must be at least {MIN_KEY_BYTES} bytes (make one with `vestibule keygen`)",
+                        bytes.len()
+                    ),
+                )),
+                Some(bytes) if bytes.len() > MAX_KEY_BYTES => errors.push(err(
+                    key,
+                    format!("decodes to {} bytes; at most {MAX_KEY_BYTES} are accepted", bytes.len()),
+                )),
+                Some(bytes) => {
+                    keys.insert(id.clone(), SigningKey::new(id, &bytes));
+                }
+            }
+        }
+        if !file.ring.contains_key(&file.active) {
+            errors.push(err(
+                "active".into(),
+                format!("names key \"{}\", which is not in [ring]", file.active),
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        Ok(KeyRing {
+            active: file.active,
+            keys,
+            verified: std::sync::Arc::new(crate::token::VerifiedCache::new(VERIFIED_CACHE)),
+            signed: std::sync::Arc::new(crate::token::SignedCache::new(VERIFIED_CACHE)),
+            issued: std::sync::Arc::new(crate::token::IssuedCache::new(VERIFIED_CACHE)),
+        })
+    }
+
+    /// A ring from (id, base64) pairs, validated like a file.
+    pub fn from_entries(active: &str, entries: &[(&str, &str)]) -> Result<KeyRing, ConfigErrors> {
+        let mut text = format!("active = {}\n[ring]\n", toml_string(active));
+        for (id, value) in entries {
+            text.push_str(&format!("{} = {}\n", toml_string(id), toml_string(value)));
+        }
+        KeyRing::parse(&text, Path::new("<inline key ring>"))
+    }
+
+    /// The key that signs new tokens.
+    pub fn active(&self) -> &SigningKey {
+        // `parse` guarantees the active id is in the ring.
+        &self.keys[&self.active]
+    }
+
+    /// Parses a presented value and checks its signature, remembering values that pass.
+    pub fn check(
+        &self,
+        value: &[u8],
+    ) -> Result<std::sync::Arc<crate::token::Token>, crate::token::Reject> {
+        self.verified.check(self, value)
+    }
+
+    /// Signs `claims` with the active key (their `kid` must be its id), reusing the value when
+    /// the same claims were signed before.
+    pub fn sign_cached(&self, claims: crate::token::Claims) -> std::sync::Arc<str> {
+        self.signed.sign(claims, self.active())
+    }
+
+    /// Challenges this ring issued recently (see [`crate::challenge::issue`]).
+    pub fn issued_challenges(&self) -> &crate::token::IssuedCache {
+        &self.issued
+    }
+
+    pub fn get(&self, kid: &str) -> Option<&SigningKey> {
+        self.keys.get(kid)
+    }
+
+    /// Key ids in order.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.keys().map(String::as_str)
+    }
+
+    /// Whether any key is the published sample key.
+    pub fn uses_sample_key(&self) -> bool {
+        let sample = decode_key(SAMPLE_KEY).unwrap_or_default();
+        let sample = SigningKey::new("sample", &sample);
+        self.keys
+            .values()
+            .any(|k| k.fingerprint == sample.fingerprint)
+    }
+
+    /// What changed from `old` to `self`, for the reload log. Never mentions a secret.
+    pub fn describe_changes(&self, old: &KeyRing) -> Vec<String> {
+        let mut parts = Vec::new();
+        if old.active != self.active {
+            parts.push(format!("active {} -> {}", old.active, self.active));
+        }
+        for id in self.keys.keys().filter(|id| !old.keys.contains_key(*id)) {
+            parts.push(format!("added {id}"));
+        }
+        for id in old.keys.keys().filter(|id| !self.keys.contains_key(*id)) {
+            parts.push(format!("removed {id}"));
+        }
+        for (id, key) in &self.keys {
+            if old
+                .keys
+                .get(id)
+                .is_some_and(|o| o.fingerprint != key.fingerprint)
+            {
+                parts.push(format!("replaced the secret of {id}"));
+            }
+        }
+        parts
+    }
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// A fresh random 64-byte key, base64 (for `vestibule keygen`).
+pub fn generate() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 64];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The key of unit tests and benchmarks (never of a real ring: `--check` would not warn about
+/// it, so it must stay out of config files).
+#[doc(hidden)]
+pub mod testing {
+    use super::KeyRing;
+
+    /// base64 of "0123456789abcdef0123456789abcdef0123456789abcdef" (48 bytes).
+    pub const KEY1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVm";
+
+    /// A ring holding [`KEY1`] as `key1`, active.
+    pub fn ring() -> KeyRing {
+        KeyRing::from_entries("key1", &[("key1", KEY1)]).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = testing::KEY1;
+
+    fn parse(text: &str) -> Result<KeyRing, ConfigErrors> {
+        KeyRing::parse(text, Path::new("keys.toml"))
+    }
+
+    #[test]
+    fn good_ring() {
+        let ring = parse(&format!(
+            "active = \"b\"\n[ring]\na = \"{GOOD}\"\nb = \"{GOOD}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(ring.active().id(), "b");
+        assert_eq!(ring.ids().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(ring.get("c").is_none());
+        assert!(!format!("{ring:?}").contains(GOOD));
+    }
+
+    #[test]
+    fn errors_name_the_key_and_never_the_secret() {
+        let short = "c2hvcnQ="; // "short"
+        let text = format!("active = \"zz\"\n[ring]\nk1 = \"{short}\"\nk2 = \"!!notbase64!!\"\n");
+        let errors = parse(&text).unwrap_err();
+        let rendered = errors.to_string();
+        assert!(
+            rendered.contains("keys.toml:3: ring.k1: decodes to 5 bytes"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains("keys.toml:4: ring.k2: is not valid base64"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains("keys.toml:1: active: names key \"zz\""),
+            "{rendered}"
+        );
+        assert!(!rendered.contains(short) && !rendered.contains("notbase64"));
+    }
+
+    #[test]
+    fn syntax_errors_hide_values() {
+        let errors = parse("active = \"a\"\n[ring]\na = 12345\n").unwrap_err();
+        let rendered = errors.to_string();
+        assert!(rendered.contains("keys.toml:3"), "{rendered}");
+        assert!(!rendered.contains("12345"), "{rendered}");
+        let errors = parse("active = \"a\"\nextra = 1\n[ring]\n").unwrap_err();
+        assert!(errors.to_string().contains("extra"));
+    }
+
+    #[test]
+    fn bad_ids_and_padding() {
+        assert!(parse(&format!("active = \"a&b\"\n[ring]\n\"a&b\" = \"{GOOD}\"\n")).is_err());
+        let unpadded = GOOD.trim_end_matches('=');
+        assert!(parse(&format!("active = \"a\"\n[ring]\na = \"{unpadded}\"\n")).is_ok());
+    }
+
+    #[test]
+    fn diffs() {
+        let old = parse(&format!("active = \"a\"\n[ring]\na = \"{GOOD}\"\n")).unwrap();
+        let new = parse(&format!(
+            "active = \"b\"\n[ring]\na = \"{GOOD}\"\nb = \"{GOOD}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(new.describe_changes(&old), ["active a -> b", "added b"]);
+        assert_eq!(old.describe_changes(&new), ["active b -> a", "removed b"]);
+    }
+
+    #[test]
+    fn keygen_makes_valid_keys() {
+        let k = generate();
+        assert_eq!(decode_key(&k).unwrap().len(), 64);
+        assert!(parse(&format!("active = \"a\"\n[ring]\na = \"{k}\"\n")).is_ok());
+        assert_ne!(generate(), k);
+    }
+
+    #[test]
+    fn sample_key_is_detected() {
+        let ring = parse(&format!("active = \"a\"\n[ring]\na = \"{SAMPLE_KEY}\"\n")).unwrap();
+        assert!(ring.uses_sample_key());
+        let ring = parse(&format!("active = \"a\"\n[ring]\na = \"{GOOD}\"\n")).unwrap();
+        assert!(!ring.uses_sample_key());
+    }
+}

@@ -1,0 +1,28 @@
+//! vestibule's decision core: what a request is owed, decided without IO.
+//!
+//! Everything here is pure. It takes the clock as an argument ([`time::Timestamp`]), reads no
+//! file and opens no socket, and knows nothing of Pingora or tokio; the edge (the `vestibule`
+//! crate) reads requests and files, asks the core, and writes the answers.
+//!
+//! - [`token`]: the signed room cookie: claims, signing, checking, and the caches of checked
+//!   and signed values.
+//! - [`keys`]: the key ring that signs tokens, challenges and invitations (parsed from text; the
+//!   edge reads the file).
+//! - [`identity`]: who a visitor is for the room (IP prefix, a header, a cookie).
+//! - [`challenge`]: proof-of-work before a place in line.
+//! - [`invite`]: invitations to presale and members' rooms.
+//! - [`autopilot`]: the law that steers a capacity room's pace by its origin's health.
+//! - [`path`]: request paths, normalized once, and the origins of a path.
+//! - [`config`]: what a configuration problem is and where (file, line, key).
+//! - [`time`], [`thread_cache`]: the clock's type, per-thread caches.
+
+pub mod autopilot;
+pub mod challenge;
+pub mod config;
+pub mod identity;
+pub mod invite;
+pub mod keys;
+pub mod path;
+pub mod thread_cache;
+pub mod time;
+pub mod token;
