@@ -12,6 +12,7 @@ pub mod autopilot;
 pub mod config;
 pub mod controls;
 pub mod cookie;
+pub mod decide;
 pub mod demo;
 pub mod i18n;
 pub mod init;

@@ -19,20 +19,19 @@ use pingora::ErrorSource;
 use smallvec::SmallVec;
 
 use crate::app::App;
-use crate::config::{RoomMode, Scope};
 use crate::cookie::{self, Stripped};
-use crate::identity::IdentityPolicy;
+use crate::decide::{
+    self, set_cookie_value, Answer, ClientAddress, Limited, Notes, Request, Verdict,
+};
 use crate::invite;
 use crate::listen::h2::{GoAway, H2Connection};
 use crate::logging::AccessLine;
 use crate::pages::{self, PageContext, PageKind, WaitingJson, Wants};
-use crate::path::{self, RequestPath};
-use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
+use crate::path;
 use crate::resets;
-use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
+use crate::room::{Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
-use crate::token::Dec;
 
 /// Request headers with this prefix are ours: a client's copies never reach the origin.
 const INTERNAL_PREFIX: &str = "vestibule-";
@@ -64,31 +63,8 @@ pub struct RequestCtx {
     snapshot: Arc<crate::app::ThreadSnapshot>,
     started: Instant,
     peer_ip: Option<IpAddr>,
-    /// The client's address after trusted proxies.
-    client_ip: Option<IpAddr>,
-    /// Whether the request arrived over TLS (directly or per a trusted proxy).
-    secure: bool,
-    /// The room the request was routed to (an index into the snapshot's rooms).
-    room: Option<usize>,
-    decision: Option<Decision>,
-    /// `Set-Cookie` to add to the forwarded response.
-    set_cookie: Option<String>,
-    /// `pow` rooms: removes the solution cookie once it has been used.
-    clear_solution: Option<String>,
-    /// Capacity rooms: the admitted user's place (what a revoke gives back).
-    place: Option<crate::room::Place>,
-    /// Each rule checked, with its verdict (for the access log).
-    rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
-    /// Concurrency slots. They are returned before the last bytes of the answer are written
-    /// (so a client that sends its next request as soon as it has the answer finds its slot
-    /// free), and in any case when the context is dropped at the end of the request, on every
-    /// path (success, origin error, client gone).
-    slots: SmallVec<[pingora_limits::inflight::Guard; 2]>,
-    /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
-    /// `RateLimit-Policy` and `RateLimit` headers of the response.
-    quotas: SmallVec<[(usize, u64, u64); 2]>,
-    /// What the client asked for, when a room looked (its page answers in kind).
-    wants: Option<Wants>,
+    /// What the decision left for the response, the metrics and the access log.
+    notes: Notes,
     /// Origin addresses tried for this request (retries skip them).
     tried: SmallVec<[SocketAddr; 2]>,
     upstream_sent: Option<Instant>,
@@ -112,17 +88,7 @@ impl ProxyHttp for Proxy {
             snapshot: self.app.request_snapshot(),
             started: Instant::now(),
             peer_ip: None,
-            client_ip: None,
-            secure: false,
-            room: None,
-            decision: None,
-            set_cookie: None,
-            clear_solution: None,
-            place: None,
-            rule_outcomes: SmallVec::new(),
-            slots: SmallVec::new(),
-            quotas: SmallVec::new(),
-            wants: None,
+            notes: Notes::default(),
             tried: SmallVec::new(),
             upstream_sent: None,
             upstream_status: None,
@@ -154,8 +120,27 @@ impl ProxyHttp for Proxy {
                 return Ok(true);
             }
         };
-        if snapshot.config.server.redirect_to_https && !tls {
-            if let Some(location) = https_location(session.req_header(), &path, &snapshot, peer) {
+        let header = session.req_header();
+        let client = decide::client_address(&header.headers, &snapshot.config.identity, peer);
+        if let Some(until) = self.reset_penalty(client, &snapshot, now, ctx) {
+            return refuse_for_resets(session, until, now).await.map(|()| true);
+        }
+        let request = Request {
+            method: &header.method,
+            uri: &header.uri,
+            headers: &header.headers,
+            host: request_host(header),
+            path,
+            client,
+            tls,
+        };
+        let Verdict { answer, notes } = decide::decide(&request, &snapshot, now);
+        drop(request);
+        self.record(&snapshot, &notes);
+        ctx.notes = notes;
+        match answer {
+            Answer::Forward => Ok(false),
+            Answer::Redirect(location) => {
                 let extra = vec![(
                     header::LOCATION,
                     HeaderValue::from_str(&location).map_err(|_| {
@@ -164,36 +149,21 @@ impl ProxyHttp for Proxy {
                 )];
                 let body = Bytes::from(format!("This site is served over https: {location}\n"));
                 respond(session, 308, "text/plain; charset=utf-8", extra, body).await?;
-                return Ok(true);
+                Ok(true)
             }
-        }
-        let client = client_address(session.req_header(), &snapshot.config.identity, peer);
-        if let Some(until) = self.reset_penalty(client, &snapshot, now, ctx) {
-            return refuse_for_resets(session, until, now).await.map(|()| true);
-        }
-        let answer = self.decide(
-            session.req_header(),
-            &path,
-            &snapshot,
-            client,
-            tls,
-            now,
-            ctx,
-        );
-        match answer {
-            Answer::Forward => Ok(false),
             Answer::RoomPage(room, outcome) => {
-                ctx.slots.clear();
+                ctx.notes.slots.clear();
                 let room = snapshot.rooms.get(room).ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
-                let clear = ctx.clear_solution.take();
+                let clear = ctx.notes.clear_solution.take();
                 // `Accept` was read once, by the decision.
                 let json = ctx
+                    .notes
                     .wants
                     .map_or_else(|| wants_json(session), |w| w == Wants::Json);
                 let page = PageAnswer {
-                    secure: ctx.secure,
+                    secure: ctx.notes.secure,
                     json,
                     clear_solution: clear,
                 };
@@ -201,12 +171,12 @@ impl ProxyHttp for Proxy {
                 Ok(true)
             }
             Answer::Invited { location, cookies } => {
-                ctx.slots.clear();
+                ctx.notes.slots.clear();
                 let mut extra = Vec::with_capacity(1 + cookies.len());
                 if let Ok(v) = HeaderValue::from_str(&location) {
                     extra.push((header::LOCATION, v));
                 }
-                for value in cookies.into_iter().chain(ctx.clear_solution.take()) {
+                for value in cookies.into_iter().chain(ctx.notes.clear_solution.take()) {
                     if let Ok(v) = HeaderValue::try_from(value) {
                         extra.push((header::SET_COOKIE, v));
                     }
@@ -216,7 +186,7 @@ impl ProxyHttp for Proxy {
                 Ok(true)
             }
             Answer::Held(retry_after) => {
-                ctx.slots.clear();
+                ctx.notes.slots.clear();
                 let extra = vec![(header::RETRY_AFTER, HeaderValue::from(retry_after))];
                 let body = Bytes::from(format!(
                     "Held in a waiting room: try again in {retry_after} seconds.\n"
@@ -225,9 +195,9 @@ impl ProxyHttp for Proxy {
                 Ok(true)
             }
             Answer::RateLimited(check) => {
-                ctx.slots.clear();
-                let set_cookie = ctx.set_cookie.take();
-                write_rate_limited(session, &snapshot, ctx.room, &check, set_cookie).await?;
+                ctx.notes.slots.clear();
+                let set_cookie = ctx.notes.set_cookie.take();
+                write_rate_limited(session, &snapshot, ctx.notes.room, &check, set_cookie).await?;
                 Ok(true)
             }
         }
@@ -274,7 +244,7 @@ impl ProxyHttp for Proxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
-        if let Some(uri) = without_invitation(&upstream.uri) {
+        if let Some(uri) = decide::without_invitation(&upstream.uri) {
             upstream.set_uri(uri);
         }
         single_content_length(upstream)?;
@@ -282,7 +252,7 @@ impl ProxyHttp for Proxy {
         // Static values: no allocation, nothing to validate.
         upstream.insert_header(
             "X-Forwarded-Proto",
-            HeaderValue::from_static(if ctx.secure { "https" } else { "http" }),
+            HeaderValue::from_static(if ctx.notes.secure { "https" } else { "http" }),
         )?;
         if let Some(peer) = ctx.peer_ip {
             let trusted = ctx.snapshot.config.identity.is_trusted(peer);
@@ -316,9 +286,12 @@ impl ProxyHttp for Proxy {
             let revoke = command
                 .to_str()
                 .is_ok_and(|c| c.trim().eq_ignore_ascii_case("revoke"));
-            if let (true, Some(room)) = (revoke, ctx.room.and_then(|i| ctx.snapshot.rooms.get(i))) {
-                room.revoke(ctx.place.take(), Timestamp::now());
-                ctx.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.secure));
+            if let (true, Some(room)) = (
+                revoke,
+                ctx.notes.room.and_then(|i| ctx.snapshot.rooms.get(i)),
+            ) {
+                room.revoke(ctx.notes.place.take(), Timestamp::now());
+                ctx.notes.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.notes.secure));
             }
         }
         ctx.upstream_status = Some(upstream_response.status.as_u16());
@@ -332,17 +305,17 @@ impl ProxyHttp for Proxy {
         response: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(value) = ctx.set_cookie.take() {
+        if let Some(value) = ctx.notes.set_cookie.take() {
             // Added, not set: cookies the origin sets survive.
             response.append_header(header::SET_COOKIE, value)?;
             response.insert_header("Cache-Control", NO_STORE)?;
         }
-        if let Some(value) = ctx.clear_solution.take() {
+        if let Some(value) = ctx.notes.clear_solution.take() {
             response.append_header(header::SET_COOKIE, value)?;
         }
-        if !ctx.quotas.is_empty() {
+        if !ctx.notes.quotas.is_empty() {
             // Appended: `RateLimit` fields are lists, and an origin's own items survive.
-            let (policy, items) = quota_headers(&ctx.snapshot, &ctx.quotas);
+            let (policy, items) = quota_headers(&ctx.snapshot, &ctx.notes.quotas);
             response.append_header("RateLimit-Policy", policy)?;
             response.append_header("RateLimit", items)?;
         }
@@ -377,7 +350,7 @@ impl ProxyHttp for Proxy {
         ctx: &mut Ctx,
     ) -> Result<Option<std::time::Duration>> {
         if end_of_stream {
-            ctx.slots.clear();
+            ctx.notes.slots.clear();
         }
         Ok(None)
     }
@@ -413,10 +386,10 @@ impl ProxyHttp for Proxy {
         // The connection is not reused after an error: say so (`Connection: close`), or a
         // client would send its next request on a connection that is about to close.
         session.set_keepalive(None);
-        ctx.slots.clear();
+        ctx.notes.slots.clear();
         // A user let in by this request keeps the admission: a retry presents the allow token
         // instead of arriving (and being counted) again.
-        let set_cookie = ctx.set_cookie.take();
+        let set_cookie = ctx.notes.set_cookie.take();
         let written = write_error_page(session, &ctx.snapshot, code, set_cookie).await;
         if let Err(err) = written {
             log::debug!("could not write the {code} page: {err}");
@@ -461,7 +434,7 @@ impl ProxyHttp for Proxy {
                 .observe_upstream(status, ctx.upstream_seconds);
         }
         // An autopilot room's origin answers: how long, and whether they failed.
-        if let Some(room) = ctx.room.and_then(|i| ctx.snapshot.rooms.get(i)) {
+        if let Some(room) = ctx.notes.room.and_then(|i| ctx.snapshot.rooms.get(i)) {
             if room.config.autopilot.is_some() {
                 let seconds = ctx.upstream_seconds.or_else(|| {
                     ctx.upstream_failed.then(|| {
@@ -485,17 +458,22 @@ impl ProxyHttp for Proxy {
         let snapshot = &ctx.snapshot;
         let req = session.req_header();
         let rules: SmallVec<[(&str, &str); 4]> = ctx
+            .notes
             .rule_outcomes
             .iter()
             .filter_map(|(i, o)| snapshot.rules.get(*i).map(|r| (r.name(), o.as_str())))
             .collect();
         let line = AccessLine {
-            client: ctx.client_ip.or(ctx.peer_ip),
+            client: ctx.notes.client_ip.or(ctx.peer_ip),
             method: req.method.as_str(),
             path: req.uri.path(),
             status: session.response_written().map_or(0, |r| r.status.as_u16()),
-            room: ctx.room.and_then(|i| snapshot.rooms.get(i)).map(Room::name),
-            decision: ctx.decision.map(Decision::as_str),
+            room: ctx
+                .notes
+                .room
+                .and_then(|i| snapshot.rooms.get(i))
+                .map(Room::name),
+            decision: ctx.notes.decision.map(Decision::as_str),
             rules: &rules,
             upstream: ctx.tried.last().copied(),
             upstream_ms: ctx.upstream_seconds.map(|s| s * 1000.0),
@@ -503,52 +481,6 @@ impl ProxyHttp for Proxy {
         };
         line.write();
     }
-}
-
-/// What `request_filter` does with a request.
-enum Answer {
-    Forward,
-    /// Show this room's page for this outcome.
-    RoomPage(usize, Outcome),
-    /// A rule blocks it.
-    RateLimited(Limited),
-    /// A held subresource: a short 503 asking to retry after this many seconds.
-    Held(u64),
-    /// A page opened by an invitation's link got a place: `303` to the same target without
-    /// the code, with the place's cookies, so the code leaves the address bar (and the
-    /// `Referer` of the origin's page).
-    Invited {
-        location: String,
-        cookies: Vec<String>,
-    },
-}
-
-/// A blocking verdict, with what the 429 needs.
-struct Limited {
-    rule: String,
-    policy: String,
-    retry_after: u64,
-}
-
-/// Who sent a request: the client's address after trusted proxies, and the connection's peer.
-#[derive(Clone, Copy, Debug)]
-struct ClientAddress {
-    ip: IpAddr,
-    peer: IpAddr,
-    /// The peer is a trusted proxy: `ip` came from its `X-Forwarded-For`.
-    trusted: bool,
-}
-
-fn client_address(req: &RequestHeader, policy: &IdentityPolicy, peer: IpAddr) -> ClientAddress {
-    // X-Forwarded-For is looked up only when the peer is one whose word counts.
-    let trusted = policy.is_trusted(peer);
-    let ip = if trusted {
-        let xff = req.headers.get_all(X_FORWARDED_FOR);
-        policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()))
-    } else {
-        peer.to_canonical()
-    };
-    ClientAddress { ip, peer, trusted }
 }
 
 /// Whether a request ended because its HTTP/2 client reset the stream: a RST_STREAM from the
@@ -668,205 +600,32 @@ impl Proxy {
         }
     }
 
-    /// The whole decision for one request: rate limits of scope `all`, then the room, then rate
-    /// limits of scope `origin` for what would be forwarded. Fills `ctx` with what the response
-    /// phase needs (cookie to set, concurrency slots, rate-limit headers).
-    // The request as `request_filter` read it, in parts: bundling them would only move them.
-    #[allow(clippy::too_many_arguments)]
-    fn decide(
-        &self,
-        req: &RequestHeader,
-        path: &RequestPath,
-        snapshot: &Snapshot,
-        client: ClientAddress,
-        tls: bool,
-        now: Timestamp,
-        ctx: &mut RequestCtx,
-    ) -> Answer {
-        let policy = &snapshot.config.identity;
-        let ClientAddress {
-            ip: client_ip,
-            peer,
-            trusted,
-        } = client;
-        let header_identity = policy
-            .header_name()
-            .and_then(|h| req.headers.get(h))
-            .map(|v| v.as_bytes());
-        let identity = policy.identify(client_ip, peer, header_identity);
-        ctx.client_ip = Some(client_ip);
-        ctx.secure = tls || (trusted && forwarded_https(req));
-        let host = request_host(req);
-        let view = RequestView {
-            identity: &identity,
-            client_ip,
-            host: &host,
-            path: path.as_str(),
-            method: &req.method,
-            headers: &req.headers,
-        };
-
-        let route = snapshot.rooms.route(&host, path, client_ip);
-        ctx.room = route.map(|r| r.index);
-        if let Some(limited) = self.check_rules(snapshot, Scope::All, &view, now, ctx) {
-            return Answer::RateLimited(limited);
-        }
-        if let Some(route) = route {
-            let room = route.room;
-            let mut invited_by_link = false;
-            // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
-            // renewals fail: no room, challenge or invitation holds them (rate rules still do).
-            let acme =
-                snapshot.config.server.bypass_acme_challenge && path.is_under(ACME_CHALLENGE);
-            let outcome = match (&snapshot.keys, route.bypass || acme || !room.config.enabled) {
-                (Some(ring), false) => {
-                    let cookies = cookie::values(
-                        req.headers
-                            .get_all(header::COOKIE)
-                            .iter()
-                            .map(|v| v.as_bytes()),
-                        &room.config.cookie.name,
-                    );
-                    let wants = pages::wants(
-                        req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
-                        req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
-                    );
-                    ctx.wants = Some(wants);
-                    // A subresource of a held page (its favicon, say) neither joins the queue
-                    // nor checks in: only an admitted visitor's goes on.
-                    let holding = (wants == Wants::Subresource)
-                        .then(|| room.holding(ring, &identity, &cookies, now));
-                    match holding {
-                        Some(Some(Dec::Allow)) | None => {
-                            let solution = room
-                                .solution_cookie()
-                                .and_then(|name| solution_of(req, name));
-                            let invitation = invitation_of(req);
-                            let brought = Brought {
-                                solution: solution.map(|(s, _)| s),
-                                invitation: invitation.as_ref().map(|(code, _)| code.as_bytes()),
-                            };
-                            let outcome =
-                                room.decide_bringing(ring, &identity, &cookies, brought, now);
-                            invited_by_link = invitation.is_some_and(|(_, link)| link)
-                                && wants == Wants::Page
-                                && matches!(req.method, http::Method::GET | http::Method::HEAD)
-                                && outcome.invitation == Some(Ok(()))
-                                && matches!(outcome.cookie, CookieAction::Set(_));
-                            // A solution cookie, once used, is removed.
-                            if let (Some((_, Some(name))), true) = (solution, outcome.pow.solved) {
-                                ctx.clear_solution = Some(cookie::delete_solution(name));
-                            }
-                            outcome
-                        }
-                        Some(held) => {
-                            let decision = if held.is_some() {
-                                Decision::Wait
-                            } else {
-                                Decision::Anon
-                            };
-                            let outcome = Outcome::new(decision, CookieAction::Keep);
-                            if room.config.mode == RoomMode::Shadow {
-                                // Counted as held, and forwarded.
-                                outcome
-                            } else {
-                                self.record(snapshot, route.index, &outcome);
-                                ctx.decision = Some(decision);
-                                return Answer::Held(room.retry_after());
-                            }
-                        }
-                    }
-                }
-                _ => Outcome::new(Decision::Bypass, CookieAction::Keep),
-            };
-            self.record(snapshot, route.index, &outcome);
-            ctx.decision = Some(outcome.decision);
-            if invited_by_link && room.config.mode == RoomMode::Enforce {
-                if let Some(location) = invitation_free_target(&req.uri) {
-                    let cookies = set_cookie_value(room, &outcome.cookie, ctx.secure);
-                    return Answer::Invited {
-                        location,
-                        cookies: cookies.into_iter().collect(),
-                    };
-                }
-            }
-            // A shadow room decides, sets its cookie and counts like any other, and forwards.
-            if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
-                return Answer::RoomPage(route.index, outcome);
-            }
-            ctx.set_cookie = set_cookie_value(room, &outcome.cookie, ctx.secure);
-            ctx.place = outcome.place;
-        }
-        match self.check_rules(snapshot, Scope::Origin, &view, now, ctx) {
-            Some(limited) => Answer::RateLimited(limited),
-            None => Answer::Forward,
-        }
-    }
-
-    /// Runs the rules of one scope, records their verdicts, keeps concurrency slots and
-    /// token-bucket headers in `ctx`, and returns the blocking verdict if there is one.
-    fn check_rules(
-        &self,
-        snapshot: &Snapshot,
-        scope: Scope,
-        view: &RequestView,
-        now: Timestamp,
-        ctx: &mut RequestCtx,
-    ) -> Option<Limited> {
-        if !snapshot.rules.has_scope(scope) {
-            return None;
-        }
-        let mut checks = Checks::new();
-        let blocked = snapshot.rules.check(scope, view, now, &mut checks);
+    /// Counts what the decision did: the room's decision and each rule's verdict.
+    fn record(&self, snapshot: &Snapshot, notes: &Notes) {
         self.app.metrics.with_handles(snapshot, |handles| {
-            for checked in checks.iter() {
-                if let Some(counters) = handles.rules.get(checked.rule) {
-                    counters[checked.check.outcome.index()].inc();
+            for (rule, outcome) in &notes.rule_outcomes {
+                if let Some(counters) = handles.rules.get(*rule) {
+                    counters[outcome.index()].inc();
                 }
             }
-        });
-        let mut limited = None;
-        for (i, checked) in checks.into_iter().enumerate() {
-            let Some(rule) = snapshot.rules.get(checked.rule) else {
-                continue;
-            };
-            let check = checked.check;
-            ctx.rule_outcomes.push((checked.rule, check.outcome));
-            if Some(i) == blocked {
-                limited = Some(Limited {
-                    rule: rule.name().to_owned(),
-                    policy: rule.policy().to_owned(),
-                    retry_after: check.retry_after,
-                });
-            } else if rule.is_token_bucket() && check.outcome == RuleOutcome::Pass {
-                ctx.quotas
-                    .push((checked.rule, check.remaining, check.reset));
-            }
-            if let Some(guard) = check.guard {
-                ctx.slots.push(guard);
-            }
-        }
-        limited
-    }
-
-    /// Counts a room decision.
-    fn record(&self, snapshot: &Snapshot, room: usize, outcome: &Outcome) {
-        self.app.metrics.with_handles(snapshot, |handles| {
-            let Some(h) = handles.rooms.get(room) else {
+            let Some((room, counted)) = &notes.counted else {
                 return;
             };
-            h.decisions[outcome.decision.index()].inc();
-            if outcome.admitted {
+            let Some(h) = handles.rooms.get(*room) else {
+                return;
+            };
+            h.decisions[counted.decision.index()].inc();
+            if counted.admitted {
                 h.admitted.inc();
             }
-            if let Some(reason) = outcome.rejected {
+            if let Some(reason) = counted.rejected {
                 h.rejected[reason.index()].inc();
             }
-            if let Some(invitation) = outcome.invitation {
+            if let Some(invitation) = counted.invitation {
                 h.invitations[usize::from(invitation.is_err())].inc();
             }
             if let Some(c) = &h.challenges {
-                let pow = &outcome.pow;
+                let pow = &counted.pow;
                 for (counter, on) in c.iter().zip([pow.issued, pow.solved, pow.failed.is_some()]) {
                     if on {
                         counter.inc();
@@ -923,111 +682,6 @@ fn request_host(req: &RequestHeader) -> std::borrow::Cow<'_, str> {
     } else {
         host.into()
     }
-}
-
-/// Where ACME HTTP-01 validators fetch their tokens (RFC 8555 §8.3).
-const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
-
-/// Where `redirect_to_https` sends a plain request: the same host, path and query on the first
-/// TLS listener's port. `None` for ACME HTTP-01 challenges (proxied, so certificate renewals
-/// keep working) and for requests a trusted proxy says arrived over https.
-fn https_location(
-    req: &RequestHeader,
-    path: &RequestPath,
-    snapshot: &Snapshot,
-    peer: IpAddr,
-) -> Option<String> {
-    if path.is_under(ACME_CHALLENGE) {
-        return None;
-    }
-    if snapshot.config.identity.is_trusted(peer) && forwarded_https(req) {
-        return None;
-    }
-    let host = request_host(req);
-    if host.is_empty() {
-        return None;
-    }
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.into_owned()
-    };
-    let port = snapshot
-        .config
-        .server
-        .tls_listen
-        .first()
-        .map_or(443, |a| a.port());
-    let target = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let target = if target.starts_with('/') { target } else { "/" };
-    Some(if port == 443 {
-        format!("https://{host}{target}")
-    } else {
-        format!("https://{host}:{port}{target}")
-    })
-}
-
-/// `X-Forwarded-Proto: https` (believed only from a trusted proxy, checked by the caller).
-fn forwarded_https(req: &RequestHeader) -> bool {
-    req.headers
-        .get(X_FORWARDED_PROTO)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
-}
-
-fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
-    match action {
-        CookieAction::Keep => None,
-        CookieAction::Set(value) => Some(cookie::set(&room.config.cookie, value, secure)),
-        CookieAction::Delete => Some(cookie::delete(&room.config.cookie, secure)),
-    }
-}
-
-/// A `pow` room's solution: the `Vestibule-Solution` header, else the solution
-/// cookie `cookie` (whose name comes back with it, to remove it once used).
-fn solution_of<'r, 'c>(
-    req: &'r RequestHeader,
-    cookie: &'c str,
-) -> Option<(&'r [u8], Option<&'c str>)> {
-    if let Some(v) = req.headers.get(VESTIBULE_SOLUTION) {
-        return Some((v.as_bytes(), None));
-    }
-    let values = cookie::values(
-        req.headers
-            .get_all(header::COOKIE)
-            .iter()
-            .map(|v| v.as_bytes()),
-        cookie,
-    );
-    values.first().map(|v| (*v, Some(cookie)))
-}
-
-/// An invitation: the `Vestibule-Invite` header, else the link parameter
-/// `vestibule_invite` (percent-decoded); and whether it came by the link.
-fn invitation_of(req: &RequestHeader) -> Option<(std::borrow::Cow<'_, str>, bool)> {
-    if let Some(v) = req.headers.get(VESTIBULE_INVITE) {
-        let code = std::str::from_utf8(v.as_bytes()).unwrap_or("\u{fffd}");
-        return Some((std::borrow::Cow::Borrowed(code), false));
-    }
-    invite::from_query(req.uri.query()?).map(|code| (code, true))
-}
-
-/// The request's path and query without the invitation link parameter, when it had one.
-fn invitation_free_target(uri: &http::Uri) -> Option<String> {
-    let query = invite::strip_from_query(uri.query()?)?;
-    let mut target = uri.path().to_owned();
-    if !query.is_empty() {
-        target.push('?');
-        target.push_str(&query);
-    }
-    Some(target)
-}
-
-/// The request's target without the invitation link parameter, when it had one: the origin
-/// never sees an invitation.
-fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
-    let mut parts = uri.clone().into_parts();
-    parts.path_and_query = Some(invitation_free_target(uri)?.parse().ok()?);
-    http::Uri::from_parts(parts).ok()
 }
 
 /// How a room page answers one request.
@@ -1338,10 +992,6 @@ async fn write_error_page(
 }
 
 const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
-const VESTIBULE_SOLUTION: http::HeaderName = http::HeaderName::from_static("vestibule-solution");
-const VESTIBULE_INVITE: http::HeaderName = http::HeaderName::from_static("vestibule-invite");
-const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
 const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
 

@@ -1,0 +1,721 @@
+//! The decision: what one request is owed.
+//!
+//! The proxy reads a request once into a [`Request`], calls [`decide`] with the snapshot in
+//! service and the clock, and writes the [`Verdict`]. Nothing here touches a socket, Pingora or
+//! the metrics: the decision reads the request, the rooms and rules of the snapshot, and the
+//! counter store behind them, and says what to answer and what the rest of the request needs.
+//!
+//! # The steps, in order
+//!
+//! 1. **`redirect_to_https`**: a plain request is sent to the TLS listener
+//!    ([`Answer::Redirect`]), except ACME HTTP-01 challenges and requests a trusted proxy says
+//!    arrived over https.
+//! 2. **Rules of scope `all`**: a rule that blocks answers [`Answer::RateLimited`] before any
+//!    room sees the request.
+//! 3. **The room** the host and path route to, unless the route is a bypass, the room is off,
+//!    the request is an ACME challenge (with `bypass_acme_challenge`), or there is no key ring:
+//!    - a subresource of a held page (its favicon, say) neither joins nor checks in:
+//!      [`Answer::Held`] unless its visitor is admitted;
+//!    - otherwise the room decides with the request's cookies, proof-of-work solution and
+//!      invitation;
+//!    - a page opened by an invitation's link that got a place answers [`Answer::Invited`]
+//!      (a `303` to the same target without the code);
+//!    - a decision that does not forward answers [`Answer::RoomPage`];
+//!    - a room in shadow mode decides, sets its cookie and counts like any other, and forwards.
+//! 4. **Rules of scope `origin`**, for what would be forwarded.
+//! 5. Otherwise [`Answer::Forward`], with the room's cookie to set on the origin's response.
+//!
+//! # What it may do
+//!
+//! It counts in the counter store (rate windows, buckets, a capacity room's admissions and
+//! queue) and takes concurrency slots, which the verdict carries and which are given back when
+//! they are dropped. It never waits: the store answers from memory.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+use http::header;
+use smallvec::SmallVec;
+
+use crate::config::{RoomMode, Scope};
+use crate::cookie;
+use crate::identity::IdentityPolicy;
+use crate::invite;
+use crate::pages::{self, Wants};
+use crate::path::RequestPath;
+use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
+use crate::room::{Brought, CookieAction, Decision, Outcome, Place, PowCount, Room};
+use crate::snapshot::Snapshot;
+use crate::time::Timestamp;
+use crate::token::{Dec, Reject};
+
+/// A request as the proxy read it: everything the decision looks at, read once.
+pub struct Request<'a> {
+    pub method: &'a http::Method,
+    pub uri: &'a http::Uri,
+    pub headers: &'a http::HeaderMap,
+    /// The host it is routed by: lowercase, without port or trailing dot.
+    pub host: Cow<'a, str>,
+    /// The path, normalized once (a path origins would read in different ways never gets
+    /// here: the proxy answers it `400`).
+    pub path: RequestPath<'a>,
+    /// Who sent it (see [`client_address`]).
+    pub client: ClientAddress,
+    /// It arrived over TLS.
+    pub tls: bool,
+}
+
+/// Who sent a request: the client's address after trusted proxies, and the connection's peer.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddress {
+    pub ip: IpAddr,
+    pub peer: IpAddr,
+    /// The peer is a trusted proxy: `ip` came from its `X-Forwarded-For`.
+    pub trusted: bool,
+}
+
+/// The client behind `peer`: `X-Forwarded-For` is looked up only when the peer is one whose
+/// word counts.
+pub fn client_address(
+    headers: &http::HeaderMap,
+    policy: &IdentityPolicy,
+    peer: IpAddr,
+) -> ClientAddress {
+    let trusted = policy.is_trusted(peer);
+    let ip = if trusted {
+        let xff = headers.get_all(X_FORWARDED_FOR);
+        policy.client_ip(peer, xff.iter().map(|v| v.as_bytes()))
+    } else {
+        peer.to_canonical()
+    };
+    ClientAddress { ip, peer, trusted }
+}
+
+/// What to answer.
+#[derive(Debug)]
+pub enum Answer {
+    /// Forward to the origin.
+    Forward,
+    /// `308` to this https URL (`redirect_to_https`).
+    Redirect(String),
+    /// Show this room's page for this outcome.
+    RoomPage(usize, Outcome),
+    /// A rule blocks it.
+    RateLimited(Limited),
+    /// A held subresource: a short 503 asking to retry after this many seconds.
+    Held(u64),
+    /// A page opened by an invitation's link got a place: `303` to the same target without
+    /// the code, with the place's cookies, so the code leaves the address bar (and the
+    /// `Referer` of the origin's page).
+    Invited {
+        location: String,
+        cookies: Vec<String>,
+    },
+}
+
+/// A blocking verdict, with what the 429 needs.
+#[derive(Debug)]
+pub struct Limited {
+    pub rule: String,
+    pub policy: String,
+    pub retry_after: u64,
+}
+
+/// The decision for one request: the answer, and what the rest of the request needs from it.
+pub struct Verdict {
+    pub answer: Answer,
+    pub notes: Notes,
+}
+
+/// What the decision leaves for the response, the metrics and the access log.
+#[derive(Default)]
+pub struct Notes {
+    /// The client's address after trusted proxies (absent when the request was redirected
+    /// before it was looked at).
+    pub client_ip: Option<IpAddr>,
+    /// Over TLS, or so a trusted proxy said: cookies are `Secure`, `X-Forwarded-Proto` is https.
+    pub secure: bool,
+    /// The room the request was routed to (an index into the snapshot's rooms).
+    pub room: Option<usize>,
+    pub decision: Option<Decision>,
+    /// What the client asked for, when a room looked (its page answers in kind).
+    pub wants: Option<Wants>,
+    /// `Set-Cookie` to add to the forwarded response.
+    pub set_cookie: Option<String>,
+    /// `pow` rooms: removes the solution cookie once it has been used.
+    pub clear_solution: Option<String>,
+    /// Capacity rooms: the admitted user's place (what a revoke gives back).
+    pub place: Option<Place>,
+    /// The room's decision as the metrics count it.
+    pub counted: Option<(usize, Counted)>,
+    /// Each rule checked, with its verdict (for the metrics and the access log).
+    pub rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
+    /// Concurrency slots, given back when dropped.
+    pub slots: SmallVec<[pingora_limits::inflight::Guard; 2]>,
+    /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
+    /// `RateLimit-Policy` and `RateLimit` headers of the response.
+    pub quotas: SmallVec<[(usize, u64, u64); 2]>,
+}
+
+/// A room decision as `vestibule_room_*` counts it.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted {
+    pub decision: Decision,
+    pub admitted: bool,
+    pub rejected: Option<Reject>,
+    pub invitation: Option<Result<(), invite::Refusal>>,
+    pub pow: PowCount,
+}
+
+impl From<&Outcome> for Counted {
+    fn from(o: &Outcome) -> Counted {
+        Counted {
+            decision: o.decision,
+            admitted: o.admitted,
+            rejected: o.rejected,
+            invitation: o.invitation,
+            pow: o.pow,
+        }
+    }
+}
+
+/// Decides one request: see the [module documentation](self) for the steps.
+pub fn decide(req: &Request, snapshot: &Snapshot, now: Timestamp) -> Verdict {
+    let mut notes = Notes::default();
+    let answer = decide_into(req, snapshot, now, &mut notes);
+    Verdict { answer, notes }
+}
+
+fn decide_into(req: &Request, snapshot: &Snapshot, now: Timestamp, notes: &mut Notes) -> Answer {
+    if snapshot.config.server.redirect_to_https && !req.tls {
+        if let Some(location) = https_location(req, snapshot) {
+            return Answer::Redirect(location);
+        }
+    }
+    let policy = &snapshot.config.identity;
+    let ClientAddress {
+        ip: client_ip,
+        peer,
+        trusted,
+    } = req.client;
+    let header_identity = policy
+        .header_name()
+        .and_then(|h| req.headers.get(h))
+        .map(|v| v.as_bytes());
+    let identity = policy.identify(client_ip, peer, header_identity);
+    notes.client_ip = Some(client_ip);
+    notes.secure = req.tls || (trusted && forwarded_https(req.headers));
+    let view = RequestView {
+        identity: &identity,
+        client_ip,
+        host: &req.host,
+        path: req.path.as_str(),
+        method: req.method,
+        headers: req.headers,
+    };
+
+    let route = snapshot.rooms.route(&req.host, &req.path, client_ip);
+    notes.room = route.map(|r| r.index);
+    if let Some(limited) = check_rules(snapshot, Scope::All, &view, now, notes) {
+        return Answer::RateLimited(limited);
+    }
+    if let Some(route) = route {
+        let room = route.room;
+        // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
+        // renewals fail: no room, challenge or invitation holds them (rate rules still do).
+        let acme =
+            snapshot.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
+        let admission = match (&snapshot.keys, route.bypass || acme || !room.config.enabled) {
+            (Some(ring), false) => room_admission(req, room, ring, &identity, now, notes),
+            _ => Admission::Decided(Outcome::new(Decision::Bypass, CookieAction::Keep), false),
+        };
+        let (outcome, invited_by_link) = match admission {
+            Admission::Decided(outcome, invited_by_link) => (outcome, invited_by_link),
+            Admission::Held(outcome) => {
+                notes.counted = Some((route.index, Counted::from(&outcome)));
+                notes.decision = Some(outcome.decision);
+                return Answer::Held(room.retry_after());
+            }
+        };
+        notes.counted = Some((route.index, Counted::from(&outcome)));
+        notes.decision = Some(outcome.decision);
+        if invited_by_link && room.config.mode == RoomMode::Enforce {
+            if let Some(location) = invitation_free_target(req.uri) {
+                let cookies = set_cookie_value(room, &outcome.cookie, notes.secure);
+                return Answer::Invited {
+                    location,
+                    cookies: cookies.into_iter().collect(),
+                };
+            }
+        }
+        // A shadow room decides, sets its cookie and counts like any other, and forwards.
+        if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
+            return Answer::RoomPage(route.index, outcome);
+        }
+        notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
+        notes.place = outcome.place;
+    }
+    match check_rules(snapshot, Scope::Origin, &view, now, notes) {
+        Some(limited) => Answer::RateLimited(limited),
+        None => Answer::Forward,
+    }
+}
+
+/// What a room made of a request it looked at.
+enum Admission {
+    /// Its outcome, and whether an invitation's link got the visitor a place.
+    Decided(Outcome, bool),
+    /// A subresource of a held page, in a room that enforces: a short 503.
+    Held(Outcome),
+}
+
+/// The room's part: its cookies, what the client wants, the held subresource, and the room's
+/// own decision with the request's solution and invitation.
+fn room_admission(
+    req: &Request,
+    room: &Room,
+    ring: &crate::keys::KeyRing,
+    identity: &crate::identity::Identity,
+    now: Timestamp,
+    notes: &mut Notes,
+) -> Admission {
+    let cookies = cookie::values(
+        req.headers
+            .get_all(header::COOKIE)
+            .iter()
+            .map(|v| v.as_bytes()),
+        &room.config.cookie.name,
+    );
+    let wants = pages::wants(
+        req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
+        req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
+    );
+    notes.wants = Some(wants);
+    // A subresource of a held page (its favicon, say) neither joins the queue nor checks in:
+    // only an admitted visitor's goes on.
+    let holding =
+        (wants == Wants::Subresource).then(|| room.holding(ring, identity, &cookies, now));
+    match holding {
+        Some(Some(Dec::Allow)) | None => {
+            let solution = room
+                .solution_cookie()
+                .and_then(|name| solution_of(req.headers, name));
+            let invitation = invitation_of(req);
+            let brought = Brought {
+                solution: solution.map(|(s, _)| s),
+                invitation: invitation.as_ref().map(|(code, _)| code.as_bytes()),
+            };
+            let outcome = room.decide_bringing(ring, identity, &cookies, brought, now);
+            let invited_by_link = invitation.is_some_and(|(_, link)| link)
+                && wants == Wants::Page
+                && matches!(*req.method, http::Method::GET | http::Method::HEAD)
+                && outcome.invitation == Some(Ok(()))
+                && matches!(outcome.cookie, CookieAction::Set(_));
+            // A solution cookie, once used, is removed.
+            if let (Some((_, Some(name))), true) = (solution, outcome.pow.solved) {
+                notes.clear_solution = Some(cookie::delete_solution(name));
+            }
+            Admission::Decided(outcome, invited_by_link)
+        }
+        Some(held) => {
+            let decision = if held.is_some() {
+                Decision::Wait
+            } else {
+                Decision::Anon
+            };
+            let outcome = Outcome::new(decision, CookieAction::Keep);
+            if room.config.mode == RoomMode::Shadow {
+                // Counted as held, and forwarded.
+                Admission::Decided(outcome, false)
+            } else {
+                Admission::Held(outcome)
+            }
+        }
+    }
+}
+
+/// Runs the rules of one scope, notes their verdicts, concurrency slots and token-bucket
+/// headers, and returns the blocking verdict if there is one.
+fn check_rules(
+    snapshot: &Snapshot,
+    scope: Scope,
+    view: &RequestView,
+    now: Timestamp,
+    notes: &mut Notes,
+) -> Option<Limited> {
+    if !snapshot.rules.has_scope(scope) {
+        return None;
+    }
+    let mut checks = Checks::new();
+    let blocked = snapshot.rules.check(scope, view, now, &mut checks);
+    let mut limited = None;
+    for (i, checked) in checks.into_iter().enumerate() {
+        let Some(rule) = snapshot.rules.get(checked.rule) else {
+            continue;
+        };
+        let check = checked.check;
+        notes.rule_outcomes.push((checked.rule, check.outcome));
+        if Some(i) == blocked {
+            limited = Some(Limited {
+                rule: rule.name().to_owned(),
+                policy: rule.policy().to_owned(),
+                retry_after: check.retry_after,
+            });
+        } else if rule.is_token_bucket() && check.outcome == RuleOutcome::Pass {
+            notes
+                .quotas
+                .push((checked.rule, check.remaining, check.reset));
+        }
+        if let Some(guard) = check.guard {
+            notes.slots.push(guard);
+        }
+    }
+    limited
+}
+
+/// Where ACME HTTP-01 validators fetch their tokens (RFC 8555 §8.3).
+const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
+
+/// Where `redirect_to_https` sends a plain request: the same host, path and query on the first
+/// TLS listener's port. `None` for ACME HTTP-01 challenges (proxied, so certificate renewals
+/// keep working) and for requests a trusted proxy says arrived over https.
+fn https_location(req: &Request, snapshot: &Snapshot) -> Option<String> {
+    if req.path.is_under(ACME_CHALLENGE) {
+        return None;
+    }
+    if snapshot.config.identity.is_trusted(req.client.peer) && forwarded_https(req.headers) {
+        return None;
+    }
+    let host = &req.host;
+    if host.is_empty() {
+        return None;
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let port = snapshot
+        .config
+        .server
+        .tls_listen
+        .first()
+        .map_or(443, |a| a.port());
+    let target = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let target = if target.starts_with('/') { target } else { "/" };
+    Some(if port == 443 {
+        format!("https://{host}{target}")
+    } else {
+        format!("https://{host}:{port}{target}")
+    })
+}
+
+/// `X-Forwarded-Proto: https` (believed only from a trusted proxy, checked by the caller).
+fn forwarded_https(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(X_FORWARDED_PROTO)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+}
+
+/// The `Set-Cookie` value of a room's cookie action.
+pub fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
+    match action {
+        CookieAction::Keep => None,
+        CookieAction::Set(value) => Some(cookie::set(&room.config.cookie, value, secure)),
+        CookieAction::Delete => Some(cookie::delete(&room.config.cookie, secure)),
+    }
+}
+
+/// A `pow` room's solution: the `Vestibule-Solution` header, else the solution
+/// cookie `cookie` (whose name comes back with it, to remove it once used).
+fn solution_of<'r, 'c>(
+    headers: &'r http::HeaderMap,
+    cookie: &'c str,
+) -> Option<(&'r [u8], Option<&'c str>)> {
+    if let Some(v) = headers.get(VESTIBULE_SOLUTION) {
+        return Some((v.as_bytes(), None));
+    }
+    let values = cookie::values(
+        headers.get_all(header::COOKIE).iter().map(|v| v.as_bytes()),
+        cookie,
+    );
+    values.first().map(|v| (*v, Some(cookie)))
+}
+
+/// An invitation: the `Vestibule-Invite` header, else the link parameter
+/// `vestibule_invite` (percent-decoded); and whether it came by the link.
+fn invitation_of<'r>(req: &Request<'r>) -> Option<(Cow<'r, str>, bool)> {
+    if let Some(v) = req.headers.get(VESTIBULE_INVITE) {
+        let code = std::str::from_utf8(v.as_bytes()).unwrap_or("\u{fffd}");
+        return Some((Cow::Borrowed(code), false));
+    }
+    invite::from_query(req.uri.query()?).map(|code| (code, true))
+}
+
+/// The request's path and query without the invitation link parameter, when it had one.
+fn invitation_free_target(uri: &http::Uri) -> Option<String> {
+    let query = invite::strip_from_query(uri.query()?)?;
+    let mut target = uri.path().to_owned();
+    if !query.is_empty() {
+        target.push('?');
+        target.push_str(&query);
+    }
+    Some(target)
+}
+
+/// The request's target without the invitation link parameter, when it had one: the origin
+/// never sees an invitation.
+pub fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(invitation_free_target(uri)?.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
+}
+
+const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
+const VESTIBULE_SOLUTION: http::HeaderName = http::HeaderName::from_static("vestibule-solution");
+const VESTIBULE_INVITE: http::HeaderName = http::HeaderName::from_static("vestibule-invite");
+const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::testing::KEY1;
+    use crate::state::State;
+
+    /// A snapshot of `rooms_and_rules` behind one origin, with the test key ring.
+    fn snapshot(server: &str, rooms_and_rules: &str) -> (tempfile::TempDir, Snapshot) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("keys.toml"),
+            format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
+        )
+        .unwrap();
+        let config = format!(
+            "[server]\nlisten = [\"127.0.0.1:1\"]\n{server}\n[upstream]\npeers = [\"127.0.0.1:2\"]\nhealth_check = \"0s\"\n{rooms_and_rules}"
+        );
+        let path = dir.path().join("vestibule.toml");
+        std::fs::write(&path, config).unwrap();
+        let snapshot =
+            Snapshot::load(&path, None, &State::local(), now()).unwrap_or_else(|e| panic!("{e}"));
+        (dir, snapshot)
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_millis(1_800_000_000_000)
+    }
+
+    /// A request from `192.0.2.10` for `target` on `shop.example`, with `headers`.
+    struct Sent {
+        method: http::Method,
+        uri: http::Uri,
+        headers: http::HeaderMap,
+        tls: bool,
+    }
+
+    fn get(target: &str, headers: &[(&str, &str)]) -> Sent {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        Sent {
+            method: http::Method::GET,
+            uri: target.parse().unwrap(),
+            headers: map,
+            tls: false,
+        }
+    }
+
+    fn run(sent: &Sent, snapshot: &Snapshot, at: Timestamp) -> Verdict {
+        let peer: IpAddr = "192.0.2.10".parse().unwrap();
+        let request = Request {
+            method: &sent.method,
+            uri: &sent.uri,
+            headers: &sent.headers,
+            host: Cow::Borrowed("shop.example"),
+            path: crate::path::normalize(sent.uri.path()).unwrap(),
+            client: client_address(&sent.headers, &snapshot.config.identity, peer),
+            tls: sent.tls,
+        };
+        decide(&request, snapshot, at)
+    }
+
+    const HELD_ROOM: &str = "[[room]]\nname = \"sale\"\npaths = [\"/\"]\nbypass_paths = [\"/static/\"]\nadmission = \"fifo\"\nnew_users_per_minute = 1\nqueue_all = true\n";
+
+    #[test]
+    fn a_held_page_shows_the_room_and_a_held_subresource_gets_a_short_503() {
+        let (_dir, snap) = snapshot("", HELD_ROOM);
+        let page = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
+        let Answer::RoomPage(0, outcome) = &page.answer else {
+            panic!("{:?}", page.answer);
+        };
+        assert!(!outcome.decision.forwards(), "{:?}", outcome.decision);
+        assert_eq!(page.notes.room, Some(0));
+        assert_eq!(page.notes.wants, Some(Wants::Page));
+        assert_eq!(page.notes.counted.map(|(room, _)| room), Some(0));
+        assert!(
+            page.notes.set_cookie.is_none(),
+            "a page's cookie is written with the page"
+        );
+
+        let icon = run(
+            &get(
+                "/favicon.ico",
+                &[("sec-fetch-mode", "no-cors"), ("accept", "image/*")],
+            ),
+            &snap,
+            now(),
+        );
+        assert!(
+            matches!(icon.answer, Answer::Held(s) if s > 0),
+            "{:?}",
+            icon.answer
+        );
+        assert_eq!(icon.notes.decision, Some(Decision::Anon));
+        assert_eq!(
+            icon.notes.counted.map(|(_, c)| c.decision),
+            Some(Decision::Anon)
+        );
+    }
+
+    #[test]
+    fn a_bypass_path_forwards_and_counts_as_bypass() {
+        let (_dir, snap) = snapshot("", HELD_ROOM);
+        let v = run(&get("/static/app.css", &[]), &snap, now());
+        assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
+        assert_eq!(v.notes.decision, Some(Decision::Bypass));
+        assert!(v.notes.set_cookie.is_none());
+    }
+
+    #[test]
+    fn a_shadow_room_decides_sets_its_cookie_and_forwards() {
+        let shadow = format!("{HELD_ROOM}mode = \"shadow\"\n");
+        let (_dir, snap) = snapshot("", &shadow);
+        let v = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
+        assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
+        let decision = v.notes.decision.unwrap();
+        assert!(!decision.forwards(), "counted as held: {decision:?}");
+        let cookie = v.notes.set_cookie.as_deref().unwrap_or_default();
+        assert!(cookie.starts_with("waiting_room="), "{cookie}");
+
+        // A held subresource is counted as held, and forwarded too.
+        let icon = run(
+            &get("/favicon.ico", &[("sec-fetch-mode", "no-cors")]),
+            &snap,
+            now(),
+        );
+        assert!(matches!(icon.answer, Answer::Forward), "{:?}", icon.answer);
+        assert_eq!(icon.notes.decision, Some(Decision::Anon));
+    }
+
+    #[test]
+    fn a_rule_of_scope_all_blocks_before_the_room_and_origin_rules_after_it() {
+        let rules = "[[rate_limit]]\nname = \"burst\"\nkey = [\"client_ip\"]\nalgorithm = \"token_bucket\"\nlimit = 1\nperiod = \"60s\"\npenalty = \"0s\"\nscope = \"all\"\n";
+        let (_dir, snap) = snapshot("", &format!("{HELD_ROOM}{rules}"));
+        let first = run(&get("/static/a.css", &[]), &snap, now());
+        assert!(
+            matches!(first.answer, Answer::Forward),
+            "{:?}",
+            first.answer
+        );
+        assert_eq!(
+            first.notes.quotas.len(),
+            1,
+            "the bucket's headers go on the response"
+        );
+        let second = run(&get("/tickets", &[]), &snap, now());
+        let Answer::RateLimited(limited) = &second.answer else {
+            panic!("{:?}", second.answer);
+        };
+        assert_eq!(limited.rule, "burst");
+        assert!(limited.retry_after > 0);
+        assert_eq!(second.notes.rule_outcomes.len(), 1);
+        assert!(second.notes.counted.is_none(), "the room never saw it");
+
+        // Scope `origin`: only what would be forwarded is counted, after the room.
+        let origin = rules.replace("scope = \"all\"", "scope = \"origin\"");
+        let (_dir, snap) = snapshot("", &format!("{HELD_ROOM}{origin}"));
+        for _ in 0..3 {
+            let held = run(&get("/tickets", &[]), &snap, now());
+            assert!(
+                matches!(held.answer, Answer::RoomPage(..)),
+                "{:?}",
+                held.answer
+            );
+            assert!(held.notes.rule_outcomes.is_empty());
+        }
+        let passed = run(&get("/static/a.css", &[]), &snap, now());
+        assert!(
+            matches!(passed.answer, Answer::Forward),
+            "{:?}",
+            passed.answer
+        );
+        let blocked = run(&get("/static/b.css", &[]), &snap, now());
+        assert!(
+            matches!(blocked.answer, Answer::RateLimited(_)),
+            "{:?}",
+            blocked.answer
+        );
+    }
+
+    #[test]
+    fn plain_requests_go_to_https_except_acme_challenges() {
+        let cert = rcgen::generate_simple_self_signed(vec!["shop.example".into()]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (c, k) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&c, cert.cert.pem()).unwrap();
+        std::fs::write(&k, cert.key_pair.serialize_pem()).unwrap();
+        let tls = format!(
+            "[tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n",
+            c.display(),
+            k.display()
+        );
+        let (_dir, snap) = snapshot(
+            "redirect_to_https = true\ntls_listen = [\"127.0.0.1:3\"]\n",
+            &tls,
+        );
+        let v = run(&get("/a?b=1", &[]), &snap, now());
+        let Answer::Redirect(location) = &v.answer else {
+            panic!("{:?}", v.answer);
+        };
+        assert_eq!(location, "https://shop.example:3/a?b=1");
+        let acme = run(&get("/.well-known/acme-challenge/x", &[]), &snap, now());
+        assert!(matches!(acme.answer, Answer::Forward), "{:?}", acme.answer);
+        let mut tls = get("/a", &[]);
+        tls.tls = true;
+        let v = run(&tls, &snap, now());
+        assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
+        assert!(v.notes.secure);
+    }
+
+    #[test]
+    fn an_admitted_visitor_forwards_with_its_cookie_renewed_or_kept() {
+        let open = HELD_ROOM
+            .replace("queue_all = true\n", "")
+            .replace("new_users_per_minute = 1", "new_users_per_minute = 100");
+        let (_dir, snap) = snapshot("", &open);
+        let first = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
+        assert!(
+            matches!(first.answer, Answer::Forward),
+            "{:?}",
+            first.answer
+        );
+        assert!(first.notes.place.is_some(), "a capacity room's place");
+        let set = first.notes.set_cookie.clone().unwrap();
+        let value = set.split(';').next().unwrap().to_owned();
+        let again = run(
+            &get("/tickets", &[("accept", "text/html"), ("cookie", &value)]),
+            &snap,
+            now(),
+        );
+        assert!(
+            matches!(again.answer, Answer::Forward),
+            "{:?}",
+            again.answer
+        );
+        assert_eq!(again.notes.decision, Some(Decision::Allow));
+    }
+}
