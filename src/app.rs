@@ -221,11 +221,11 @@ fn describe_changes(old: &Snapshot, new: &Snapshot) -> Vec<String> {
     match (&old.tls, &new.tls) {
         (Some(a), Some(b)) if b.differs_from(a) => changes.push(format!(
             "tls: certificates reloaded ({})",
-            crate::listen::tls::summary(b)
+            crate::tls::summary(b)
         )),
         (None, Some(b)) => changes.push(format!(
             "tls: certificates loaded ({})",
-            crate::listen::tls::summary(b)
+            crate::tls::summary(b)
         )),
         (Some(_), None) => changes.push("tls: no certificates".into()),
         _ => {}

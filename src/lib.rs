@@ -34,6 +34,7 @@ pub mod simulate;
 pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod upstream;
 
 // The decision core, under the paths the edge has always used.

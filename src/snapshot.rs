@@ -30,7 +30,7 @@ pub struct Snapshot {
     /// The key ring; loaded only when a room needs it.
     pub keys: Option<KeyRing>,
     /// The certificates of the TLS listeners, when `[tls]` names any.
-    pub tls: Option<Arc<crate::listen::tls::Tls>>,
+    pub tls: Option<Arc<crate::tls::Tls>>,
     pub rooms: RoomSet,
     pub rules: RuleSet,
     /// Problems worth a look that do not stop loading.
@@ -96,15 +96,13 @@ impl Snapshot {
             }
         };
 
-        let tls =
-            match crate::listen::tls::Tls::load(&config.tls, previous.and_then(|p| p.tls.as_ref()))
-            {
-                Ok(tls) => tls,
-                Err(e) => {
-                    errors.extend(e);
-                    None
-                }
-            };
+        let tls = match crate::tls::Tls::load(&config.tls, previous.and_then(|p| p.tls.as_ref())) {
+            Ok(tls) => tls,
+            Err(e) => {
+                errors.extend(e);
+                None
+            }
+        };
         if !config.server.tls_listen.is_empty() && config.tls.certificates.is_empty() {
             errors.push(ConfigError::new(
                 &config.path,

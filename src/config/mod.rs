@@ -51,7 +51,7 @@ pub struct Config {
 }
 
 /// `[tls]`: the certificates of the TLS listeners. The files are loaded and checked
-/// with the snapshot (`listen::tls`), and reload like the key ring.
+/// with the snapshot (`crate::tls`), and reload like the key ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsConfig {
     pub certificates: Vec<CertificatePaths>,

@@ -33,6 +33,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
+pub use crate::metrics::Closed;
 
 #[macro_use]
 mod forward;
@@ -41,50 +42,12 @@ pub mod home;
 pub mod proxy_protocol;
 mod replay;
 pub mod threads;
-pub mod tls;
 
 /// The largest request head accepted (request line and headers). Browsers send a few KiB;
 /// nginx's default allows 4 × 8 KiB.
 pub const MAX_HEAD: usize = 64 * 1024;
 /// What the head buffer starts with (Pingora's own initial size).
 const HEAD_BUF: usize = 4096;
-
-/// Why the edge closed a connection (the `reason` label of
-/// `vestibule_downstream_closed_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Closed {
-    /// Idle longer than `keepalive_timeout` between requests.
-    KeepaliveTimeout,
-    /// A request head (or a new connection's first byte) took longer than `header_timeout`.
-    HeaderTimeout,
-    /// A request head larger than [`MAX_HEAD`].
-    HeaderTooLarge,
-    /// An HTTP/2 connection told to go away because its client reset too many of its streams
-    /// early, or was refused for having done so (`crate::resets`).
-    H2ResetFlood,
-}
-
-impl Closed {
-    pub const ALL: [Closed; 4] = [
-        Closed::KeepaliveTimeout,
-        Closed::HeaderTimeout,
-        Closed::HeaderTooLarge,
-        Closed::H2ResetFlood,
-    ];
-
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Closed::KeepaliveTimeout => "keepalive_timeout",
-            Closed::HeaderTimeout => "header_timeout",
-            Closed::HeaderTooLarge => "header_too_large",
-            Closed::H2ResetFlood => "h2_reset_flood",
-        }
-    }
-}
 
 /// How long the edge waits for a client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

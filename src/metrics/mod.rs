@@ -50,6 +50,43 @@ pub const INVITATION_RESULTS: [&str; 2] = ["accepted", "refused"];
 /// order.
 pub const CHALLENGE_RESULTS: [&str; 3] = ["issued", "solved", "failed"];
 
+/// Why the edge closed a connection (the `reason` label of
+/// `vestibule_downstream_closed_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Idle longer than `keepalive_timeout` between requests.
+    KeepaliveTimeout,
+    /// A request head (or a new connection's first byte) took longer than `header_timeout`.
+    HeaderTimeout,
+    /// A request head larger than the edge accepts (`listen::MAX_HEAD`).
+    HeaderTooLarge,
+    /// An HTTP/2 connection told to go away because its client reset too many of its streams
+    /// early, or was refused for having done so (`crate::resets`).
+    H2ResetFlood,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 4] = [
+        Closed::KeepaliveTimeout,
+        Closed::HeaderTimeout,
+        Closed::HeaderTooLarge,
+        Closed::H2ResetFlood,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::KeepaliveTimeout => "keepalive_timeout",
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::HeaderTooLarge => "header_too_large",
+            Closed::H2ResetFlood => "h2_reset_flood",
+        }
+    }
+}
+
 /// The registry and handles to every family. The families every request counts in are
 /// [`sharded`], so worker threads do not contend for their cache lines.
 pub struct Metrics {
@@ -135,8 +172,8 @@ impl Metrics {
             "Client connections closed by the proxy for waiting too long, sending too much, or cancelling too many HTTP/2 requests.",
             &["reason"],
         );
-        let downstream_closed = crate::listen::Closed::ALL
-            .map(|c| downstream_closed_vec.with_label_values(&[c.as_str()]));
+        let downstream_closed =
+            Closed::ALL.map(|c| downstream_closed_vec.with_label_values(&[c.as_str()]));
         let tls_handshakes_vec = counter_vec(
             "vestibule_tls_handshakes_total",
             "TLS handshakes on the TLS listeners, by result.",

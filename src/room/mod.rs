@@ -562,8 +562,7 @@ impl Room {
         self.decide_bringing(ring, uid, cookies, Brought::default(), now)
     }
 
-    /// Decides one request that may bring a proof-of-work solution or an invitation
-    ///. A visitor without a valid token joins an `invite` room only with a valid
+    /// Decides one request that may bring a proof-of-work solution or an invitation. A visitor without a valid token joins an `invite` room only with a valid
     /// invitation, and a `pow` room only with a correct solution.
     pub fn decide_bringing(
         &self,

@@ -78,8 +78,8 @@ impl SigningKey {
     }
 
     /// The first 16 bytes of HMAC-SHA512 over `domain` and then each of `parts` prefixed with
-    /// its length (4 bytes, big-endian): the signature of challenges and invitations
-    ///, where every field is a part and no two messages can be spelled alike.
+    /// its length (4 bytes, big-endian): the signature of challenges and invitations,
+    /// where every field is a part and no two messages can be spelled alike.
     pub fn short_mac(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 16] {
         use hmac::Mac;
         let mut m = self.mac.clone();
