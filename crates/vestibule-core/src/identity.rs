@@ -11,11 +11,10 @@
 //! reached. IPv4-mapped IPv6 addresses count as the IPv4 address they carry, and IPv6 clients are
 //! grouped by their `ipv6_prefix` (a /64 by default: one household or one server).
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::{IpNet, Ipv6Net};
-
-use crate::token::encode_uid;
 
 /// Hops of `X-Forwarded-For` examined at most; longer chains keep their rightmost entries.
 const MAX_HOPS: usize = 32;
@@ -229,6 +228,25 @@ fn trim_ascii(bytes: &[u8]) -> &[u8] {
         .rposition(|b| !b.is_ascii_whitespace())
         .map_or(start, |i| i + 1);
     &bytes[start..end]
+}
+
+/// Percent-encodes every byte outside `[A-Za-z0-9.:_/-]` (uppercase hex), so a uid never
+/// breaks the `&`/`=` framing or the cookie syntax.
+pub fn encode_uid(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for &b in raw {
+        if is_uid_byte(b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// A byte a uid keeps as it is.
+pub(crate) fn is_uid_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'_' | b'/' | b'-')
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 //! Checking a code costs one HMAC: length and ASCII, format, key known, signature (constant time),
 //! expiry. How many identities already joined with it is the store's answer.
 
+pub use crate::token::{is_valid_lane, MAX_LANE_LEN};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -33,8 +34,6 @@ use crate::time::Timestamp;
 pub const MAX_CODE_LEN: usize = 200;
 /// Most identities one invitation may admit.
 pub const MAX_USES: u32 = 1_000_000;
-/// Longest lane name.
-pub const MAX_LANE_LEN: usize = 32;
 /// The lane of visitors without an invitation, and of invitations that name none.
 pub const PUBLIC_LANE: &str = "public";
 /// The link parameter that carries a code (removed before the origin sees the request).
@@ -98,15 +97,6 @@ impl Invitation<'_> {
         out.copy_from_slice(&digest[..8]);
         u64::from_be_bytes(out)
     }
-}
-
-/// Whether `lane` may name a lane: 1 to 32 of `a-z`, `0-9`, `_` and `-`.
-pub fn is_valid_lane(lane: &str) -> bool {
-    !lane.is_empty()
-        && lane.len() <= MAX_LANE_LEN
-        && lane
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
 }
 
 /// What an invitation is made of, before it is signed.

@@ -11,12 +11,11 @@ use std::path::Path;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
-use sha2::{Sha256, Sha512};
 
 use crate::config::error::{from_toml, ConfigError, ConfigErrors};
 use crate::config::locate::Locator;
+pub use crate::sign::{is_valid_key_id, split_exact, HmacSha512, Keys, SigningKey};
 
 /// Shortest accepted key, decoded.
 pub const MIN_KEY_BYTES: usize = 32;
@@ -25,91 +24,6 @@ const MAX_KEY_BYTES: usize = 1024;
 /// The key that ships in `conf/keys.toml` for the demo. `--check` warns when it is in use.
 pub const SAMPLE_KEY: &str =
     "ZGVtby1vbmx5LWtleS1yZXBsYWNlLW1lLXdpdGgtdmVzdGlidWxlLWtleWdlbi1vdXRwdXQtMDAwMDAwMA==";
-
-pub type HmacSha512 = Hmac<Sha512>;
-
-/// One signing key, ready to use.
-#[derive(Clone)]
-pub struct SigningKey {
-    id: String,
-    mac: HmacSha512,
-    /// Keyed with a key derived from this one, for the draws of tokens this key signed: nobody
-    /// without the ring can compute whether a token wins.
-    draw_mac: Hmac<Sha256>,
-    /// SHA-256 of the key bytes, to tell "same id, new secret" apart in reload diffs without
-    /// keeping or showing the secret itself.
-    fingerprint: [u8; 32],
-}
-
-impl SigningKey {
-    pub fn new(id: &str, secret: &[u8]) -> SigningKey {
-        use sha2::Digest;
-        let mac = HmacSha512::new_from_slice(secret).unwrap_or_else(|_| unreachable!());
-        // A key of its own for draws (domain-separated), so draw seeds reveal nothing about
-        // signatures and the other way round.
-        let mut derive = mac.clone();
-        derive.update(b"vestibule draw key v1");
-        let draw_key = derive.finalize().into_bytes();
-        SigningKey {
-            id: id.to_owned(),
-            // HMAC accepts keys of any length.
-            mac,
-            draw_mac: Hmac::<Sha256>::new_from_slice(&draw_key[..32])
-                .unwrap_or_else(|_| unreachable!()),
-            fingerprint: Sha256::digest(secret).into(),
-        }
-    }
-
-    /// The seed of the draws of a token this key signed: HMAC-SHA256 of its signature under the
-    /// derived draw key.
-    pub fn draw_seed(&self, signature: &[u8]) -> [u8; 32] {
-        let mut mac = self.draw_mac.clone();
-        mac.update(signature);
-        mac.finalize().into_bytes().into()
-    }
-
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// A fresh MAC keyed with this key.
-    pub fn mac(&self) -> HmacSha512 {
-        self.mac.clone()
-    }
-
-    /// The first 16 bytes of HMAC-SHA512 over `domain` and then each of `parts` prefixed with
-    /// its length (4 bytes, big-endian): the signature of challenges and invitations,
-    /// where every field is a part and no two messages can be spelled alike.
-    pub fn short_mac(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 16] {
-        use hmac::Mac;
-        let mut m = self.mac.clone();
-        m.update(domain);
-        for part in parts {
-            m.update(&(part.len() as u32).to_be_bytes());
-            m.update(part);
-        }
-        let full = m.finalize().into_bytes();
-        let mut out = [0u8; 16];
-        out.copy_from_slice(&full[..16]);
-        out
-    }
-}
-
-/// `text` split at every `sep` into exactly `N` parts; `None` for more or fewer.
-pub fn split_exact<const N: usize>(text: &str, sep: char) -> Option<[&str; N]> {
-    let mut parts = text.split(sep);
-    let mut out = [""; N];
-    for slot in &mut out {
-        *slot = parts.next()?;
-    }
-    parts.next().is_none().then_some(out)
-}
-
-impl fmt::Debug for SigningKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SigningKey({})", self.id)
-    }
-}
 
 /// Values remembered as verified (and tokens remembered as signed), per ring and worker thread.
 const VERIFIED_CACHE: usize = 4096;
@@ -143,15 +57,6 @@ struct KeyFile {
     ring: BTreeMap<String, String>,
 }
 
-/// Key ids appear in cookies (`kid=`), so they stay within a small, cookie-safe alphabet.
-pub fn is_valid_key_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 /// Base64, standard or URL-safe alphabet, padded or not (the VCL's decoder is as lenient).
 fn decode_key(value: &str) -> Option<Vec<u8>> {
     let config =
@@ -163,6 +68,12 @@ fn decode_key(value: &str) -> Option<Vec<u8>> {
         .decode(value)
         .or_else(|_| url_safe.decode(value))
         .ok()
+}
+
+impl Keys for KeyRing {
+    fn key(&self, kid: &str) -> Option<&SigningKey> {
+        self.keys.get(kid)
+    }
 }
 
 impl KeyRing {
@@ -276,7 +187,7 @@ impl KeyRing {
         let sample = SigningKey::new("sample", &sample);
         self.keys
             .values()
-            .any(|k| k.fingerprint == sample.fingerprint)
+            .any(|k| k.fingerprint() == sample.fingerprint())
     }
 
     /// What changed from `old` to `self`, for the reload log. Never mentions a secret.
@@ -295,7 +206,7 @@ impl KeyRing {
             if old
                 .keys
                 .get(id)
-                .is_some_and(|o| o.fingerprint != key.fingerprint)
+                .is_some_and(|o| o.fingerprint() != key.fingerprint())
             {
                 parts.push(format!("replaced the secret of {id}"));
             }

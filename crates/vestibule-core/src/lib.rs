@@ -6,6 +6,7 @@
 //!
 //! - [`token`]: the signed room cookie: claims, signing, checking, and the caches of checked
 //!   and signed values.
+//! - [`sign`]: one signing key, and how a signed value finds its key.
 //! - [`keys`]: the key ring that signs tokens, challenges and invitations (parsed from text; the
 //!   edge reads the file).
 //! - [`identity`]: who a visitor is for the room (IP prefix, a header, a cookie).
@@ -23,6 +24,7 @@ pub mod identity;
 pub mod invite;
 pub mod keys;
 pub mod path;
+pub mod sign;
 pub mod thread_cache;
 pub mod time;
 pub mod token;

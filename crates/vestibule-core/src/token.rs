@@ -27,8 +27,8 @@ use hmac::Mac;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use crate::identity::Identity;
-use crate::keys::{KeyRing, SigningKey};
+use crate::identity::{is_uid_byte, Identity};
+use crate::sign::{Keys, SigningKey};
 use crate::thread_cache::PerThreadLru;
 use crate::time::Timestamp;
 
@@ -254,7 +254,7 @@ impl Token {
             return Err(Reject::Malformed);
         }
         let kid = fields.kid.ok_or(Reject::Malformed)?;
-        if !crate::keys::is_valid_key_id(kid) {
+        if !crate::sign::is_valid_key_id(kid) {
             return Err(Reject::Malformed);
         }
         let sig = parse_sig(fields.sig.ok_or(Reject::Malformed)?)?;
@@ -264,12 +264,12 @@ impl Token {
             None => None,
         };
         let room = match fields.room {
-            Some(r) if crate::keys::is_valid_key_id(r) => Some(std::sync::Arc::from(r)),
+            Some(r) if crate::sign::is_valid_key_id(r) => Some(std::sync::Arc::from(r)),
             Some(_) => return Err(Reject::Malformed),
             None => None,
         };
         let lane = match fields.lane {
-            Some(l) if crate::invite::is_valid_lane(l) => Some(std::sync::Arc::from(l)),
+            Some(l) if is_valid_lane(l) => Some(std::sync::Arc::from(l)),
             Some(_) => return Err(Reject::Malformed),
             None => None,
         };
@@ -291,15 +291,20 @@ impl Token {
     }
 
     /// Checks key, signature, owner and (for allow tokens) expiry, in that order.
-    pub fn verify(&self, ring: &KeyRing, uid: &Identity, now: Timestamp) -> Result<(), Reject> {
+    pub fn verify(
+        &self,
+        ring: &(impl Keys + ?Sized),
+        uid: &Identity,
+        now: Timestamp,
+    ) -> Result<(), Reject> {
         self.verify_signature(ring)?;
         self.check_binding(uid, now)
     }
 
     /// Checks only that a known key signed exactly these fields (`token inspect` uses it to
     /// explain a token belonging to someone else).
-    pub fn verify_signature(&self, ring: &KeyRing) -> Result<(), Reject> {
-        let key = ring.get(&self.claims.kid).ok_or(Reject::UnknownKey)?;
+    pub fn verify_signature(&self, ring: &(impl Keys + ?Sized)) -> Result<(), Reject> {
+        let key = ring.key(&self.claims.kid).ok_or(Reject::UnknownKey)?;
         let mut mac = key.mac();
         mac.update(self.claims.message().as_bytes());
         // `verify_slice` compares in constant time.
@@ -315,13 +320,13 @@ impl Token {
     /// ring key that signed it): the same token always draws the same numbers, so presenting it
     /// again cannot re-roll anything, and nobody without the key can tell what it will draw.
     /// `None` when the signing key is not in `ring` (such a token is never trusted).
-    pub fn rng(&self, ring: &KeyRing) -> Option<ChaCha20Rng> {
-        let key = ring.get(&self.claims.kid)?;
+    pub fn rng(&self, ring: &(impl Keys + ?Sized)) -> Option<ChaCha20Rng> {
+        let key = ring.key(&self.claims.kid)?;
         Some(ChaCha20Rng::from_seed(key.draw_seed(&self.sig)))
     }
 
     /// A uniform draw in [0, 1) fixed for this token (see [`Token::rng`]).
-    pub fn draw(&self, ring: &KeyRing) -> Option<f64> {
+    pub fn draw(&self, ring: &(impl Keys + ?Sized)) -> Option<f64> {
         self.rng(ring).map(|mut rng| unit_interval(rng.next_u64()))
     }
 }
@@ -442,7 +447,11 @@ impl VerifiedCache {
     }
 
     /// Parses `value` and checks its signature with `ring`, or finds it already checked.
-    pub fn check(&self, ring: &KeyRing, value: &[u8]) -> Result<std::sync::Arc<Token>, Reject> {
+    pub fn check(
+        &self,
+        ring: &(impl Keys + ?Sized),
+        value: &[u8],
+    ) -> Result<std::sync::Arc<Token>, Reject> {
         if value.len() > MAX_TOKEN_LEN {
             return Err(Reject::Malformed);
         }
@@ -543,31 +552,26 @@ fn parse_sig(s: &str) -> Result<[u8; SIG_BYTES], Reject> {
     Ok(sig)
 }
 
-fn is_uid_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'_' | b'/' | b'-')
-}
-
 fn is_uid_byte_or_escape(b: u8) -> bool {
     is_uid_byte(b) || b == b'%'
 }
 
-/// Percent-encodes every byte outside `[A-Za-z0-9.:_/-]` (uppercase hex), so a uid never
-/// breaks the `&`/`=` framing or the cookie syntax.
-pub fn encode_uid(raw: &[u8]) -> String {
-    let mut out = String::with_capacity(raw.len());
-    for &b in raw {
-        if is_uid_byte(b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+/// Longest lane name.
+pub const MAX_LANE_LEN: usize = 32;
+
+/// Whether `lane` may name a lane: 1 to 32 of `a-z`, `0-9`, `_` and `-`.
+pub fn is_valid_lane(lane: &str) -> bool {
+    !lane.is_empty()
+        && lane.len() <= MAX_LANE_LEN
+        && lane
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::encode_uid;
     use crate::keys::KeyRing;
     use hmac::Hmac;
     use proptest::prelude::*;
