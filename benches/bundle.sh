@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what benches/load.sh needs into one tarball, for a machine that reaches no package
-# registry and has no cargo (the 16-core runs of the scaling goals, README "Scaling across
-# cores"): release builds of vestibule and of the plain Pingora proxy, wrk, nginx (the origin),
+# registry and has no cargo (the 16-core runs of the scaling goals; docs/src/performance.md):
+# release builds of vestibule and of the plain Pingora proxy, wrk, nginx (the origin),
 # curl and taskset, every shared library they load with the loader itself (so they run on
 # whatever C library that machine has), vestibule's pages and the bench scripts.
 #

@@ -3,7 +3,7 @@
 # challenge page of rooms at difficulties 12 to 22, with the page's own SHA-256 (what visitors
 # run) and with WebCrypto (`#webcrypto`). Prints the median and the 90th percentile of the time
 # from the page's arrival to the browser sending the solution back, per difficulty; the
-# README's table comes from here.
+# table in docs/src/concepts/entry.md comes from here.
 #
 #   benches/challenge.sh                       # 12..22, 7 runs each
 #   RUNS=3 DIFFICULTIES="12 16 20" benches/challenge.sh

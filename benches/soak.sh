@@ -3,7 +3,7 @@
 # origin restarts and 2,000 idle connections opened and dropped. Records RSS, fds and p99 over
 # time (CSV + PNG) and exits non-zero on a 5xx the origin did not cause, on leaks or on a panic.
 #
-#   benches/soak.sh                 # 30 minutes (the README's figures)
+#   benches/soak.sh                 # 30 minutes (the figures in docs/src/performance.md)
 #   MINUTES=3 benches/soak.sh       # a quick run
 #   RATE=500 OUT=/tmp/soak benches/soak.sh
 #

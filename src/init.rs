@@ -68,8 +68,9 @@ pub fn config_text(opts: &InitOptions) -> String {
         s,
         r#"# Written by `vestibule init`. Check edits with:  vestibule --check --config <this file>
 # Most settings reload on save (or SIGHUP); listen addresses and threads need a restart.
-# Every key, with its default and a comment, is in conf/vestibule.toml and the README's
-# configuration reference. Paths are relative to this file's folder.
+# Every key, with its default and a comment, is in conf/vestibule.toml and the book's
+# configuration reference (docs/src/reference/configuration.md). Paths are relative to this
+# file's folder.
 
 [server]
 listen = [{listen}]                  # where visitors connect (restart to change)

@@ -6,6 +6,8 @@
 //! Paths inside a config file are relative to that file's folder.
 
 pub mod diff;
+#[cfg(test)]
+mod documented;
 pub mod event;
 mod file;
 mod suggest;

@@ -65,6 +65,31 @@ fn known_keys(table: &str) -> Option<&'static [&'static str]> {
     })
 }
 
+/// Every table of the schema (`""` for the top level, `"room.event"`, …) with the keys it accepts,
+/// found by walking [`known_keys`] from the top: a key is a table when `known_keys` knows its
+/// path. The documentation tests compare this with the configuration reference and the sample.
+#[cfg(test)]
+pub(super) fn schema() -> Vec<(String, &'static [&'static str])> {
+    let mut out = Vec::new();
+    let mut todo = vec![String::new()];
+    while let Some(table) = todo.pop() {
+        let keys = known_keys(&table).expect("a table of the schema");
+        for key in keys {
+            let path = if table.is_empty() {
+                (*key).to_owned()
+            } else {
+                format!("{table}.{key}")
+            };
+            if known_keys(&path).is_some() {
+                todo.push(path);
+            }
+        }
+        out.push((table, keys));
+    }
+    out.sort();
+    out
+}
+
 /// The field names `T`'s derived `Deserialize` asks for: it hands them to
 /// `deserialize_struct`, which this deserializer records and then refuses.
 fn fields<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
