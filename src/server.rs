@@ -53,7 +53,7 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
     h_opts.h2_idle_timeout = Some(config.server.keepalive_timeout);
     http.server_options = Some(h_opts);
     // Pingora's HTTP/2 defaults stay: 100 concurrent streams, a 64 KiB header list, and the h2
-    // crate's limits on resets and CONTINUATION frames (README, "TLS, HTTP/2 and balancers").
+    // crate's limits on resets and CONTINUATION frames (docs/src/operations/tls.md).
     let http = Arc::new(http);
 
     // The edge runs a TLS handshake itself, with the certificates in service at that moment.

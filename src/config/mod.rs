@@ -683,11 +683,11 @@ impl Config {
         // that is cancelled (an answer that came in time, nearly always) leaves the wheel at
         // once, where a tick's timer stayed until it expired (`read_timeout`, 30 s, after the
         // request), and no clock thread wakes every 10 ms to take each worker's timer lock
-        // (README, "What the profile showed").
+        // (docs/src/performance.md).
         conf.fast_timeout_to_tokio_threshold_seconds = Some(0);
         // Pingora's default (128) is below the concurrency of a busy edge: once more
         // connections are in flight than the pool holds, released ones are closed and the next
-        // requests open new ones (README, TLS and HTTP/2 figures).
+        // requests open new ones (docs/src/performance.md).
         conf.upstream_keepalive_pool_size = self.upstream.keepalive_pool_size;
         conf.ca_file = self
             .upstream

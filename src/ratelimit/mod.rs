@@ -465,7 +465,7 @@ fn penalty_mark(key: u64) -> Mark {
 /// twentieth of the rule's quota for it in an interval: keys far below the limit stay local,
 /// which keeps the store's traffic bounded by the hot keys however many keys there are. The
 /// cost: a client spread over N nodes may go unseen by the others for up to N × 5 % of the
-/// quota (README, "Run several nodes").
+/// quota (docs/src/concepts/cluster.md).
 pub fn exchange_above(algorithm: &Algorithm) -> u64 {
     match algorithm {
         Algorithm::Window { quota, .. } => (quota / 20).max(1),

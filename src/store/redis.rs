@@ -19,7 +19,7 @@
 //!
 //! Every key carries the prefix as a hash tag (`{vestibule:}nodes`, ...), so on Redis Cluster
 //! the whole state lives in one slot and the script, which declares the `nodes` key, runs where
-//! that slot lives. (The state is small: one shard carries it easily; see the README's sizing.)
+//! that slot lives. (The state is small: one shard carries it easily; see the cluster chapter of the docs.)
 //! With one URL it talks to one server (or a primary behind Sentinel or a managed failover
 //! address); with several, they are the seed nodes of a Redis Cluster.
 
