@@ -25,7 +25,7 @@ static NEXT_APP: AtomicU64 = AtomicU64::new(0);
 
 /// A worker thread's own reference to a snapshot: cloning it writes a reference count that
 /// only this thread uses (see [`App::request_snapshot`]).
-pub struct ThreadSnapshot(Arc<Snapshot>);
+pub(crate) struct ThreadSnapshot(Arc<Snapshot>);
 
 impl std::ops::Deref for ThreadSnapshot {
     type Target = Snapshot;
@@ -87,7 +87,7 @@ impl App {
     /// reference count, a cost that grows with the threads. A thread's cached snapshot is
     /// replaced at its first request after a reload (until then an idle thread keeps the old
     /// one alive).
-    pub fn request_snapshot(&self) -> Arc<ThreadSnapshot> {
+    pub(crate) fn request_snapshot(&self) -> Arc<ThreadSnapshot> {
         let generation = self.generation.load(Ordering::Acquire);
         let cached = THREAD_SNAPSHOT.try_with(|cell| {
             let mut cell = cell.borrow_mut();
@@ -177,7 +177,7 @@ impl App {
 
     /// One second of every room's autopilot: starts, steps or stops each, and logs
     /// every change of the pace with its reason.
-    pub fn steer(&self, now: Timestamp) {
+    pub(crate) fn steer(&self, now: Timestamp) {
         let snapshot = self.snapshot();
         for room in snapshot.rooms.iter() {
             let change = match (&room.config.autopilot, room.pilot_now(now)) {

@@ -24,11 +24,11 @@ use crate::store::{CounterKey, CounterKind, CounterStore};
 use crate::time::Timestamp;
 
 /// Longest notice, in characters.
-pub const MAX_MESSAGE_CHARS: usize = 500;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 500;
 /// Most admissions one `admit` may grant.
-pub const MAX_ADMIT: u64 = 100_000;
+pub(crate) const MAX_ADMIT: u64 = 100_000;
 /// How long an `admit` grant may wait to be taken.
-pub const GRANT_TTL_SECS: u64 = 600;
+pub(crate) const GRANT_TTL_SECS: u64 = 600;
 /// How often a room looks for grants in its store, at most.
 const GRANT_SCAN_MS: u64 = 1_000;
 
@@ -96,7 +96,7 @@ impl RoomOverrides {
 /// The state file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StateDoc {
+pub(crate) struct StateDoc {
     pub version: u32,
     #[serde(default)]
     pub rooms: BTreeMap<String, RoomOverrides>,
@@ -130,7 +130,7 @@ impl Action {
         }
     }
 
-    pub const LABELS: [&'static str; 8] = [
+    pub(crate) const LABELS: [&'static str; 8] = [
         "pause",
         "resume",
         "admit",
@@ -222,7 +222,7 @@ impl RoomCell {
     /// Takes one admission from an `admit` grant of `scope`, if one has any left. The store is
     /// scanned at most once a second while there is nothing to take, so a room without grants
     /// pays one atomic load.
-    pub fn take_grant(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+    pub(crate) fn take_grant(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
         let scanned = self.grants_scanned_ms.load(Ordering::Relaxed);
         if !self.grants_left.load(Ordering::Relaxed)
             && now.millis().saturating_sub(scanned) < GRANT_SCAN_MS
@@ -264,7 +264,7 @@ pub fn grant(store: &dyn CounterStore, scope: &str, count: u64, now: Timestamp) 
 }
 
 /// Admissions granted and not taken yet in `scope`.
-pub fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp) -> u64 {
+pub(crate) fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp) -> u64 {
     store
         .scan(scope, CounterKind::Granted, now)
         .into_iter()
@@ -278,7 +278,7 @@ pub fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp) -> u64
 /// Takes one admission from the oldest grant with some left. The use is counted first and undone
 /// if it went past the grant, so concurrent takers can only under-use a grant, never overrun it
 /// (in a cluster, by at most what other nodes took since the last sync).
-pub fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+pub(crate) fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
     for (slot, _, granted) in store.scan(scope, CounterKind::Granted, now) {
         let used_key = grant_key(scope, CounterKind::GrantUsed, slot);
         if store.get(&used_key, now) >= granted {
@@ -429,7 +429,7 @@ impl Controls {
     /// Takes in the overrides other nodes published (actions reach every node within
     /// one sync interval): a room's newer version replaces this node's, and is kept in the
     /// state file as if it had been taken here.
-    pub fn adopt(&self, incoming: Vec<(String, u64, String)>) {
+    pub(crate) fn adopt(&self, incoming: Vec<(String, u64, String)>) {
         if incoming.is_empty() {
             return;
         }

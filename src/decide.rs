@@ -76,7 +76,7 @@ pub struct ClientAddress {
 
 /// The client behind `peer`: `X-Forwarded-For` is looked up only when the peer is one whose
 /// word counts.
-pub fn client_address(
+pub(crate) fn client_address(
     headers: &http::HeaderMap,
     policy: &IdentityPolicy,
     peer: IpAddr,
@@ -418,7 +418,7 @@ fn forwarded_https(headers: &http::HeaderMap) -> bool {
 }
 
 /// The `Set-Cookie` value of a room's cookie action.
-pub fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
+pub(crate) fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
     match action {
         CookieAction::Keep => None,
         CookieAction::Set(value) => Some(cookie::set(&room.config.cookie, value, secure)),
@@ -465,7 +465,7 @@ fn invitation_free_target(uri: &http::Uri) -> Option<String> {
 
 /// The request's target without the invitation link parameter, when it had one: the origin
 /// never sees an invitation.
-pub fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
+pub(crate) fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
     let mut parts = uri.clone().into_parts();
     parts.path_and_query = Some(invitation_free_target(uri)?.parse().ok()?);
     http::Uri::from_parts(parts).ok()

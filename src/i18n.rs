@@ -28,12 +28,12 @@ use crate::thread_cache::PerThreadLru;
 /// Bytes of `Accept-Language` read at most.
 pub const MAX_HEADER: usize = 512;
 /// Language tags read at most.
-pub const MAX_TAGS: usize = 24;
+pub(crate) const MAX_TAGS: usize = 24;
 /// Header values whose negotiation is remembered.
 const NEGOTIATED_CACHE: usize = 512;
 
 /// The catalogs shipped, in the documented order.
-pub const BUILTIN: [(&str, &str); 17] = [
+pub(crate) const BUILTIN: [(&str, &str); 17] = [
     ("en", include_str!("../pages/i18n/en.toml")),
     ("es", include_str!("../pages/i18n/es.toml")),
     ("de", include_str!("../pages/i18n/de.toml")),
@@ -363,7 +363,7 @@ impl Catalogs {
 }
 
 /// Turns a template value into a Fluent argument: numbers stay numbers (plurals select on them).
-pub fn fluent_value(v: &minijinja::Value) -> FluentValue<'static> {
+pub(crate) fn fluent_value(v: &minijinja::Value) -> FluentValue<'static> {
     match v.as_i64() {
         Some(n) if v.kind() == minijinja::value::ValueKind::Number => FluentValue::from(n),
         _ => match f64::try_from(v.clone()) {

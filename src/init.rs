@@ -34,7 +34,7 @@ pub struct InitOptions {
 pub const DEFAULT_ORIGIN: &str = "127.0.0.1:8000";
 
 /// Checks `host:port` without resolving it (the config does that when it loads).
-pub fn check_origin(origin: &str) -> Result<(), String> {
+pub(crate) fn check_origin(origin: &str) -> Result<(), String> {
     let bad = || {
         format!(
             "--origin: \"{}\" is not host:port (e.g. 127.0.0.1:8000 or app.internal:8080)",
@@ -122,7 +122,7 @@ penalty = "1m"
 }
 
 /// A key ring holding one fresh key (as `vestibule keygen` prints it).
-pub fn keys_text(id: &str) -> String {
+pub(crate) fn keys_text(id: &str) -> String {
     format!(
         "# The key ring, written by `vestibule init`: every key under [ring] verifies tokens, and\n\
          # `active` signs new ones. Keep this file private (0600).\n\

@@ -29,9 +29,9 @@ use crate::identity::{write_ipv4, IPV4_TEXT_MAX};
 use crate::time::Timestamp;
 
 /// The environment variable that overrides the configured level.
-pub const ENV_FILTER: &str = "VESTIBULE_LOG";
+pub(crate) const ENV_FILTER: &str = "VESTIBULE_LOG";
 /// The target of access lines.
-pub const ACCESS_TARGET: &str = "vestibule::access";
+pub(crate) const ACCESS_TARGET: &str = "vestibule::access";
 
 struct Logger {
     level: AtomicUsize,
@@ -47,7 +47,7 @@ static LOGGER: OnceLock<Logger> = OnceLock::new();
 static BUFFERS: Mutex<Vec<Arc<Mutex<Vec<u8>>>>> = Mutex::new(Vec::new());
 static BUFFERING: AtomicBool = AtomicBool::new(false);
 /// Buffered bytes (in one thread's buffer) that force a write.
-pub const BUFFER_LIMIT: usize = 64 * 1024;
+pub(crate) const BUFFER_LIMIT: usize = 64 * 1024;
 
 thread_local! {
     static BUFFER: Arc<Mutex<Vec<u8>>> = {
@@ -98,7 +98,7 @@ pub fn flush() {
 }
 
 /// Turns buffering of access lines on (a task will call [`flush`]) or off (flushing).
-pub fn set_buffering(on: bool) {
+pub(crate) fn set_buffering(on: bool) {
     BUFFERING.store(on, Ordering::Relaxed);
     if !on {
         flush();
@@ -245,7 +245,7 @@ impl AccessLine<'_> {
     /// The whole line is written in place: no `log::Record`, no `format!`, no allocation once
     /// `out` has grown to a line's size (the thread's buffer has). Numbers go through `itoa`, the
     /// timestamp is this thread's text of the current second.
-    pub fn write_to(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
         let format = if FORMAT.load(Ordering::Relaxed) == 1 {
             LogFormat::Json
         } else {

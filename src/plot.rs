@@ -10,7 +10,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 /// Loads a system font for labels, once.
-pub fn font_available() -> bool {
+pub(crate) fn font_available() -> bool {
     static LOADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *LOADED.get_or_init(|| {
         let candidates = [

@@ -27,9 +27,9 @@ use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
 
 /// Reload once writes have been quiet this long...
-pub const QUIET: Duration = Duration::from_millis(150);
+pub(crate) const QUIET: Duration = Duration::from_millis(150);
 /// ...or this long after the first write, if they keep coming.
-pub const MAX_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(1);
 
 /// The files whose change means a reload, and the folders to watch for them.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -126,7 +126,7 @@ fn absolute(path: &Path) -> PathBuf {
     }
 }
 
-pub struct Reloader {
+pub(crate) struct Reloader {
     app: Arc<App>,
 }
 

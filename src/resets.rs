@@ -44,13 +44,13 @@ const MAX_PENALIZED: usize = 16_384;
 
 /// Whether a client's reset of a stream counts as premature: before its answer was complete
 /// (the caller knows that) and within `budget.within` of the request's start.
-pub fn is_premature(age: Duration, budget: &ResetBudget) -> bool {
+pub(crate) fn is_premature(age: Duration, budget: &ResetBudget) -> bool {
     age < budget.within
 }
 
 /// One HTTP/2 connection's streams and premature resets.
 #[derive(Debug, Default)]
-pub struct ConnectionResets {
+pub(crate) struct ConnectionResets {
     streams: AtomicU32,
     premature: AtomicU32,
 }
@@ -64,7 +64,7 @@ impl ConnectionResets {
     /// Counts a premature reset. True when the connection is now past its budget: at least
     /// `per_connection` premature resets, and more than half of its streams. A budget of 0
     /// never trips.
-    pub fn premature(&self, per_connection: u32) -> bool {
+    pub(crate) fn premature(&self, per_connection: u32) -> bool {
         let premature = self
             .premature
             .fetch_add(1, Ordering::Relaxed)
@@ -129,7 +129,7 @@ impl ClientResets {
 
     /// Counts a premature reset of `key`. True when that emptied its budget: it is now in the
     /// penalty box until `now + penalty`. A budget of 0 never penalizes.
-    pub fn premature(&self, key: u64, budget: &ResetBudget, now: Timestamp) -> bool {
+    pub(crate) fn premature(&self, key: u64, budget: &ResetBudget, now: Timestamp) -> bool {
         if budget.per_client == 0 {
             return false;
         }

@@ -120,7 +120,7 @@ const WRITE_BUFFER: usize = 8 * 1024;
 
 /// The demo origin as a service of its own, listening on `addr` if given (callers may add
 /// listeners, such as a TLS one, themselves).
-pub fn demo_origin_service(addr: Option<SocketAddr>, threads: usize) -> Service<DemoOrigin> {
+pub(crate) fn demo_origin_service(addr: Option<SocketAddr>, threads: usize) -> Service<DemoOrigin> {
     model_origin_service(DemoOrigin::default(), addr, threads)
 }
 

@@ -43,7 +43,7 @@ impl State {
 
     /// The state `config`'s `[cluster]` asks for. A shared store starts empty and not synced;
     /// the sync service (`server.rs`) brings it in.
-    pub fn for_config(config: &Config) -> State {
+    pub(crate) fn for_config(config: &Config) -> State {
         let c = &config.cluster;
         if c.store == StoreKind::Local {
             return State::local();

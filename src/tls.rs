@@ -67,7 +67,7 @@ impl CertSet {
     }
 
     /// The certificate for `sni`: exact, then wildcard, then the first one.
-    pub fn pick(&self, sni: Option<&str>) -> Option<&Certificate> {
+    pub(crate) fn pick(&self, sni: Option<&str>) -> Option<&Certificate> {
         let found = sni.and_then(|name| {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             self.exact.get(&name).copied().or_else(|| {
@@ -152,7 +152,7 @@ impl Tls {
     }
 
     /// Whether this generation serves different certificates (or settings) than `other`.
-    pub fn differs_from(&self, other: &Tls) -> bool {
+    pub(crate) fn differs_from(&self, other: &Tls) -> bool {
         self.fingerprint != other.fingerprint
     }
 }

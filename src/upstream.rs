@@ -106,7 +106,7 @@ impl Upstream {
     /// request. When every peer is marked down, the peers are tried anyway ("panic mode"): a
     /// probe can be wrong for a moment (an origin restarting), and a refused connection costs
     /// little. `None` when every peer has been tried.
-    pub fn select(&self, tried: &[SocketAddr]) -> Option<Box<HttpPeer>> {
+    pub(crate) fn select(&self, tried: &[SocketAddr]) -> Option<Box<HttpPeer>> {
         if let Some((addr, sni)) = &self.single {
             // One origin: healthy or not (panic mode), it is the only one to try.
             return (!tried.contains(addr)).then(|| self.peer(*addr, sni));
@@ -142,12 +142,12 @@ impl Upstream {
     }
 
     /// Number of resolved peer addresses.
-    pub fn peer_count(&self) -> usize {
+    pub(crate) fn peer_count(&self) -> usize {
         self.peers.len()
     }
 
     /// Peers currently considered healthy (all of them when probing is off).
-    pub fn healthy_count(&self) -> usize {
+    pub(crate) fn healthy_count(&self) -> usize {
         if self.config.health_check.is_zero() {
             return self.peer_count();
         }
@@ -160,7 +160,7 @@ impl Upstream {
     }
 
     /// Health of each peer, for `/status`.
-    pub fn peer_health(&self) -> Vec<(SocketAddr, bool)> {
+    pub(crate) fn peer_health(&self) -> Vec<(SocketAddr, bool)> {
         let backends = self.lb.backends();
         let probing = !self.config.health_check.is_zero();
         let mut out: Vec<(SocketAddr, bool)> = backends
@@ -178,7 +178,7 @@ impl Upstream {
 
     /// Probes every peer if `health_check` has passed since the last probe. Called often by the
     /// background service; cheap when nothing is due.
-    pub async fn probe_if_due(&self, now: Instant) {
+    pub(crate) async fn probe_if_due(&self, now: Instant) {
         let interval = self.config.health_check;
         if interval.is_zero() {
             return;

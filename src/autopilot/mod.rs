@@ -3,4 +3,4 @@
 
 pub use vestibule_core::autopilot::*;
 
-pub mod pilot;
+pub(crate) mod pilot;

@@ -7,7 +7,7 @@ use super::{Admission, Algorithm, Config, HostPattern, RoomConfig, RuleConfig};
 
 /// Settings that only take effect on restart (they shape sockets and runtimes), as
 /// `(key, old, new)`.
-pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, String)> {
+pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, String)> {
     let mut out = Vec::new();
     let mut check = |key: &'static str, a: String, b: String| {
         if a != b {
@@ -79,7 +79,7 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, String, S
 
 /// Keeps the restart-only settings of `serving` in `new`, so the config in service describes
 /// the sockets actually open.
-pub fn keep_restart_settings(new: &mut Config, serving: &Config) {
+pub(crate) fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.server.listen = serving.server.listen.clone();
     new.server.tls_listen = serving.server.tls_listen.clone();
     new.server.h2c = serving.server.h2c;

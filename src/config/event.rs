@@ -85,7 +85,7 @@ pub fn rfc3339(secs: u64) -> String {
 }
 
 /// Parses an RFC 3339 time with a zone to Unix seconds.
-pub fn parse_time(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_time(text: &str) -> Result<u64, String> {
     let t = OffsetDateTime::parse(text.trim(), &Rfc3339).map_err(|_| {
         format!(
             "\"{text}\" is not an RFC 3339 time with a zone (such as 2026-12-01T10:00:00Z or \
@@ -99,12 +99,12 @@ pub fn parse_time(text: &str) -> Result<u64, String> {
 }
 
 /// A problem with one key of one event: the key under `room[i].event[j]`, and what is wrong.
-pub type Problem = (String, String);
+pub(crate) type Problem = (String, String);
 
 /// Checks one room's events. `capacity`: whether the room admits by capacity (else lottery).
 /// `resolve` turns a page folder into a path. Returns the events that are whole, and the
 /// problems, each naming its key under the room (`event[1].start`).
-pub fn check_events(
+pub(crate) fn check_events(
     events: &[EventFile],
     capacity: bool,
     resolve: &dyn Fn(&str) -> PathBuf,

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::ResetBudget;
 
 #[derive(Debug, Default, Deserialize)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     #[serde(default)]
     pub server: ServerFile,
     #[serde(default)]
@@ -38,7 +38,7 @@ pub struct FileConfig {
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct TlsFile {
+pub(crate) struct TlsFile {
     pub certificates: Vec<CertificateFile>,
     pub min_version: String,
 }
@@ -53,14 +53,14 @@ impl Default for TlsFile {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct CertificateFile {
+pub(crate) struct CertificateFile {
     pub cert: String,
     pub key: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct ClusterFile {
+pub(crate) struct ClusterFile {
     pub store: String,
     pub redis: Vec<String>,
     pub node: String,
@@ -85,7 +85,7 @@ impl Default for ClusterFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct ServerFile {
+pub(crate) struct ServerFile {
     pub listen: Vec<String>,
     pub threads: usize,
     pub pid_file: String,
@@ -142,7 +142,7 @@ impl Default for ServerFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct AdminFile {
+pub(crate) struct AdminFile {
     pub listen: String,
     pub token: String,
     pub state_file: String,
@@ -160,7 +160,7 @@ impl Default for AdminFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct IdentityFile {
+pub(crate) struct IdentityFile {
     pub source: String,
     pub header: String,
     pub ipv6_prefix: u8,
@@ -179,7 +179,7 @@ impl Default for IdentityFile {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct UpstreamFile {
+pub(crate) struct UpstreamFile {
     pub peers: Vec<String>,
     #[serde(default)]
     pub tls: bool,
@@ -213,7 +213,7 @@ fn default_health_check() -> Duration {
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct KeysFile {
+pub(crate) struct KeysFile {
     pub file: String,
 }
 
@@ -226,7 +226,7 @@ impl Default for KeysFile {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct RoomFile {
+pub(crate) struct RoomFile {
     pub name: Option<String>,
     pub enabled: Option<bool>,
     pub hosts: Option<Vec<String>>,
@@ -292,7 +292,7 @@ pub struct RoomFile {
 
 /// One `[[room.event]]`. Times are RFC 3339 text (or TOML date-times) with a zone.
 #[derive(Debug, Default, Deserialize)]
-pub struct EventFile {
+pub(crate) struct EventFile {
     pub name: Option<String>,
     pub prequeue_start: Option<TimeText>,
     pub start: Option<TimeText>,
@@ -312,7 +312,7 @@ pub struct EventFile {
 /// then refused by validation like text without one).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(untagged)]
-pub enum TimeText {
+pub(crate) enum TimeText {
     Text(String),
     Toml(toml::value::Datetime),
 }
@@ -327,7 +327,7 @@ impl TimeText {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct RateLimitFile {
+pub(crate) struct RateLimitFile {
     pub name: Option<String>,
     pub key: Option<Vec<String>>,
     pub paths: Option<Vec<String>>,
@@ -349,7 +349,7 @@ pub struct RateLimitFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(default)]
-pub struct LogFile {
+pub(crate) struct LogFile {
     pub level: String,
     pub format: String,
     pub access: bool,
@@ -368,7 +368,7 @@ impl Default for LogFile {
 /// A rule's `limit` as written: a number, or a rate such as `"5/10s"` (requests per duration),
 /// which also says the duration the number counts over, so no other key has to.
 #[derive(Clone, Debug, PartialEq)]
-pub enum LimitText {
+pub(crate) enum LimitText {
     Count(i64),
     Rate(String),
 }

@@ -5,7 +5,7 @@
 //! `ServerConf` from it. Parsing is kept apart from file IO so tests validate strings.
 //! Paths inside a config file are relative to that file's folder.
 
-pub mod diff;
+pub(crate) mod diff;
 #[cfg(test)]
 mod documented;
 pub mod event;
@@ -29,7 +29,7 @@ use crate::identity::IdentityPolicy;
 /// Default config path, relative to the working directory.
 pub const DEFAULT_PATH: &str = "conf/vestibule.toml";
 /// The most `[server] threads` may be.
-pub const MAX_THREADS: usize = 1024;
+pub(crate) const MAX_THREADS: usize = 1024;
 /// `upstream.connect_timeout` when the file leaves it out.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// `upstream.read_timeout` when the file leaves it out.
@@ -139,7 +139,7 @@ impl std::fmt::Debug for ClusterConfig {
 /// reach logs or `/status`.
 /// A window rule's limit as people read it: requests per second when the quota divides evenly
 /// over the window (every limit written as a number), else the rate (`"5/10s"`).
-pub fn window_limit_text(window: Duration, quota: u64) -> String {
+pub(crate) fn window_limit_text(window: Duration, quota: u64) -> String {
     let w = window.as_secs().max(1);
     if quota % w == 0 {
         (quota / w).to_string()
@@ -148,7 +148,7 @@ pub fn window_limit_text(window: Duration, quota: u64) -> String {
     }
 }
 
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
         _ => url.to_owned(),
@@ -157,7 +157,7 @@ pub fn redact_url(url: &str) -> String {
 
 impl ClusterConfig {
     /// The node name in service: the configured one, or the host name and the first port.
-    pub fn node_name(&self, listen: &[SocketAddr]) -> String {
+    pub(crate) fn node_name(&self, listen: &[SocketAddr]) -> String {
         if let Some(n) = &self.node {
             return n.clone();
         }
@@ -373,7 +373,7 @@ impl Access {
 }
 
 /// `max_invitations` unless set.
-pub const DEFAULT_MAX_INVITATIONS: usize = 100_000;
+pub(crate) const DEFAULT_MAX_INVITATIONS: usize = 100_000;
 
 /// A room's proof-of-work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -479,9 +479,9 @@ pub struct Lane {
 }
 
 /// The most a lane may weigh against another.
-pub const MAX_LANE_WEIGHT: u32 = 1_000;
+pub(crate) const MAX_LANE_WEIGHT: u32 = 1_000;
 /// Lanes a room may have.
-pub const MAX_LANES: usize = 16;
+pub(crate) const MAX_LANES: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueOrder {
@@ -647,7 +647,7 @@ impl Config {
     /// Takes the restart-only settings of `serving` (the sockets already open) and checks that
     /// the result is sound as it will run. Returns the settings the edit would change, as
     /// `(key, old, new)`, which wait for a restart.
-    pub fn keep_restart_settings(
+    pub(crate) fn keep_restart_settings(
         &mut self,
         serving: &Config,
     ) -> Result<Vec<(&'static str, String, String)>, ConfigErrors> {
@@ -662,7 +662,7 @@ impl Config {
     }
 
     /// Pingora's server settings, derived from ours.
-    pub fn pingora_conf(&self) -> pingora::server::configuration::ServerConf {
+    pub(crate) fn pingora_conf(&self) -> pingora::server::configuration::ServerConf {
         let mut conf = pingora::server::configuration::ServerConf {
             threads: self.server.threads,
             pid_file: self.server.pid_file.to_string_lossy().into_owned(),

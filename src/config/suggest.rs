@@ -16,7 +16,7 @@ const SIMILAR: f64 = 0.8;
 
 /// The known key nearest to `unknown` (written at the dotted `path`, e.g.
 /// `room[0].new_user_per_minute`), if one is near enough.
-pub fn did_you_mean(path: &str) -> Option<&'static str> {
+pub(crate) fn did_you_mean(path: &str) -> Option<&'static str> {
     let (parent, unknown) = match path.rsplit_once('.') {
         Some((parent, key)) => (parent, key),
         None => ("", path),

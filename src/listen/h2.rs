@@ -42,7 +42,7 @@ tokio::task_local! {
 
 /// What the streams of one HTTP/2 connection share.
 #[derive(Debug, Default)]
-pub struct H2Connection {
+pub(crate) struct H2Connection {
     /// Its streams and its client's premature resets of them.
     pub resets: ConnectionResets,
     /// 0: serving; [`GRACEFUL`] or [`ABRUPT`]: asked to go away.
@@ -58,7 +58,7 @@ const ABRUPT: u8 = 2;
 
 /// How a connection asked to end says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GoAway {
+pub(crate) enum GoAway {
     /// GOAWAY(NO_ERROR): the streams already open are answered, then the connection closes.
     Graceful,
     /// GOAWAY(ENHANCE_YOUR_CALM), and the connection closes as soon as that is sent: what is
@@ -74,7 +74,7 @@ impl H2Connection {
 
     /// Asks the connection's loop to send GOAWAY and close. A later, harsher request wins until
     /// the loop acts; the loop acts once.
-    pub fn go_away(&self, how: GoAway) {
+    pub(crate) fn go_away(&self, how: GoAway) {
         let level = match how {
             GoAway::Graceful => GRACEFUL,
             GoAway::EnhanceYourCalm => ABRUPT,
@@ -84,7 +84,7 @@ impl H2Connection {
     }
 
     /// Whether the connection was asked to go away: its streams may then end as if reset.
-    pub fn is_ending(&self) -> bool {
+    pub(crate) fn is_ending(&self) -> bool {
         self.ending.load(Ordering::Relaxed) != 0
     }
 

@@ -38,7 +38,7 @@ impl Homed {
     }
 
     /// Puts `data` back in front of what the connection reads next.
-    pub fn rewind(&mut self, data: &[u8]) {
+    pub(crate) fn rewind(&mut self, data: &[u8]) {
         self.inner.get_mut().rewind(data);
     }
 }

@@ -45,7 +45,7 @@ pub mod threads;
 
 /// The largest request head accepted (request line and headers). Browsers send a few KiB;
 /// nginx's default allows 4 × 8 KiB.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// What the head buffer starts with (Pingora's own initial size).
 const HEAD_BUF: usize = 4096;
 

@@ -50,7 +50,7 @@ type Listening = (SocketAddr, std::net::TcpListener);
 
 /// The listening sockets of one kind of listener, for every worker thread: bound once, by
 /// whichever thread's service starts first, and handed out by thread.
-pub struct Sockets {
+pub(crate) struct Sockets {
     addrs: Vec<SocketAddr>,
     threads: usize,
     /// How many times a port in use is tried.
@@ -166,7 +166,7 @@ fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 
 /// A listening service: accepts on its sockets and serves each connection with `app` on the
 /// runtime that accepted it.
-pub struct ThreadService<A> {
+pub(crate) struct ThreadService<A> {
     name: String,
     /// Which share of the [`Sockets`] this service accepts on.
     index: usize,
@@ -273,7 +273,7 @@ impl<A: ServerApp + Send + Sync + 'static> Service for ThreadService<A> {
 }
 
 /// Accepts on `listener` until shutdown; each connection is served by a task on this runtime.
-pub async fn accept_loop<A: ServerApp + Send + Sync + 'static>(
+pub(crate) async fn accept_loop<A: ServerApp + Send + Sync + 'static>(
     addr: SocketAddr,
     listener: std::net::TcpListener,
     app: Arc<A>,

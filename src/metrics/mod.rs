@@ -24,7 +24,7 @@ use crate::token::Reject;
 
 /// Counter handles of one snapshot's rooms and rules, resolved once so requests do not hash
 /// label values.
-pub struct Handles {
+pub(crate) struct Handles {
     generation: u64,
     /// By room position: decisions (by `Decision::ALL`), admitted, rejections (by `Reject::ALL`).
     pub rooms: Vec<RoomHandles>,
@@ -32,7 +32,7 @@ pub struct Handles {
     pub rules: Vec<[Arc<Counter>; 4]>,
 }
 
-pub struct RoomHandles {
+pub(crate) struct RoomHandles {
     pub decisions: [Arc<Counter>; Decision::ALL.len()],
     pub admitted: Arc<Counter>,
     pub rejected: [Arc<Counter>; Reject::ALL.len()],
@@ -44,11 +44,11 @@ pub struct RoomHandles {
 
 /// The `result` labels of `vestibule_room_invitations_total`, in
 /// [`RoomHandles::invitations`] order.
-pub const INVITATION_RESULTS: [&str; 2] = ["accepted", "refused"];
+pub(crate) const INVITATION_RESULTS: [&str; 2] = ["accepted", "refused"];
 
 /// The `result` labels of `vestibule_room_challenges_total`, in [`RoomHandles::challenges`]
 /// order.
-pub const CHALLENGE_RESULTS: [&str; 3] = ["issued", "solved", "failed"];
+pub(crate) const CHALLENGE_RESULTS: [&str; 3] = ["issued", "solved", "failed"];
 
 /// Why the edge closed a connection (the `reason` label of
 /// `vestibule_downstream_closed_total`).
@@ -582,7 +582,7 @@ impl Metrics {
     /// Calls `f` with the counter handles for `snapshot`'s rooms and rules (built on first use
     /// per generation). Borrowed through arc-swap's thread-local guard rather than cloned, so
     /// requests do not write a shared reference count.
-    pub fn with_handles<R>(&self, snapshot: &Snapshot, f: impl FnOnce(&Handles) -> R) -> R {
+    pub(crate) fn with_handles<R>(&self, snapshot: &Snapshot, f: impl FnOnce(&Handles) -> R) -> R {
         {
             let current = self.handles.load();
             if let Some(h) = &*current {
@@ -636,7 +636,7 @@ impl Metrics {
     }
 
     /// Counts one origin response.
-    pub fn observe_upstream(&self, status: u16, seconds: Option<f64>) {
+    pub(crate) fn observe_upstream(&self, status: u16, seconds: Option<f64>) {
         let class = match status {
             100..=199 => 0,
             200..=299 => 1,

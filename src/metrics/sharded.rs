@@ -16,7 +16,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto;
 
 /// Slots per series. Threads beyond this share slots (still exact, only slower).
-pub const SHARDS: usize = 16;
+pub(crate) const SHARDS: usize = 16;
 
 /// One cache line (two on CPUs that fetch lines in pairs).
 #[repr(align(128))]
@@ -59,7 +59,7 @@ impl Counter {
         self.inc_by(1);
     }
 
-    pub fn inc_by(&self, n: u64) {
+    pub(crate) fn inc_by(&self, n: u64) {
         self.slots[shard()].0.fetch_add(n, Ordering::Relaxed);
     }
 

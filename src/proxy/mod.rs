@@ -50,7 +50,7 @@ const NO_STORE: &str = "no-store, private";
 /// passed on.
 const COMMAND_HEADER: http::HeaderName = http::HeaderName::from_static("vestibule-command");
 
-pub struct Proxy {
+pub(crate) struct Proxy {
     app: Arc<App>,
 }
 
@@ -65,10 +65,10 @@ impl Proxy {
 /// future is boxed and moved (copied) once per request. Behind a `Box` the context is 8 bytes
 /// there instead of ~480 three times over: the future shrinks by ~1.4 KiB, against one small
 /// allocation.
-pub type Ctx = Box<RequestCtx>;
+pub(crate) type Ctx = Box<RequestCtx>;
 
 /// Per-request state. Dropped after `logging` on every path.
-pub struct RequestCtx {
+pub(crate) struct RequestCtx {
     /// This thread's reference to the snapshot in service (see `App::request_snapshot`).
     snapshot: Arc<crate::app::ThreadSnapshot>,
     started: Instant,

@@ -31,7 +31,7 @@ use crate::config::EventConfig;
 
 /// A lottery room's settings, in whole seconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lottery {
+pub(crate) struct Lottery {
     pub allow_percentage: u8,
     pub wait_period: u64,
     pub allow_period: u64,
@@ -108,6 +108,7 @@ impl Lottery {
     }
 
     /// The decision for one request. `presented` is the verdict on the cookie the user sent.
+    #[cfg(test)]
     pub fn decide(
         &self,
         ring: &KeyRing,
@@ -119,7 +120,7 @@ impl Lottery {
     }
 
     /// Decides under what holds the room beyond its settings (operator actions).
-    pub fn decide_held(
+    pub(crate) fn decide_held(
         &self,
         ring: &KeyRing,
         uid: &Identity,

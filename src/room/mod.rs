@@ -123,7 +123,7 @@ impl Room {
     }
 
     /// Pages speak catalog `language` unless the visitor asks for another.
-    pub fn with_language(mut self, language: usize) -> Room {
+    pub(crate) fn with_language(mut self, language: usize) -> Room {
         self.language = language;
         for e in &mut self.events {
             if Arc::ptr_eq(&e.1, &self.pages) {
@@ -135,7 +135,12 @@ impl Room {
 
     /// Event `index` shows the pages of `pages` (its own folder), which speak catalog
     /// `language` unless the visitor asks for another.
-    pub fn with_event_pages(mut self, index: usize, pages: Arc<Pages>, language: usize) -> Room {
+    pub(crate) fn with_event_pages(
+        mut self,
+        index: usize,
+        pages: Arc<Pages>,
+        language: usize,
+    ) -> Room {
         if let Some(e) = self.events.get_mut(index) {
             e.1 = pages;
             e.2 = language;
@@ -152,7 +157,7 @@ impl Room {
     }
 
     /// The event in force now (pre-queue or running), if any.
-    pub fn event_now(&self, now: Timestamp) -> Option<event::Phase<'_>> {
+    pub(crate) fn event_now(&self, now: Timestamp) -> Option<event::Phase<'_>> {
         event::in_force(&self.config.events, now)
     }
 
@@ -174,7 +179,7 @@ impl Room {
 
     /// What visitors are told they wait for now: the title of the event in force, else the
     /// room's.
-    pub fn title_at(&self, now: Timestamp) -> &str {
+    pub(crate) fn title_at(&self, now: Timestamp) -> &str {
         self.event_now(now)
             .and_then(|p| p.event.overrides.title.as_deref())
             .unwrap_or(&self.config.title)
@@ -188,14 +193,14 @@ impl Room {
     }
 
     /// This room decides under `controls` (the operator overrides kept for its name).
-    pub fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
+    pub(crate) fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
         self.controls = controls;
         self
     }
 
     /// This room (and each of its events) admits at what `pilot` sets while its autopilot
     /// runs: the pace of a capacity room, the percentage of a lottery.
-    pub fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
+    pub(crate) fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
         let handle = PilotHandle(Some(pilot.clone()));
         let policies =
             std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
@@ -209,7 +214,7 @@ impl Room {
         self
     }
 
-    pub fn pilot(&self) -> &PilotCell {
+    pub(crate) fn pilot(&self) -> &PilotCell {
         &self.pilot
     }
 
@@ -243,7 +248,7 @@ impl Room {
     /// What the autopilot steers from now: the configured `new_users_per_minute` and session in
     /// force (a running event's, else the room's), what is active and what waits. `None` for
     /// lottery rooms.
-    pub fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
+    pub(crate) fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
         let autopilot = self.config.autopilot.as_ref()?;
         Some(match self.policy_at(now) {
             Policy::Capacity(c) => {
@@ -525,7 +530,7 @@ impl Room {
 
     /// Capacity rooms: the `new_users_per_minute` in force now (the autopilot's while it runs, a
     /// running event's, else the room's; 0 = no limit).
-    pub fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
+    pub(crate) fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
         match self.policy_at(now) {
             Policy::Capacity(c) => Some(c.new_per_minute()),
             Policy::Lottery(_) => None,
@@ -555,7 +560,7 @@ impl Room {
 
     /// How many invitations are remembered as in use in this room now (against
     /// `max_invitations`).
-    pub fn invitations_in_use(&self, now: Timestamp) -> crate::store::InUse {
+    pub(crate) fn invitations_in_use(&self, now: Timestamp) -> crate::store::InUse {
         self.store.invitations_in_use(self.name(), now)
     }
 

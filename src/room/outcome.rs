@@ -77,7 +77,7 @@ impl Decision {
     }
 
     /// Whether the request goes on to the origin.
-    pub fn forwards(self) -> bool {
+    pub(crate) fn forwards(self) -> bool {
         matches!(self, Decision::Allow | Decision::Bypass)
     }
 
@@ -166,7 +166,7 @@ pub struct Hold<'a> {
 
 impl Hold<'_> {
     /// Nothing holds the room.
-    pub const NONE: Hold<'static> = Hold {
+    pub(crate) const NONE: Hold<'static> = Hold {
         held: false,
         grant: &|| false,
         event: None,

@@ -36,7 +36,7 @@ pub struct WindowSample {
 
 impl WindowSample {
     /// Events in the last full interval, estimated: `prev·(1−f) + curr`.
-    pub fn weighted(&self) -> f64 {
+    pub(crate) fn weighted(&self) -> f64 {
         self.prev as f64 * (1.0 - self.fraction) + self.curr as f64
     }
 }
@@ -299,7 +299,7 @@ impl Allotment {
 
 /// Entry `mine` of `free` apportioned by `weights` with the largest-remainder method (ties go
 /// to the lower index). All-zero weights share equally.
-pub fn apportion(weights: &[f64], mine: usize, free: u64) -> u64 {
+pub(crate) fn apportion(weights: &[f64], mine: usize, free: u64) -> u64 {
     if mine >= weights.len() {
         return 0;
     }
