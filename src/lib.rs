@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod pages;
 pub mod path;
 pub mod plot;
+pub mod probe;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;
