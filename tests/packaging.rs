@@ -307,3 +307,220 @@ fn man_pages_list_every_subcommand_and_render() {
         Err(e) => missing_tool("groff (Debian: groff-base), to render the man page", e),
     }
 }
+
+/// `vestibule init` into `dir` with an origin, a proxy and an admin address; returns the
+/// config's path.
+fn init_site(dir: &Path, origin: &str, proxy: &str, admin: &str) -> std::path::PathBuf {
+    let (code, out, err) = run_cli(&[
+        "init",
+        dir.to_str().unwrap(),
+        "--origin",
+        origin,
+        "--listen",
+        proxy,
+        "--admin",
+        admin,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    dir.join("vestibule.toml")
+}
+
+#[test]
+fn the_admin_token_can_live_in_a_file_and_probe_uses_it() {
+    let origin = Origin::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("site");
+    let (proxy, admin) = (free_addr(), free_addr());
+    let config = init_site(
+        &dir,
+        &origin.addr.to_string(),
+        &proxy.to_string(),
+        &admin.to_string(),
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    let config_str = config.to_str().unwrap();
+    let with = |admin_keys: &str| {
+        std::fs::write(
+            &config,
+            text.replacen("[admin]\n", &format!("[admin]\n{admin_keys}\n"), 1),
+        )
+        .unwrap();
+    };
+
+    // Unreadable, too short, or beside a written token: each a --check error naming the key.
+    with("token_file = \"secret/admin-token\"");
+    let (code, _, err) = run_cli(&["--check", "--config", config_str]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("admin.token_file") && err.contains("cannot read"),
+        "{err}"
+    );
+    std::fs::create_dir(dir.join("secret")).unwrap();
+    std::fs::write(dir.join("secret/admin-token"), "short\n").unwrap();
+    let (code, _, err) = run_cli(&["--check", "--config", config_str]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("admin.token_file") && err.contains("16"),
+        "{err}"
+    );
+    let token = "a-token-kept-in-a-secret-file";
+    // The newline `echo` or an editor adds is not part of the token.
+    std::fs::write(dir.join("secret/admin-token"), format!("{token}\n")).unwrap();
+    with(&format!(
+        "token = \"{token}\"\ntoken_file = \"secret/admin-token\""
+    ));
+    let (code, _, err) = run_cli(&["--check", "--config", config_str]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("admin.token_file") && err.contains("keep the token in one place"),
+        "{err}"
+    );
+    with("token_file = \"secret/admin-token\"");
+    let (code, out, err) = run_cli(&["--check", "--config", config_str]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+
+    // Nothing serves yet: the probe fails, quickly when asked once.
+    let (code, _, err) = run_cli(&["probe", "--config", config_str]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot connect"), "{err}");
+
+    let v = spawn(
+        &["--config", config_str],
+        &tmp.path().join("vestibule.log"),
+        &[],
+    );
+    let (code, out, err) = run_cli(&["probe", "--config", config_str, "--wait", "15s"]);
+    assert_eq!(code, 0, "{err}\n{}", v.log_text());
+    assert!(out.contains("ready"), "{out}");
+    let (code, _, err) = run_cli(&["probe", "--config", config_str, "--path", "/healthz"]);
+    assert_eq!(code, 0, "{err}");
+    // The token guards the listener: without it, 401; with the file's content, 200.
+    let url = format!("http://{admin}/healthz");
+    assert_eq!(client().get(&url).send().unwrap().status(), 401);
+    let resp = client().get(&url).bearer_auth(token).send().unwrap();
+    assert_eq!(resp.status(), 200);
+
+    // A rotated secret applies on the next reload, with no restart.
+    let rotated = "a-rotated-token-from-the-same-file";
+    std::fs::write(dir.join("secret/admin-token"), rotated).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            client()
+                .get(&url)
+                .bearer_auth(rotated)
+                .send()
+                .is_ok_and(|r| r.status() == 200)
+        }),
+        "{}",
+        v.log_text()
+    );
+    let (code, _, err) = run_cli(&["probe", "--config", config_str]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Kubernetes mounts a ConfigMap as `name -> ..data/name`, `..data` a link to a timestamped
+/// folder, and updates it by writing a new folder and renaming a new `..data` over the old one:
+/// the config's own name never changes. The reload must follow.
+#[cfg(unix)]
+#[test]
+fn a_configmap_style_update_reloads() {
+    use std::os::unix::fs::symlink;
+    let origin = Origin::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let site = tmp.path().join("site");
+    let (proxy, admin) = (free_addr(), free_addr());
+    init_site(
+        &site,
+        &origin.addr.to_string(),
+        &proxy.to_string(),
+        &admin.to_string(),
+    );
+    // The mounted folder: the config and the ring through ..data, as kubelet lays them out.
+    let mount = tmp.path().join("conf");
+    let first = mount.join("..2026_01_01_00_00_00.000000001");
+    std::fs::create_dir_all(&first).unwrap();
+    let text = std::fs::read_to_string(site.join("vestibule.toml"))
+        .unwrap()
+        .replace("pages = \"pages\"", "pages = \"../site/pages\"");
+    std::fs::write(first.join("vestibule.toml"), &text).unwrap();
+    std::fs::copy(site.join("keys.toml"), first.join("keys.toml")).unwrap();
+    symlink(first.file_name().unwrap(), mount.join("..data")).unwrap();
+    for name in ["vestibule.toml", "keys.toml"] {
+        symlink(Path::new("..data").join(name), mount.join(name)).unwrap();
+    }
+    let config = mount.join("vestibule.toml");
+    let v = spawn(
+        &["--config", config.to_str().unwrap()],
+        &tmp.path().join("vestibule.log"),
+        &[],
+    );
+    let status = || -> Option<serde_json::Value> {
+        client()
+            .get(format!("http://{admin}/status"))
+            .send()
+            .ok()?
+            .json()
+            .ok()
+    };
+    assert!(
+        eventually(Duration::from_secs(15), || status().is_some()),
+        "{}",
+        v.log_text()
+    );
+    let generation = status().unwrap()["generation"].as_u64().unwrap();
+
+    // The update, step by step as kubelet makes it.
+    let second = mount.join("..2026_01_01_00_05_00.000000002");
+    std::fs::create_dir(&second).unwrap();
+    std::fs::write(
+        second.join("vestibule.toml"),
+        text.replace("new_users_per_minute = 200", "new_users_per_minute = 201"),
+    )
+    .unwrap();
+    std::fs::copy(first.join("keys.toml"), second.join("keys.toml")).unwrap();
+    symlink(second.file_name().unwrap(), mount.join("..data_tmp")).unwrap();
+    std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+    std::fs::remove_dir_all(&first).unwrap();
+
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            status().is_some_and(|s| s["generation"].as_u64() > Some(generation))
+        }),
+        "no reload after the ..data swap: {}",
+        v.log_text()
+    );
+    let s = status().unwrap();
+    assert!(
+        s["last_reload_error"].is_null(),
+        "{}",
+        s["last_reload_error"]
+    );
+    assert!(
+        s.to_string().contains("\"new_users_per_minute\":201"),
+        "{s}"
+    );
+
+    // And the next update too: the watch follows the new folder.
+    let generation = s["generation"].as_u64().unwrap();
+    let third = mount.join("..2026_01_01_00_10_00.000000003");
+    std::fs::create_dir(&third).unwrap();
+    std::fs::write(
+        third.join("vestibule.toml"),
+        text.replace("new_users_per_minute = 200", "new_users_per_minute = 202"),
+    )
+    .unwrap();
+    std::fs::copy(second.join("keys.toml"), third.join("keys.toml")).unwrap();
+    symlink(third.file_name().unwrap(), mount.join("..data_tmp")).unwrap();
+    std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+    std::fs::remove_dir_all(&second).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            status().is_some_and(|s| {
+                s["generation"].as_u64() > Some(generation)
+                    && s.to_string().contains("\"new_users_per_minute\":202")
+            })
+        }),
+        "no reload after the second swap: {}",
+        v.log_text()
+    );
+}
