@@ -30,12 +30,68 @@ fn dockerfile_copies_only_existing_paths() {
             copies += 1;
         }
     }
-    assert!(copies >= 4, "expected COPY lines in the Dockerfile");
+    assert!(copies >= 3, "expected COPY lines in the Dockerfile");
     assert!(
         dockerfile.contains("USER vestibule"),
         "the image must not run as root"
     );
     assert!(dockerfile.contains("EXPOSE 8080 9901"));
+    // Health from /readyz through `vestibule probe`, and signals through tini as PID 1.
+    let health = dockerfile
+        .lines()
+        .skip_while(|l| !l.starts_with("HEALTHCHECK"))
+        .take(2)
+        .collect::<String>();
+    assert!(
+        health.contains("\"probe\"") && health.contains("/etc/vestibule/conf/vestibule.toml"),
+        "{health}"
+    );
+    assert!(dockerfile.contains("ENTRYPOINT [\"/usr/bin/tini\", \"--\""));
+    // `COPY . .` takes the whole tree: the context must leave out the builds and the history.
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
+    for entry in ["target/", ".git/", "**/node_modules/"] {
+        assert!(
+            ignore.lines().any(|l| l == entry),
+            ".dockerignore lacks {entry}"
+        );
+    }
+}
+
+/// The image's config validates, with its secrets where the container finds them (here in a
+/// temporary folder), and keeps its only writable state under /var/lib/vestibule.
+#[test]
+fn the_container_config_validates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("deploy/container/vestibule.toml")).unwrap();
+    assert!(text.contains("state_file = \"/var/lib/vestibule/overrides.json\""));
+    assert!(text.contains("listen = \"0.0.0.0:9901\""));
+    let tmp = tempfile::tempdir().unwrap();
+    let secrets = tmp.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    let (_, ring, _) = run_cli(&["keygen"]);
+    std::fs::write(
+        secrets.join("keys.toml"),
+        format!("active = \"k1\"\n[ring]\nk1 = \"{}\"\n", ring.trim()),
+    )
+    .unwrap();
+    std::fs::write(secrets.join("admin-token"), "a-token-of-the-container\n").unwrap();
+    let conf = tmp.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let origin = Origin::start();
+    let local = text
+        .replace("/run/secrets/vestibule", secrets.to_str().unwrap())
+        .replace("\"origin:8000\"", &format!("\"{}\"", origin.addr))
+        .replace(
+            "\"../pages\"",
+            &format!("\"{}\"", root.join("pages").display()),
+        );
+    std::fs::write(conf.join("vestibule.toml"), local).unwrap();
+    let (code, out, err) = run_cli(&[
+        "--check",
+        "--config",
+        conf.join("vestibule.toml").to_str().unwrap(),
+    ]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
 }
 
 /// The visible subcommands, as `vestibule --help` lists them (so the tests follow the CLI).
