@@ -580,3 +580,94 @@ fn a_configmap_style_update_reloads() {
         v.log_text()
     );
 }
+
+/// `make dist`'s packing, with the debug binary (a release build is too slow for CI): the
+/// tarball holds the binary, man pages, completions, docs, config and pages, every file is in
+/// its SHA256SUMS and matches, and the demo key ring is not in it.
+#[test]
+fn dist_packs_a_tarball_whose_sums_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("dist");
+    let run = std::process::Command::new(root.join("packaging/dist.sh"))
+        .arg(BIN)
+        .arg(&out)
+        .env("GZIP_LEVEL", "1")
+        .output();
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => return missing_tool("bash, to run packaging/dist.sh", e),
+    };
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let tarball = std::path::PathBuf::from(String::from_utf8_lossy(&run.stdout).trim());
+    let name = tarball.file_name().unwrap().to_str().unwrap().to_owned();
+    let (_, version, _) = run_cli(&["--version"]);
+    let version = version.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(name.starts_with(&format!("vestibule-{version}-")), "{name}");
+    let sh = |script: &str, dir: &Path| {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The tarball's own sum, then its files' sums.
+    sh(&format!("sha256sum -c '{name}.sha256'"), &out);
+    sh(&format!("tar -xzf '{name}'"), &out);
+    let top = out.join(name.trim_end_matches(".tar.gz"));
+    let checked = sh("sha256sum -c --strict SHA256SUMS", &top);
+    for file in [
+        "bin/vestibule",
+        "share/man/man1/vestibule.1.gz",
+        "share/man/man1/vestibule-init.1.gz",
+        "share/completions/vestibule.bash",
+        "share/completions/_vestibule",
+        "share/completions/vestibule.fish",
+        "README.md",
+        "conf/vestibule.toml",
+        "conf/vestibule.service",
+        "conf/prometheus/alerts.yml",
+        "conf/grafana/vestibule.json",
+        "pages/startwaiting.html",
+        "pages/i18n/en.toml",
+        "packaging/sysusers.d/vestibule.conf",
+    ] {
+        assert!(top.join(file).is_file(), "{file} is not in the tarball");
+        assert!(
+            checked.contains(&format!("./{file}: OK")),
+            "{file} is not in SHA256SUMS"
+        );
+    }
+    assert!(top.join("docs").is_dir());
+    assert!(
+        !top.join("conf/keys.toml").exists(),
+        "the published demo key ring ships"
+    );
+    // Every file is summed: as many lines as files, less SHA256SUMS itself.
+    let files = sh("find . -type f ! -name SHA256SUMS | wc -l", &top);
+    assert_eq!(
+        checked.lines().count(),
+        files.trim().parse::<usize>().unwrap()
+    );
+    let packed = top.join("bin/vestibule");
+    let v = std::process::Command::new(&packed)
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout).trim(),
+        format!("vestibule {version}")
+    );
+}
