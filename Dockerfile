@@ -24,7 +24,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 COPY --from=build /usr/local/bin/vestibule /usr/local/bin/vestibule
 COPY deploy/container/vestibule.toml /etc/vestibule/conf/vestibule.toml
 COPY pages /etc/vestibule/pages
-USER vestibule
+# By number: Kubernetes' runAsNonRoot can only verify a numeric user.
+USER 10001:10001
 WORKDIR /etc/vestibule
 # Operator overrides (pause, message, sold out) survive a new container on this volume. It is
 # the only path written: the root file system may be read-only (`--read-only --tmpfs /tmp`).

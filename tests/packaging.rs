@@ -32,8 +32,9 @@ fn dockerfile_copies_only_existing_paths() {
     }
     assert!(copies >= 3, "expected COPY lines in the Dockerfile");
     assert!(
-        dockerfile.contains("USER vestibule"),
-        "the image must not run as root"
+        dockerfile.contains("useradd --system --uid 10001")
+            && dockerfile.contains("USER 10001:10001"),
+        "the image must run as the vestibule user, not root"
     );
     assert!(dockerfile.contains("EXPOSE 8080 9901"));
     // Health from /readyz through `vestibule probe`, and signals through tini as PID 1.
