@@ -23,6 +23,7 @@ pub mod logging;
 pub mod metrics;
 pub mod pages;
 pub mod plot;
+pub mod probe;
 pub mod proxy;
 pub mod ratelimit;
 pub mod reload;

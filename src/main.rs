@@ -83,6 +83,18 @@ enum Command {
         /// The subcommand, e.g. `init` or `token inspect`.
         command: Vec<String>,
     },
+    /// Ask the running instance's admin listener (found in the config's [admin] table, token
+    /// included) for /readyz; exit 0 on a 200, 1 otherwise. For systemd's ExecStartPost, a
+    /// container HEALTHCHECK or a Kubernetes probe.
+    Probe {
+        /// The admin path to ask: /readyz (a healthy origin peer) or /healthz (the process
+        /// serves).
+        #[arg(long, default_value = "/readyz", value_parser = ["/readyz", "/healthz"])]
+        path: String,
+        /// Keep asking until a 200 or this much time has passed, e.g. "30s" (default: once).
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+    },
     /// Run only the built-in demo origin (tests and benchmarks use it).
     #[command(hide = true)]
     Origin {
@@ -312,6 +324,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Simulate(args)) => simulate(args),
+        Some(Command::Probe { path, wait }) => probe(&cli.config, &path, wait),
         Some(Command::Invite(args)) => invite(&cli.config, &args),
         Some(Command::Origin {
             listen,
@@ -1014,6 +1027,21 @@ fn run(path: &Path, options: RunOptions) -> ExitCode {
     }
     let server = server::build(app, &options);
     server.run_forever()
+}
+
+fn probe(config: &Path, path: &str, wait: Duration) -> ExitCode {
+    use vestibule::probe::{wait_for_ok, Target};
+    let outcome = Target::from_config(config).and_then(|t| wait_for_ok(&t, path, wait));
+    match outcome {
+        Ok(body) => {
+            println!("{body}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vestibule probe: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Operator actions taken before the restart, and where the next ones are kept. Both `run` and

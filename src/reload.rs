@@ -49,14 +49,12 @@ impl WatchSet {
         if snapshot.keys.is_some() {
             set.add(&snapshot.config.keys_file);
         }
+        if let Some(file) = &snapshot.config.admin.token_file {
+            set.add(file);
+        }
         for c in &snapshot.config.tls.certificates {
             for file in [&c.cert, &c.key] {
                 set.add(file);
-                // A symlink (certbot's live/ folder) is watched where it points, too: a file
-                // rewritten in place there changes nothing in the link's own folder.
-                if let Ok(target) = std::fs::canonicalize(file) {
-                    set.add(&target);
-                }
             }
         }
         let mut page_dirs: Vec<&Path> = snapshot
@@ -86,7 +84,37 @@ impl WatchSet {
         set
     }
 
+    /// Watch `file`, and when it is a symlink, what makes it point elsewhere:
+    /// - where it points (certbot's live/ folder): a file rewritten in place there changes
+    ///   nothing in the link's own folder;
+    /// - the links inside its own folder that it goes through. Kubernetes mounts a ConfigMap or
+    ///   Secret as `name -> ..data/name`, `..data` a link to a timestamped folder; an update
+    ///   writes a new folder and renames a new `..data` over the old one. Nothing happens to
+    ///   `name` itself: the rename of `..data` is the event to reload on.
     fn add(&mut self, file: &Path) {
+        self.add_file(file);
+        let Some(folder) = file.parent() else { return };
+        let Ok(target) = std::fs::read_link(file) else {
+            return;
+        };
+        let target = folder.join(target);
+        for link in target.ancestors().skip(1) {
+            if link == folder || !link.starts_with(folder) {
+                break;
+            }
+            if link
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                self.add_file(link);
+            }
+        }
+        if let Ok(target) = std::fs::canonicalize(file) {
+            self.add_file(&target);
+        }
+    }
+
+    fn add_file(&mut self, file: &Path) {
         let file = absolute(file);
         if let Some(dir) = file.parent() {
             self.dirs.insert(dir.to_path_buf());

@@ -145,6 +145,7 @@ impl Default for ServerFile {
 pub(crate) struct AdminFile {
     pub listen: String,
     pub token: String,
+    pub token_file: String,
     pub state_file: String,
 }
 
@@ -153,6 +154,7 @@ impl Default for AdminFile {
         AdminFile {
             listen: "127.0.0.1:9901".into(),
             token: String::new(),
+            token_file: String::new(),
             state_file: "state/overrides.json".into(),
         }
     }

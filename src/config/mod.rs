@@ -274,6 +274,9 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Bearer token; required when `listen` is not a loopback address.
     pub token: Option<String>,
+    /// The file the token was read from (`token_file`), watched like the config so a rotated
+    /// secret applies on the next reload.
+    pub token_file: Option<PathBuf>,
     /// Where operator actions are kept across restarts.
     pub state_file: PathBuf,
 }
@@ -283,6 +286,7 @@ impl std::fmt::Debug for AdminConfig {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("token_file", &self.token_file)
             .field("state_file", &self.state_file)
             .finish()
     }

@@ -424,12 +424,17 @@ impl Validator<'_> {
 
     fn admin(&mut self, file: &FileConfig) -> Option<AdminConfig> {
         let listen = self.socket_addr("admin.listen".into(), &file.admin.listen)?;
-        let token = Some(file.admin.token.clone()).filter(|t| !t.is_empty());
+        let (token, token_file) = self.admin_token(file);
         if let Some(message) = admin_token_missing(listen, token.as_deref()) {
             self.err("admin.token", message);
         }
         if token.as_ref().is_some_and(|t| t.len() < 16) {
-            self.err("admin.token", "must be at least 16 characters");
+            let key = if token_file.is_some() {
+                "admin.token_file"
+            } else {
+                "admin.token"
+            };
+            self.err(key, "must be at least 16 characters");
         }
         let state_file = file.admin.state_file.trim();
         if state_file.is_empty() {
@@ -442,8 +447,42 @@ impl Validator<'_> {
         Some(AdminConfig {
             listen,
             token,
+            token_file,
             state_file,
         })
+    }
+
+    /// The admin token, written in the config (`token`) or kept in a file of its own
+    /// (`token_file`: a Docker or Kubernetes secret, say), never both. The file's content is
+    /// trimmed, so the newline an editor or `echo` adds is not part of the token.
+    fn admin_token(&mut self, file: &FileConfig) -> (Option<String>, Option<PathBuf>) {
+        let written = Some(file.admin.token.clone()).filter(|t| !t.is_empty());
+        let path = file.admin.token_file.trim();
+        if path.is_empty() {
+            return (written, None);
+        }
+        if written.is_some() {
+            self.err(
+                "admin.token_file",
+                "cannot be set together with admin.token: keep the token in one place",
+            );
+            return (written, None);
+        }
+        let path = self.resolve(path);
+        match std::fs::read_to_string(&path) {
+            Ok(text) if text.trim().is_empty() => {
+                self.err("admin.token_file", format!("{} is empty", path.display()));
+                (None, Some(path))
+            }
+            Ok(text) => (Some(text.trim().to_owned()), Some(path)),
+            Err(e) => {
+                self.err(
+                    "admin.token_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+                (None, Some(path))
+            }
+        }
     }
 
     fn identity(&mut self, file: &FileConfig) -> Option<IdentityPolicy> {
@@ -1512,8 +1551,12 @@ impl Validator<'_> {
 
 /// Why the admin endpoint on `listen` cannot go without a token, if it cannot.
 fn admin_token_missing(listen: SocketAddr, token: Option<&str>) -> Option<String> {
-    (!listen.ip().is_loopback() && token.is_none())
-        .then(|| format!("is required because admin.listen ({listen}) is not a loopback address"))
+    (!listen.ip().is_loopback() && token.is_none()).then(|| {
+        format!(
+            "is required because admin.listen ({listen}) is not a loopback address \
+             (write it here, or keep it in a file named by admin.token_file)"
+        )
+    })
 }
 
 /// Checks of a config as it will run after a reload: the restart-only settings of the config
