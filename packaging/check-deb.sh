@@ -85,6 +85,33 @@ dpkg --root="$root" --force-script-chrootless --force-depends --force-not-root -
 [ "$(cat "$ring")" = "$before" ] || fail "a reinstall replaced the key ring"
 tail -1 "$config" | grep -q '^# edited$' || fail "a reinstall replaced the edited config"
 
+# 3b. The installed binary serves the installed config and reloads an edit of it, as the unit's
+# ExecReload asks: run on a copy of /etc/vestibule with loopback ports and paths of its own.
+run="$work/run"
+cp -a "$root/etc/vestibule" "$run"
+ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+read -r proxy_port admin_port <<<"$ports"
+sed -i -E -e "s|^listen = \[[^]]*\]|listen = [\"127.0.0.1:$proxy_port\"]|" \
+    -e "s|^listen = \"127.0.0.1:9901\"|listen = \"127.0.0.1:$admin_port\"|" \
+    -e "s|^state_file = .*|state_file = \"$run/overrides.json\"|" \
+    -e "s|^pid_file = .*|pid_file = \"$run/vestibule.pid\"|" \
+    -e "s|^upgrade_sock = .*|upgrade_sock = \"$run/upgrade.sock\"|" "$run/conf/vestibule.toml"
+"$bin" --config "$run/conf/vestibule.toml" >"$run/log" 2>&1 &
+served=$!
+trap 'kill "$served" 2>/dev/null || true; rm -rf "$work"' EXIT
+"$bin" probe --config "$run/conf/vestibule.toml" --path /healthz --wait 20s >/dev/null ||
+    { cat "$run/log" >&2; fail "the installed binary did not serve the installed config"; }
+sed -i -E 's|^title = .*|title = "Edited by check-deb"|' "$run/conf/vestibule.toml"
+for _ in $(seq 1 100); do
+    grep -q 'generation 1 -> 2' "$run/log" && break
+    sleep 0.1
+done
+grep -q 'generation 1 -> 2' "$run/log" || { cat "$run/log" >&2; fail "an edit of the installed config was not reloaded"; }
+kill "$served"; wait "$served" 2>/dev/null || true
+
 # 4. The unit, against the installed files: its commands must exist there and be executable,
 # its man: link must resolve in the root's man pages, and every key must be known (an unknown
 # one is only a message, so any output fails). The root gets what a system has beside the
