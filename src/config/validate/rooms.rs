@@ -10,116 +10,12 @@ impl Validator<'_> {
         let mut default_cookie_taken = false;
         for (i, r) in rooms.iter().enumerate() {
             let k = |field: &str| format!("room[{i}].{field}");
-            let name = r.name.clone().unwrap_or_else(|| "default".into());
-            if !is_label(&name) {
-                self.err(
-                    k("name"),
-                    format!(
-                        "\"{name}\" may use only letters, digits, '_', '-' and '.' (at most 64)"
-                    ),
-                );
-            }
-            if !names.insert(name.clone()) {
-                self.err(
-                    k("name"),
-                    format!("another room is already named \"{name}\""),
-                );
-            }
-            // A room that names no cookie gets one of its own, so several rooms need no cookie
-            // names to be written. The first such room keeps `waiting_room`, the name every room
-            // had before, so visitors holding that cookie keep their place.
-            let (cookie_name, written) = match &r.cookie_name {
-                Some(c) => (c.clone(), true),
-                None if default_cookie_taken => (format!("waiting_room_{name}"), false),
-                None => {
-                    default_cookie_taken = true;
-                    ("waiting_room".to_owned(), false)
-                }
-            };
-            if written && !is_cookie_name(&cookie_name) {
-                self.err(
-                    k("cookie_name"),
-                    format!("\"{cookie_name}\" is not a valid cookie name"),
-                );
-            } else if !cookies.insert(cookie_name.clone()) {
-                let whose = if written {
-                    ""
-                } else {
-                    "this room's default cookie name "
-                };
-                self.err(
-                    k("cookie_name"),
-                    format!(
-                        "{whose}\"{cookie_name}\" is used by another room; each room needs its own cookie"
-                    ),
-                );
-            }
-            let hosts = r
-                .hosts
-                .clone()
-                .unwrap_or_default()
-                .iter()
-                .map(|h| {
-                    let h = h.trim().to_ascii_lowercase();
-                    match h.strip_prefix("*.") {
-                        Some(rest) => HostPattern::Suffix(format!(".{rest}")),
-                        None => HostPattern::Exact(h),
-                    }
-                })
-                .collect();
-            let paths = self.prefixes(
-                &k("paths"),
-                &r.paths.clone().unwrap_or_else(|| vec!["/".into()]),
-            );
-            if paths.is_empty() {
-                self.err(
-                    k("paths"),
-                    "needs at least one path prefix (\"/\" guards everything)",
-                );
-            }
-            let bypass_paths = self.prefixes(
-                &k("bypass_paths"),
-                &r.bypass_paths.clone().unwrap_or_default(),
-            );
-            let bypass_cidrs = self.cidrs(
-                &k("bypass_cidrs"),
-                &r.bypass_cidrs.clone().unwrap_or_default(),
-            );
+            let name = self.room_name(i, r, &mut names);
+            let cookie_name =
+                self.cookie_name(i, r, &name, &mut cookies, &mut default_cookie_taken);
+            let (hosts, paths, bypass_paths, bypass_cidrs) = self.scope(i, r);
             let admission = self.admission(i, r);
-            let same_site = match r.cookie_same_site.as_deref().unwrap_or("lax") {
-                "lax" => SameSite::Lax,
-                "strict" => SameSite::Strict,
-                "none" => SameSite::None,
-                other => {
-                    self.err(
-                        k("cookie_same_site"),
-                        format!("must be \"lax\", \"strict\" or \"none\", got \"{other}\""),
-                    );
-                    SameSite::Lax
-                }
-            };
-            let mut secure = match r.cookie_secure.as_deref().unwrap_or("auto") {
-                "auto" => CookieSecure::Auto,
-                "always" => CookieSecure::Always,
-                "never" => CookieSecure::Never,
-                other => {
-                    self.err(
-                        k("cookie_secure"),
-                        format!("must be \"auto\", \"always\" or \"never\", got \"{other}\""),
-                    );
-                    CookieSecure::Auto
-                }
-            };
-            if same_site == SameSite::None {
-                if secure == CookieSecure::Never {
-                    self.err(k("cookie_secure"), "cannot be \"never\" with cookie_same_site = \"none\": browsers drop such cookies");
-                }
-                secure = CookieSecure::Always;
-            }
-            let lifetime = r.cookie_lifetime.unwrap_or(Duration::from_secs(7200));
-            if lifetime < Duration::from_secs(1) {
-                self.err(k("cookie_lifetime"), "must be at least 1s");
-            }
+            let cookie = self.cookie(i, r, cookie_name);
             let wait_status = r.wait_status.unwrap_or(200);
             if !((200..300).contains(&wait_status) || wait_status == 429 || wait_status == 503) {
                 self.err(
@@ -127,60 +23,9 @@ impl Validator<'_> {
                     format!("must be a 2xx status, 429 or 503, got {wait_status}"),
                 );
             }
-            // A folder the room names must be there: a typo in it would otherwise serve other
-            // pages than the operator wrote. A room that names none takes `pages` beside the
-            // config if there is one, else the pages built into the binary, so a first config
-            // needs no copied files.
-            let pages = match r.pages.as_deref() {
-                Some(p) => {
-                    let dir = self.resolve(p);
-                    if !dir.is_dir() {
-                        self.err(
-                            k("pages"),
-                            format!(
-                                "there is no folder {}; leave `pages` out to serve the built-in pages",
-                                dir.display()
-                            ),
-                        );
-                    }
-                    Some(dir)
-                }
-                None => Some(self.resolve("pages")).filter(|dir| dir.is_dir()),
-            };
-            let title = r
-                .title
-                .as_deref()
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .unwrap_or(&name)
-                .to_owned();
-            if title.chars().count() > 200 || title.chars().any(char::is_control) {
-                self.err(
-                    k("title"),
-                    "must be at most 200 characters, without control characters",
-                );
-            }
-            let default_language = r.default_language.clone().unwrap_or_else(|| "en".into());
-            if default_language
-                .parse::<unic_langid::LanguageIdentifier>()
-                .is_err()
-            {
-                self.err(
-                    k("default_language"),
-                    format!("\"{default_language}\" is not a language tag (en, de, pt-BR, …)"),
-                );
-            }
-            let mode = match r.mode.as_deref().unwrap_or("enforce") {
-                "enforce" => RoomMode::Enforce,
-                "shadow" => RoomMode::Shadow,
-                other => {
-                    self.err(
-                        k("mode"),
-                        format!("must be \"enforce\" or \"shadow\", got \"{other}\""),
-                    );
-                    RoomMode::Enforce
-                }
-            };
+            let pages = self.pages(i, r);
+            let (title, default_language) = self.texts(i, r, &name);
+            let mode = self.mode(i, r);
             let capacity = matches!(admission, Some(Admission::Capacity(_)));
             let (events, problems) =
                 super::event::check_events(&r.event, capacity, &|p| self.resolve(p));
@@ -200,12 +45,7 @@ impl Validator<'_> {
                 bypass_paths,
                 bypass_cidrs,
                 admission,
-                cookie: CookieConfig {
-                    name: cookie_name,
-                    lifetime,
-                    same_site,
-                    secure,
-                },
+                cookie,
                 wait_status,
                 pages,
                 queue_all: r.queue_all.unwrap_or(false),
@@ -222,6 +62,226 @@ impl Validator<'_> {
             });
         }
         out
+    }
+
+    /// The room's `name`, which must be a label and the only room of that name.
+    fn room_name(&mut self, i: usize, r: &RoomFile, names: &mut HashSet<String>) -> String {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let name = r.name.clone().unwrap_or_else(|| "default".into());
+        if !is_label(&name) {
+            self.err(
+                k("name"),
+                format!("\"{name}\" may use only letters, digits, '_', '-' and '.' (at most 64)"),
+            );
+        }
+        if !names.insert(name.clone()) {
+            self.err(
+                k("name"),
+                format!("another room is already named \"{name}\""),
+            );
+        }
+        name
+    }
+
+    /// The room's cookie name, unique among the rooms.
+    fn cookie_name(
+        &mut self,
+        i: usize,
+        r: &RoomFile,
+        name: &str,
+        cookies: &mut HashSet<String>,
+        default_cookie_taken: &mut bool,
+    ) -> String {
+        let k = |field: &str| format!("room[{i}].{field}");
+        // A room that names no cookie gets one of its own, so several rooms need no cookie
+        // names to be written. The first such room keeps `waiting_room`, the name every room
+        // had before, so visitors holding that cookie keep their place.
+        let (cookie_name, written) = match &r.cookie_name {
+            Some(c) => (c.clone(), true),
+            None if *default_cookie_taken => (format!("waiting_room_{name}"), false),
+            None => {
+                *default_cookie_taken = true;
+                ("waiting_room".to_owned(), false)
+            }
+        };
+        if written && !is_cookie_name(&cookie_name) {
+            self.err(
+                k("cookie_name"),
+                format!("\"{cookie_name}\" is not a valid cookie name"),
+            );
+        } else if !cookies.insert(cookie_name.clone()) {
+            let whose = if written {
+                ""
+            } else {
+                "this room's default cookie name "
+            };
+            self.err(
+                k("cookie_name"),
+                format!(
+                    "{whose}\"{cookie_name}\" is used by another room; each room needs its own cookie"
+                ),
+            );
+        }
+        cookie_name
+    }
+
+    /// What the room guards: `hosts`, `paths`, and what it lets by (`bypass_paths`,
+    /// `bypass_cidrs`).
+    fn scope(
+        &mut self,
+        i: usize,
+        r: &RoomFile,
+    ) -> (Vec<HostPattern>, Vec<String>, Vec<String>, Vec<IpNet>) {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let hosts = r
+            .hosts
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|h| {
+                let h = h.trim().to_ascii_lowercase();
+                match h.strip_prefix("*.") {
+                    Some(rest) => HostPattern::Suffix(format!(".{rest}")),
+                    None => HostPattern::Exact(h),
+                }
+            })
+            .collect();
+        let paths = self.prefixes(
+            &k("paths"),
+            &r.paths.clone().unwrap_or_else(|| vec!["/".into()]),
+        );
+        if paths.is_empty() {
+            self.err(
+                k("paths"),
+                "needs at least one path prefix (\"/\" guards everything)",
+            );
+        }
+        let bypass_paths = self.prefixes(
+            &k("bypass_paths"),
+            &r.bypass_paths.clone().unwrap_or_default(),
+        );
+        let bypass_cidrs = self.cidrs(
+            &k("bypass_cidrs"),
+            &r.bypass_cidrs.clone().unwrap_or_default(),
+        );
+        (hosts, paths, bypass_paths, bypass_cidrs)
+    }
+
+    /// The cookie's attributes: `SameSite`, `Secure` and its lifetime.
+    fn cookie(&mut self, i: usize, r: &RoomFile, name: String) -> CookieConfig {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let same_site = match r.cookie_same_site.as_deref().unwrap_or("lax") {
+            "lax" => SameSite::Lax,
+            "strict" => SameSite::Strict,
+            "none" => SameSite::None,
+            other => {
+                self.err(
+                    k("cookie_same_site"),
+                    format!("must be \"lax\", \"strict\" or \"none\", got \"{other}\""),
+                );
+                SameSite::Lax
+            }
+        };
+        let mut secure = match r.cookie_secure.as_deref().unwrap_or("auto") {
+            "auto" => CookieSecure::Auto,
+            "always" => CookieSecure::Always,
+            "never" => CookieSecure::Never,
+            other => {
+                self.err(
+                    k("cookie_secure"),
+                    format!("must be \"auto\", \"always\" or \"never\", got \"{other}\""),
+                );
+                CookieSecure::Auto
+            }
+        };
+        if same_site == SameSite::None {
+            if secure == CookieSecure::Never {
+                self.err(k("cookie_secure"), "cannot be \"never\" with cookie_same_site = \"none\": browsers drop such cookies");
+            }
+            secure = CookieSecure::Always;
+        }
+        let lifetime = r.cookie_lifetime.unwrap_or(Duration::from_secs(7200));
+        if lifetime < Duration::from_secs(1) {
+            self.err(k("cookie_lifetime"), "must be at least 1s");
+        }
+        CookieConfig {
+            name,
+            lifetime,
+            same_site,
+            secure,
+        }
+    }
+
+    /// The folder of the room's pages, if it has one.
+    fn pages(&mut self, i: usize, r: &RoomFile) -> Option<PathBuf> {
+        let k = |field: &str| format!("room[{i}].{field}");
+        // A folder the room names must be there: a typo in it would otherwise serve other
+        // pages than the operator wrote. A room that names none takes `pages` beside the
+        // config if there is one, else the pages built into the binary, so a first config
+        // needs no copied files.
+        let pages = match r.pages.as_deref() {
+            Some(p) => {
+                let dir = self.resolve(p);
+                if !dir.is_dir() {
+                    self.err(
+                        k("pages"),
+                        format!(
+                            "there is no folder {}; leave `pages` out to serve the built-in pages",
+                            dir.display()
+                        ),
+                    );
+                }
+                Some(dir)
+            }
+            None => Some(self.resolve("pages")).filter(|dir| dir.is_dir()),
+        };
+        pages
+    }
+
+    /// The room's `title` (its name when it has none) and `default_language`.
+    fn texts(&mut self, i: usize, r: &RoomFile, name: &str) -> (String, String) {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let title = r
+            .title
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .unwrap_or(name)
+            .to_owned();
+        if title.chars().count() > 200 || title.chars().any(char::is_control) {
+            self.err(
+                k("title"),
+                "must be at most 200 characters, without control characters",
+            );
+        }
+        let default_language = r.default_language.clone().unwrap_or_else(|| "en".into());
+        if default_language
+            .parse::<unic_langid::LanguageIdentifier>()
+            .is_err()
+        {
+            self.err(
+                k("default_language"),
+                format!("\"{default_language}\" is not a language tag (en, de, pt-BR, …)"),
+            );
+        }
+        (title, default_language)
+    }
+
+    /// `mode`: enforce, or shadow (decide and count as usual, but forward every request).
+    fn mode(&mut self, i: usize, r: &RoomFile) -> RoomMode {
+        let k = |field: &str| format!("room[{i}].{field}");
+        let mode = match r.mode.as_deref().unwrap_or("enforce") {
+            "enforce" => RoomMode::Enforce,
+            "shadow" => RoomMode::Shadow,
+            other => {
+                self.err(
+                    k("mode"),
+                    format!("must be \"enforce\" or \"shadow\", got \"{other}\""),
+                );
+                RoomMode::Enforce
+            }
+        };
+        mode
     }
 
     /// `revoked_invitations`: each an invitation's id (its third field, 16 hex digits) or a
