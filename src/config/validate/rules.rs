@@ -146,14 +146,6 @@ impl Validator<'_> {
         if penalty > Duration::from_secs(7 * 24 * 3600) {
             self.err(k("penalty"), "must be at most 7 days");
         }
-        let implied = |v: &mut Self, field: &str, set: bool, text: &str| {
-            if set {
-                v.err(
-                    k(field),
-                    format!("is already given by limit = \"{text}\": remove one of them"),
-                );
-            }
-        };
         match algorithm {
             "window" => {
                 not_for(
@@ -162,35 +154,7 @@ impl Validator<'_> {
                     r.period.is_some(),
                     "windows are 1s, 10s or 60s, set with `window`",
                 );
-                let (window, quota) = match rate {
-                    Some((text, per)) => {
-                        implied(self, "window", r.window.is_some(), text);
-                        if per.subsec_nanos() != 0 || !WINDOWS.contains(&per.as_secs()) {
-                            self.err(
-                                k("limit"),
-                                format!(
-                                    "\"{text}\": a window rule counts over 1s, 10s or 60s, got {}",
-                                    humantime::format_duration(per)
-                                ),
-                            );
-                        }
-                        (per, u64::from(limit))
-                    }
-                    None => {
-                        let window = r.window.unwrap_or(Duration::from_secs(10));
-                        if window.subsec_nanos() != 0 || !WINDOWS.contains(&window.as_secs()) {
-                            self.err(
-                                k("window"),
-                                format!(
-                                    "must be \"1s\", \"10s\" or \"60s\", got {}",
-                                    humantime::format_duration(window)
-                                ),
-                            );
-                        }
-                        // A number is requests per second, averaged over the window.
-                        (window, u64::from(limit) * window.as_secs().max(1))
-                    }
-                };
+                let (window, quota) = self.window_quota(i, r, rate, limit);
                 Some(Algorithm::Window {
                     window,
                     quota,
@@ -204,27 +168,7 @@ impl Validator<'_> {
                     r.window.is_some(),
                     "a bucket refills `limit` tokens per `period`",
                 );
-                let period = match rate {
-                    Some((text, per)) => {
-                        implied(self, "period", r.period.is_some(), text);
-                        if per < Duration::from_secs(1) || per > Duration::from_secs(24 * 3600) {
-                            self.err(
-                                k("limit"),
-                                format!("\"{text}\": the period must be between 1s and 24h"),
-                            );
-                        }
-                        per
-                    }
-                    None => {
-                        let period = r.period.unwrap_or(Duration::from_secs(10));
-                        if period < Duration::from_secs(1)
-                            || period > Duration::from_secs(24 * 3600)
-                        {
-                            self.err(k("period"), "must be between 1s and 24h");
-                        }
-                        period
-                    }
-                };
+                let period = self.bucket_period(i, r, rate);
                 Some(Algorithm::TokenBucket {
                     limit,
                     period,
@@ -267,6 +211,86 @@ impl Validator<'_> {
                 );
                 None
             }
+        }
+    }
+
+    /// A window rule's window and quota: from a rate given as `limit`, else from `window` (a
+    /// number being requests per second).
+    fn window_quota(
+        &mut self,
+        i: usize,
+        r: &RateLimitFile,
+        rate: Option<(&str, Duration)>,
+        limit: u32,
+    ) -> (Duration, u64) {
+        let k = |field: &str| format!("rate_limit[{i}].{field}");
+        match rate {
+            Some((text, per)) => {
+                self.implied(k("window"), r.window.is_some(), text);
+                if per.subsec_nanos() != 0 || !WINDOWS.contains(&per.as_secs()) {
+                    self.err(
+                        k("limit"),
+                        format!(
+                            "\"{text}\": a window rule counts over 1s, 10s or 60s, got {}",
+                            humantime::format_duration(per)
+                        ),
+                    );
+                }
+                (per, u64::from(limit))
+            }
+            None => {
+                let window = r.window.unwrap_or(Duration::from_secs(10));
+                if window.subsec_nanos() != 0 || !WINDOWS.contains(&window.as_secs()) {
+                    self.err(
+                        k("window"),
+                        format!(
+                            "must be \"1s\", \"10s\" or \"60s\", got {}",
+                            humantime::format_duration(window)
+                        ),
+                    );
+                }
+                // A number is requests per second, averaged over the window.
+                (window, u64::from(limit) * window.as_secs().max(1))
+            }
+        }
+    }
+
+    /// A token bucket's refill period: from a rate given as `limit`, else from `period`.
+    fn bucket_period(
+        &mut self,
+        i: usize,
+        r: &RateLimitFile,
+        rate: Option<(&str, Duration)>,
+    ) -> Duration {
+        let k = |field: &str| format!("rate_limit[{i}].{field}");
+        match rate {
+            Some((text, per)) => {
+                self.implied(k("period"), r.period.is_some(), text);
+                if per < Duration::from_secs(1) || per > Duration::from_secs(24 * 3600) {
+                    self.err(
+                        k("limit"),
+                        format!("\"{text}\": the period must be between 1s and 24h"),
+                    );
+                }
+                per
+            }
+            None => {
+                let period = r.period.unwrap_or(Duration::from_secs(10));
+                if period < Duration::from_secs(1) || period > Duration::from_secs(24 * 3600) {
+                    self.err(k("period"), "must be between 1s and 24h");
+                }
+                period
+            }
+        }
+    }
+
+    /// `key` set beside a rate (`limit = text`) that already gives it.
+    fn implied(&mut self, key: String, set: bool, text: &str) {
+        if set {
+            self.err(
+                key,
+                format!("is already given by limit = \"{text}\": remove one of them"),
+            );
         }
     }
 }
