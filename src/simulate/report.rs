@@ -299,6 +299,13 @@ impl Report {
         } else {
             let _ = writeln!(s, "peak active users: {} (no cap)", self.peak_active);
         }
+        self.write_lanes(&mut s);
+        self.write_order(&mut s);
+        s
+    }
+
+    /// The summary's lines on the lanes: each one's share of the contested minutes' admissions.
+    fn write_lanes(&self, s: &mut String) {
         if let Some(split) = self.lane_split() {
             let parts: Vec<String> = split
                 .lanes
@@ -332,6 +339,10 @@ impl Report {
                 );
             }
         }
+    }
+
+    /// The summary's line on the order kept: fifo's inversions, random's correlation.
+    fn write_order(&self, s: &mut String) {
         let within_lanes = if self.lanes.len() > 1 {
             " (within each lane; the worst lane)"
         } else {
@@ -361,7 +372,6 @@ impl Report {
                 );
             }
         }
-        s
     }
 }
 
