@@ -56,7 +56,7 @@ use crate::config::{Admission, Config, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Pages;
-use crate::room::{Brought, CookieAction, Decision, Room};
+use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
 use crate::store::local::LocalStore;
 use crate::store::shared::{MemoryHub, SharedStore};
 use crate::store::CounterStore;

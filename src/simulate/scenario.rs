@@ -47,24 +47,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
     let nodes = opts.nodes.max(1) as usize;
     let hub = MemoryHub::default();
     let sync_ms = (opts.sync_interval.as_millis() as u64).max(1);
-    let mut shared: Vec<Arc<SharedStore>> = Vec::new();
-    let mut rooms: Vec<Room> = Vec::new();
-    if nodes == 1 {
-        let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
-        rooms.push(room(opts, order, &store)?);
-    } else {
-        for n in 0..nodes {
-            let s = Arc::new(SharedStore::new(
-                &format!("node{n}"),
-                "sim",
-                sync_ms,
-                OnStoreFailure::LastShare,
-            ));
-            let store: Arc<dyn CounterStore> = s.clone();
-            rooms.push(room(opts, order, &store)?);
-            shared.push(s);
-        }
-    }
+    let (shared, rooms) = node_rooms(opts, order, nodes, sync_ms)?;
     let weights = opts.weights();
     // Nodes sync at staggered moments within the interval, as independent processes would.
     let mut next_sync: Vec<u64> = (0..nodes)
@@ -75,58 +58,8 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
     let ring = seeded_ring(opts.seed ^ 0x005e_ed0f_7e57)?;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let span_ms = u64::from(opts.minutes.max(1)) * 60_000;
-    let mut journeys: Vec<Journey> = (0..opts.users)
-        .map(|_| Journey {
-            arrival_ms: rng.gen_range(0..span_ms),
-            admitted_ms: None,
-            check_ins: 0,
-            abandoned: rng.gen_bool(opts.abandon.clamp(0.0, 1.0)),
-            estimate: None,
-            lane: 0,
-        })
-        .collect();
-    // Lanes are drawn apart, so a run with lanes has the same arrivals as one without.
-    if opts.lanes.len() > 1 {
-        let mut lane_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1a4e);
-        for j in &mut journeys {
-            let u: f64 = lane_rng.gen();
-            let mut acc = 0.0;
-            j.lane = opts
-                .lanes
-                .iter()
-                .position(|l| {
-                    acc += l.share;
-                    u < acc
-                })
-                .unwrap_or(0);
-        }
-    }
-    // One invitation link per lane other than public (and per million of its users).
-    let exp = EPOCH_SECS + span_ms / 1000 + 2 * 86_400;
-    let codes: Vec<Vec<String>> = opts
-        .lanes
-        .iter()
-        .map(|l| {
-            let n = if l.name == crate::invite::PUBLIC_LANE {
-                0
-            } else {
-                opts.users.div_ceil(crate::invite::MAX_USES)
-            };
-            (0..n)
-                .map(|_| {
-                    crate::invite::make(
-                        ring.active(),
-                        &crate::invite::Terms {
-                            room: "simulated".into(),
-                            lane: l.name.clone(),
-                            exp,
-                            uses: crate::invite::MAX_USES,
-                        },
-                    )
-                })
-                .collect()
-        })
-        .collect();
+    let mut journeys = arrivals(opts, &mut rng, span_ms);
+    let codes = invitation_codes(opts, &ring, span_ms);
     let ids: Vec<Identity> = (0..opts.users)
         .map(|i| {
             Identity::of_ip(
@@ -183,15 +116,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         let node = if nodes == 1 {
             0
         } else {
-            let u: f64 = rng.gen();
-            let mut acc = 0.0;
-            weights
-                .iter()
-                .position(|w| {
-                    acc += w;
-                    u < acc
-                })
-                .unwrap_or(nodes - 1)
+            pick_node(&weights, nodes, &mut rng)
         };
         let invitation = codes
             .get(journeys[i as usize].lane)
@@ -203,52 +128,218 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         };
         let outcome = rooms[node].decide_bringing(&ring, uid, &values, brought, now);
         decisions += 1;
-        match outcome.cookie {
+        match &outcome.cookie {
             CookieAction::Set(v) => cookies[i as usize] = Some(v.to_string()),
             CookieAction::Delete => cookies[i as usize] = None,
             CookieAction::Keep => {}
         }
         let journey = &mut journeys[i as usize];
-        match outcome.decision {
-            Decision::Allow => {
-                let admitted = *journey.admitted_ms.get_or_insert(t);
-                if admitted == t {
-                    *admitted_per_minute.entry(t / 60_000).or_insert(0) += 1;
-                }
-                let next = t + BROWSE_EVERY_MS;
-                if next < admitted + browse_ms {
-                    events.push(Reverse((next, i)));
-                }
-            }
-            Decision::Anon | Decision::Wait | Decision::Lost | Decision::PreQueue => {
-                journey.check_ins += 1;
-                if journey.estimate.is_none() {
-                    let e = outcome.estimates;
-                    if let (Some(a), Some(b), Some(c)) = (e.p25, e.p50, e.p75) {
-                        journey.estimate = Some([a, b, c]);
-                    }
-                }
-                if journey.abandoned {
-                    // Closed the tab after the first page.
-                    continue;
-                }
-                // The page reloads when its countdown ends; browsers add a little latency.
-                let latency = rng.gen_range(0..800);
-                events.push(Reverse((
-                    t + outcome.refresh_secs.max(1) * 1000 + latency,
-                    i,
-                )));
-            }
-            // Simulated rooms ask no proof-of-work and no invitation.
-            Decision::Deny
-            | Decision::Bypass
-            | Decision::SoldOut
-            | Decision::QueueFull
-            | Decision::Challenge
-            | Decision::Uninvited => {}
+        if let Some(next) = follow(
+            journey,
+            &outcome,
+            t,
+            browse_ms,
+            &mut rng,
+            &mut admitted_per_minute,
+        ) {
+            events.push(Reverse((next, i)));
         }
     }
+    let tally = Tally {
+        admitted_per_minute,
+        minute_start,
+        peak_active,
+        sampled_sec,
+        decisions,
+        store_sent,
+        store_received,
+    };
+    Ok(report(
+        opts, order, nodes, journeys, tally, span_ms, browse_ms,
+    ))
+}
 
+/// The room of each simulated node: one on the in-process store, or one per node, each on its
+/// own store synced through the hub.
+fn node_rooms(
+    opts: &Options,
+    order: QueueOrder,
+    nodes: usize,
+    sync_ms: u64,
+) -> Result<(Vec<Arc<SharedStore>>, Vec<Room>), String> {
+    let mut shared: Vec<Arc<SharedStore>> = Vec::new();
+    let mut rooms: Vec<Room> = Vec::new();
+    if nodes == 1 {
+        let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
+        rooms.push(room(opts, order, &store)?);
+    } else {
+        for n in 0..nodes {
+            let s = Arc::new(SharedStore::new(
+                &format!("node{n}"),
+                "sim",
+                sync_ms,
+                OnStoreFailure::LastShare,
+            ));
+            let store: Arc<dyn CounterStore> = s.clone();
+            rooms.push(room(opts, order, &store)?);
+            shared.push(s);
+        }
+    }
+    Ok((shared, rooms))
+}
+
+/// The users: when each arrives, whether they walk away after their first page, and their lane.
+fn arrivals(opts: &Options, rng: &mut ChaCha8Rng, span_ms: u64) -> Vec<Journey> {
+    let mut journeys: Vec<Journey> = (0..opts.users)
+        .map(|_| Journey {
+            arrival_ms: rng.gen_range(0..span_ms),
+            admitted_ms: None,
+            check_ins: 0,
+            abandoned: rng.gen_bool(opts.abandon.clamp(0.0, 1.0)),
+            estimate: None,
+            lane: 0,
+        })
+        .collect();
+    // Lanes are drawn apart, so a run with lanes has the same arrivals as one without.
+    if opts.lanes.len() > 1 {
+        let mut lane_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1a4e);
+        for j in &mut journeys {
+            let u: f64 = lane_rng.gen();
+            let mut acc = 0.0;
+            j.lane = opts
+                .lanes
+                .iter()
+                .position(|l| {
+                    acc += l.share;
+                    u < acc
+                })
+                .unwrap_or(0);
+        }
+    }
+    journeys
+}
+
+/// The invitation links the users of each lane join with.
+fn invitation_codes(opts: &Options, ring: &KeyRing, span_ms: u64) -> Vec<Vec<String>> {
+    // One invitation link per lane other than public (and per million of its users).
+    let exp = EPOCH_SECS + span_ms / 1000 + 2 * 86_400;
+    let codes: Vec<Vec<String>> = opts
+        .lanes
+        .iter()
+        .map(|l| {
+            let n = if l.name == crate::invite::PUBLIC_LANE {
+                0
+            } else {
+                opts.users.div_ceil(crate::invite::MAX_USES)
+            };
+            (0..n)
+                .map(|_| {
+                    crate::invite::make(
+                        ring.active(),
+                        &crate::invite::Terms {
+                            room: "simulated".into(),
+                            lane: l.name.clone(),
+                            exp,
+                            uses: crate::invite::MAX_USES,
+                        },
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    codes
+}
+
+/// The node a request goes to, drawn by the nodes' weights.
+fn pick_node(weights: &[f64], nodes: usize, rng: &mut ChaCha8Rng) -> usize {
+    let u: f64 = rng.gen();
+    let mut acc = 0.0;
+    weights
+        .iter()
+        .position(|w| {
+            acc += w;
+            u < acc
+        })
+        .unwrap_or(nodes - 1)
+}
+
+/// Follows a user's story past a decision at `t`: counts their admission or their wait, and
+/// returns when they come back, if they do.
+fn follow(
+    journey: &mut Journey,
+    outcome: &Outcome,
+    t: u64,
+    browse_ms: u64,
+    rng: &mut ChaCha8Rng,
+    admitted_per_minute: &mut BTreeMap<u64, u32>,
+) -> Option<u64> {
+    match outcome.decision {
+        Decision::Allow => {
+            let admitted = *journey.admitted_ms.get_or_insert(t);
+            if admitted == t {
+                *admitted_per_minute.entry(t / 60_000).or_insert(0) += 1;
+            }
+            let next = t + BROWSE_EVERY_MS;
+            (next < admitted + browse_ms).then_some(next)
+        }
+        Decision::Anon | Decision::Wait | Decision::Lost | Decision::PreQueue => {
+            journey.check_ins += 1;
+            if journey.estimate.is_none() {
+                let e = outcome.estimates;
+                if let (Some(a), Some(b), Some(c)) = (e.p25, e.p50, e.p75) {
+                    journey.estimate = Some([a, b, c]);
+                }
+            }
+            if journey.abandoned {
+                // Closed the tab after the first page.
+                return None;
+            }
+            // The page reloads when its countdown ends; browsers add a little latency.
+            let latency = rng.gen_range(0..800);
+            Some(t + outcome.refresh_secs.max(1) * 1000 + latency)
+        }
+        // Simulated rooms ask no proof-of-work and no invitation.
+        Decision::Deny
+        | Decision::Bypass
+        | Decision::SoldOut
+        | Decision::QueueFull
+        | Decision::Challenge
+        | Decision::Uninvited => None,
+    }
+}
+
+/// What the event loop counted besides the users' journeys.
+struct Tally {
+    admitted_per_minute: BTreeMap<u64, u32>,
+    /// Per minute: (waiting, active) at its start.
+    minute_start: BTreeMap<u64, (u64, u64)>,
+    peak_active: u64,
+    /// The second of the last event.
+    sampled_sec: u64,
+    decisions: u64,
+    store_sent: usize,
+    store_received: usize,
+}
+
+/// What the run found, from the journeys and the tally.
+fn report(
+    opts: &Options,
+    order: QueueOrder,
+    nodes: usize,
+    journeys: Vec<Journey>,
+    tally: Tally,
+    span_ms: u64,
+    browse_ms: u64,
+) -> Report {
+    let Tally {
+        admitted_per_minute,
+        minute_start,
+        peak_active,
+        sampled_sec,
+        decisions,
+        store_sent,
+        store_received,
+    } = tally;
     let target = opts.new_users_per_minute;
     let live_at = |ms: u64| journeys.iter().filter(|j| waiting_at(j, ms)).count() as u64;
     let saturated_minutes = minute_start
@@ -317,7 +408,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
     let worst_inversion_secs =
         lanes.iter().map(|l| worst_inversion(l)).max().unwrap_or(0) as f64 / 1000.0;
     let worst_lag_secs = lanes.iter().map(|l| worst_lag(l)).max().unwrap_or(0) as f64 / 1000.0;
-    Ok(Report {
+    Report {
         order,
         journeys,
         admitted_per_minute,
@@ -348,5 +439,5 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
             .iter()
             .map(|l| (l.name.clone(), l.weight))
             .collect(),
-    })
+    }
 }
