@@ -252,20 +252,17 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         Steering::Autopilot if opts.lottery_wait_secs.is_some() => percentage,
         Steering::Autopilot => f64::from(pilot.pace),
     };
-    // Lottery rooms: arrivals on their way to their first draw, the pool drawn from, and the
-    // draws of the interval.
-    let mut entering: std::collections::VecDeque<(u64, f64)> = std::collections::VecDeque::new();
-    let (mut draw_frac, mut win_frac, mut draws_iv) = (0f64, 0f64, 0f64);
-    let (mut queue, mut arrived_frac, mut slot_frac) = (0f64, 0f64, 0f64);
+    // The visitors not let in yet, and a lottery room's draws of the interval.
+    let mut waiting = Waiting::default();
+    let mut draws_iv = 0f64;
+    let mut arrived_frac = 0f64;
     // Admitted visitors by the second they leave.
     let mut leaving: std::collections::VecDeque<(u64, u64)> = std::collections::VecDeque::new();
     let mut active = 0u64;
     let mut admitted_total = 0u64;
     let (mut lat, mut responses, mut errors, mut admitted_iv) = (Vec::new(), 0u64, 0u64, 0u64);
     let mut waiting_iv = false;
-    // What the law has gathered since it last judged: answers, draws, intervals.
-    let (mut law_lat, mut law_responses, mut law_errors) = (Vec::new(), 0u64, 0u64);
-    let (mut law_draws, mut law_spans, mut law_waiting) = (0f64, 0u32, false);
+    let mut law = Gathered::default();
     let mut samples = Vec::new();
     let settle = settle_secs(opts);
     let (mut settled_resp, mut settled_err, mut all_resp, mut all_err) = (0u64, 0u64, 0u64, 0u64);
@@ -274,31 +271,15 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         arrived_frac += arrivals_per_sec;
         let arrived = arrived_frac.floor();
         arrived_frac -= arrived;
-        let admit = if let Some(wait) = opts.lottery_wait_secs {
-            let wait = wait.max(1);
-            entering.push_back((t + wait * 3 / 2, arrived));
-            while entering.front().is_some_and(|(at, _)| *at <= t) {
-                queue += entering.pop_front().map_or(0.0, |(_, n)| n);
-            }
-            draw_frac += queue / wait as f64;
-            let draws = draw_frac.floor();
-            draw_frac -= draws;
-            draws_iv += draws;
-            win_frac += draws * percentage / 100.0;
-            let wins = win_frac.floor().min(queue.floor());
-            win_frac -= wins;
-            queue -= wins;
-            wins
-        } else {
-            queue += arrived;
-            slot_frac += value / 60.0;
-            let slots = slot_frac.floor();
-            slot_frac -= slots;
-            let admit = slots.min(queue.floor());
-            queue -= admit;
-            admit
-        };
-        waiting_iv |= queue >= 1.0;
+        let admit = waiting.admit(
+            t,
+            arrived,
+            opts.lottery_wait_secs,
+            percentage,
+            value,
+            &mut draws_iv,
+        );
+        waiting_iv |= waiting.queue >= 1.0;
         let admit = admit as u64;
         if admit > 0 {
             leaving.push_back((t + opts.browse_secs, admit));
@@ -309,36 +290,11 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         while leaving.front().is_some_and(|(at, _)| *at <= t) {
             active -= leaving.pop_front().map_or(0, |(_, n)| n);
         }
-        // Each active visitor asks once every REQUEST_EVERY_SECS, at a moment of their own.
-        let asking = {
-            let expected = active as f64 / REQUEST_EVERY_SECS as f64;
-            let whole = expected.floor();
-            whole as u64 + u64::from(rng.gen_bool((expected - whole).clamp(0.0, 1.0)))
-        };
-        let slow = opts
-            .slow
-            .filter(|spell| t < spell.secs)
-            .map(|spell| spell.latency);
-        for _ in 0..asking {
-            responses += 1;
-            match opts
-                .origin
-                .latency(active as f64)
-                .map(|l| slow.unwrap_or(l))
-            {
-                Some(typical) => {
-                    // A lognormal spread around the typical latency (sigma 0.3).
-                    let z: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
-                    lat.push(typical * (0.3 * z).exp());
-                }
-                None => errors += 1,
-            }
-        }
+        let (asked, failed) = ask_origin(opts, active, t, &mut rng, &mut lat);
+        responses += asked;
+        errors += failed;
         if (t + 1) % interval == 0 {
-            law_lat.extend_from_slice(&lat);
-            (law_responses, law_errors) = (law_responses + responses, law_errors + errors);
-            (law_draws, law_spans) = (law_draws + draws_iv, law_spans + 1);
-            law_waiting |= waiting_iv;
+            law.add(&lat, responses, errors, draws_iv, waiting_iv);
             let mut i = Interval {
                 responses,
                 errors,
@@ -350,14 +306,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
             i.p95 = autopilot::p95(&mut lat);
             // The law judges by what it gathered: this interval, and those before it that had
             // too few answers.
-            let gathered = Interval {
-                responses: law_responses,
-                errors: law_errors,
-                p95: autopilot::p95(&mut law_lat),
-                waiting: law_waiting,
-                active,
-                spans: law_spans,
-            };
+            let gathered = law.interval(active);
             samples.push(Sample {
                 at_secs: t + 1,
                 value,
@@ -375,7 +324,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
                 (Steering::Fixed(_), _) => {}
                 (Steering::Autopilot, Some(_)) => {
                     let draws_per_minute =
-                        law_draws * 60.0 / (u64::from(law_spans) * interval) as f64;
+                        law.draws * 60.0 / (u64::from(law.spans) * interval) as f64;
                     lottery = lottery.step(&settings, &gathered, draws_per_minute);
                     percentage = lottery.percentage;
                     value = percentage;
@@ -386,15 +335,157 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
                 }
             }
             if gathered.judged() {
-                law_lat.clear();
-                (law_responses, law_errors) = (0, 0);
-                (law_draws, law_spans, law_waiting) = (0.0, 0, false);
+                law = Gathered::default();
             }
             draws_iv = 0.0;
             lat.clear();
             (responses, errors, admitted_iv, waiting_iv) = (0, 0, 0, false);
         }
     }
+    let (p95_median, p95_worst, pace_mean, pace_spread) = settled_figures(&samples, settle);
+    let rate = |e: u64, r: u64| if r == 0 { 0.0 } else { e as f64 / r as f64 };
+    AutopilotReport {
+        steering,
+        unit: opts.unit(),
+        samples,
+        admitted: admitted_total,
+        p95_median,
+        p95_worst,
+        error_rate: rate(settled_err, settled_resp),
+        error_rate_all: rate(all_err, all_resp),
+        pace_mean,
+        pace_spread,
+    }
+}
+
+/// The visitors not let in yet: in a lottery room those on their way to their first draw and
+/// the pool drawn from, else the queue; with the fractions of draws, wins and slots carried from
+/// second to second.
+#[derive(Default)]
+struct Waiting {
+    entering: std::collections::VecDeque<(u64, f64)>,
+    queue: f64,
+    draw_frac: f64,
+    win_frac: f64,
+    slot_frac: f64,
+}
+
+impl Waiting {
+    /// Second `t`: `arrived` visitors join, and those let in are returned. A lottery room
+    /// (`lottery_wait`) draws at `percentage` and adds its draws to `draws_iv`; a capacity room
+    /// lets in at `pace` a minute.
+    fn admit(
+        &mut self,
+        t: u64,
+        arrived: f64,
+        lottery_wait: Option<u64>,
+        percentage: f64,
+        pace: f64,
+        draws_iv: &mut f64,
+    ) -> f64 {
+        if let Some(wait) = lottery_wait {
+            let wait = wait.max(1);
+            self.entering.push_back((t + wait * 3 / 2, arrived));
+            while self.entering.front().is_some_and(|(at, _)| *at <= t) {
+                self.queue += self.entering.pop_front().map_or(0.0, |(_, n)| n);
+            }
+            self.draw_frac += self.queue / wait as f64;
+            let draws = self.draw_frac.floor();
+            self.draw_frac -= draws;
+            *draws_iv += draws;
+            self.win_frac += draws * percentage / 100.0;
+            let wins = self.win_frac.floor().min(self.queue.floor());
+            self.win_frac -= wins;
+            self.queue -= wins;
+            wins
+        } else {
+            self.queue += arrived;
+            self.slot_frac += pace / 60.0;
+            let slots = self.slot_frac.floor();
+            self.slot_frac -= slots;
+            let admit = slots.min(self.queue.floor());
+            self.queue -= admit;
+            admit
+        }
+    }
+}
+
+/// What the law has gathered since it last judged: answers, draws, intervals.
+#[derive(Default)]
+struct Gathered {
+    lat: Vec<f64>,
+    responses: u64,
+    errors: u64,
+    draws: f64,
+    spans: u32,
+    waiting: bool,
+}
+
+impl Gathered {
+    /// Adds an interval: its answers' latencies, requests, errors and draws, and whether anyone
+    /// waited.
+    fn add(&mut self, lat: &[f64], responses: u64, errors: u64, draws: f64, waiting: bool) {
+        self.lat.extend_from_slice(lat);
+        (self.responses, self.errors) = (self.responses + responses, self.errors + errors);
+        (self.draws, self.spans) = (self.draws + draws, self.spans + 1);
+        self.waiting |= waiting;
+    }
+
+    /// What the law judges by, with `active` visitors in.
+    fn interval(&mut self, active: u64) -> Interval {
+        Interval {
+            responses: self.responses,
+            errors: self.errors,
+            p95: autopilot::p95(&mut self.lat),
+            waiting: self.waiting,
+            active,
+            spans: self.spans,
+        }
+    }
+}
+
+/// One second of the origin's answers to `active` visitors: each asks once every
+/// [`REQUEST_EVERY_SECS`], at a moment of their own. Pushes each answer's latency to `lat` and
+/// returns (requests, errors).
+fn ask_origin(
+    opts: &AutopilotOptions,
+    active: u64,
+    t: u64,
+    rng: &mut ChaCha8Rng,
+    lat: &mut Vec<f64>,
+) -> (u64, u64) {
+    let (mut responses, mut errors) = (0u64, 0u64);
+    let asking = {
+        let expected = active as f64 / REQUEST_EVERY_SECS as f64;
+        let whole = expected.floor();
+        whole as u64 + u64::from(rng.gen_bool((expected - whole).clamp(0.0, 1.0)))
+    };
+    let slow = opts
+        .slow
+        .filter(|spell| t < spell.secs)
+        .map(|spell| spell.latency);
+    for _ in 0..asking {
+        responses += 1;
+        match opts
+            .origin
+            .latency(active as f64)
+            .map(|l| slow.unwrap_or(l))
+        {
+            Some(typical) => {
+                // A lognormal spread around the typical latency (sigma 0.3).
+                let z: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
+                lat.push(typical * (0.3 * z).exp());
+            }
+            None => errors += 1,
+        }
+    }
+    (responses, errors)
+}
+
+/// The settled part of a run (after `settle` seconds): the median and worst p95 of its
+/// intervals, and the mean of the pace (or percentage) and its spread (the coefficient of
+/// variation).
+fn settled_figures(samples: &[Sample], settle: u64) -> (f64, f64, f64, f64) {
     let mut settled: Vec<f64> = samples
         .iter()
         .filter(|s| s.at_secs > settle)
@@ -412,19 +503,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
     let pace_mean = paces.iter().sum::<f64>() / n;
     let sd = (paces.iter().map(|p| (p - pace_mean).powi(2)).sum::<f64>() / n).sqrt();
     let pace_spread = if pace_mean > 0.0 { sd / pace_mean } else { 0.0 };
-    let rate = |e: u64, r: u64| if r == 0 { 0.0 } else { e as f64 / r as f64 };
-    AutopilotReport {
-        steering,
-        unit: opts.unit(),
-        samples,
-        admitted: admitted_total,
-        p95_median,
-        p95_worst,
-        error_rate: rate(settled_err, settled_resp),
-        error_rate_all: rate(all_err, all_resp),
-        pace_mean,
-        pace_spread,
-    }
+    (p95_median, p95_worst, pace_mean, pace_spread)
 }
 
 /// After a slow spell: when (seconds into the run) the admissions over the last minute first
