@@ -1,6 +1,7 @@
 //! `vestibule pages render`: one of a room's pages, as a visitor would get it.
 
 use crate::*;
+use vestibule::room::Room;
 
 pub(crate) fn render_page(
     path: &Path,
@@ -35,6 +36,61 @@ pub(crate) fn render_page(
             names.join(", ")
         ));
     };
+    let kind = match page_kind(page) {
+        Ok(kind) => kind,
+        Err(m) => return fail(m),
+    };
+    let now = preview_time(room, kind, state);
+    let catalogs = room.pages_at(now).catalogs();
+    let language = match lang {
+        None => room.language_for(None, now),
+        Some(tag) => {
+            let index = catalogs.negotiate(Some(tag.as_bytes()), usize::MAX);
+            if index == usize::MAX {
+                let tags: Vec<&str> = catalogs.languages().map(|l| l.tag.as_str()).collect();
+                return fail(format!(
+                    "no catalog for \"{tag}\" (languages: {})",
+                    tags.join(", ")
+                ));
+            }
+            index
+        }
+    };
+    let outcome = match sample_outcome(room, kind, state, message) {
+        Ok(outcome) => outcome,
+        Err(m) => return fail(m),
+    };
+    let mut ctx = room.page_context(&outcome, language, now);
+    if ctx.event.is_none() && kind == PageKind::PreQueue {
+        let start = now.secs() + 1234;
+        ctx = ctx.with_event(
+            "sample",
+            "prequeue",
+            (start, start + 3600),
+            true,
+            now.secs(),
+        );
+    }
+    // A challenge page as the room would ask it (a sample value: its solution is never checked).
+    let solution_cookie = format!("{}_pow", room.config.cookie.name);
+    if kind == PageKind::Challenge {
+        ctx.challenge_value = "p1~preview~0~16~0000000000000000~0";
+        ctx.challenge_difficulty = room.config.challenge.map_or(16, |c| c.difficulty);
+        ctx.solution_cookie = &solution_cookie;
+        ctx.refresh_seconds = room.config.challenge.map_or(300, |c| c.ttl.as_secs());
+    }
+    if matches!(kind, PageKind::RateLimited | PageKind::Error) {
+        ctx.retry_after = 30;
+        ctx.rule = "per-ip";
+        ctx.status = if kind == PageKind::Error { 502 } else { 429 };
+    }
+    let html = room.pages_at(now).render(kind, &ctx);
+    print!("{}", String::from_utf8_lossy(&html));
+    ExitCode::SUCCESS
+}
+
+/// The page named `page` (its file name without `.html`).
+fn page_kind(page: &str) -> Result<PageKind, String> {
     let pages: Vec<PageKind> = PageKind::ALL.to_vec();
     let Some(kind) = pages
         .iter()
@@ -45,8 +101,14 @@ pub(crate) fn render_page(
             .iter()
             .map(|k| k.file_name().trim_end_matches(".html"))
             .collect();
-        return fail(format!("no page \"{page}\" (pages: {})", names.join(", ")));
+        return Err(format!("no page \"{page}\" (pages: {})", names.join(", ")));
     };
+    Ok(kind)
+}
+
+/// The moment the page is shown at: now, or for a pre-queue 1234 s before the start of the room's
+/// next event.
+fn preview_time(room: &Room, kind: PageKind, state: &str) -> Timestamp {
     // A pre-queue is shown as a visitor 1234 s before the start of the room's next event (or its
     // first) would see it; a room without events gets a sample one.
     let mut now = Timestamp::now();
@@ -67,21 +129,17 @@ pub(crate) fn render_page(
             now = Timestamp::from_secs(e.start - 1234.min(e.start - e.opens()));
         }
     }
-    let catalogs = room.pages_at(now).catalogs();
-    let language = match lang {
-        None => room.language_for(None, now),
-        Some(tag) => {
-            let index = catalogs.negotiate(Some(tag.as_bytes()), usize::MAX);
-            if index == usize::MAX {
-                let tags: Vec<&str> = catalogs.languages().map(|l| l.tag.as_str()).collect();
-                return fail(format!(
-                    "no catalog for \"{tag}\" (languages: {})",
-                    tags.join(", ")
-                ));
-            }
-            index
-        }
-    };
+    now
+}
+
+/// The outcome the page is rendered for: the decision its kind shows, in the sample `state`, with
+/// the operator's `message`.
+fn sample_outcome(
+    room: &Room,
+    kind: PageKind,
+    state: &str,
+    message: Option<String>,
+) -> Result<Outcome, String> {
     let decision = match kind {
         PageKind::StartWaiting => Decision::Anon,
         PageKind::KeepWaiting => Decision::Wait,
@@ -118,7 +176,7 @@ pub(crate) fn render_page(
         // The invite page after a code was refused.
         "refused" => outcome.invitation = Some(Err(vestibule::invite::Refusal::UsedUp)),
         other => {
-            return fail(format!(
+            return Err(format!(
             "no state \"{other}\" (states: wait, soon, front, unknown, paused, prequeue, refused)"
         ))
         }
@@ -126,34 +184,8 @@ pub(crate) fn render_page(
     if let Some(text) = message {
         match vestibule::controls::check_message(&text) {
             Ok(text) => outcome.message = Some(std::sync::Arc::new(text)),
-            Err(e) => return fail(e),
+            Err(e) => return Err(e),
         }
     }
-    let mut ctx = room.page_context(&outcome, language, now);
-    if ctx.event.is_none() && kind == PageKind::PreQueue {
-        let start = now.secs() + 1234;
-        ctx = ctx.with_event(
-            "sample",
-            "prequeue",
-            (start, start + 3600),
-            true,
-            now.secs(),
-        );
-    }
-    // A challenge page as the room would ask it (a sample value: its solution is never checked).
-    let solution_cookie = format!("{}_pow", room.config.cookie.name);
-    if kind == PageKind::Challenge {
-        ctx.challenge_value = "p1~preview~0~16~0000000000000000~0";
-        ctx.challenge_difficulty = room.config.challenge.map_or(16, |c| c.difficulty);
-        ctx.solution_cookie = &solution_cookie;
-        ctx.refresh_seconds = room.config.challenge.map_or(300, |c| c.ttl.as_secs());
-    }
-    if matches!(kind, PageKind::RateLimited | PageKind::Error) {
-        ctx.retry_after = 30;
-        ctx.rule = "per-ip";
-        ctx.status = if kind == PageKind::Error { 502 } else { 429 };
-    }
-    let html = room.pages_at(now).render(kind, &ctx);
-    print!("{}", String::from_utf8_lossy(&html));
-    ExitCode::SUCCESS
+    Ok(outcome)
 }
