@@ -3,8 +3,8 @@
 //! This file is the command line's definition (clap) and the dispatch; each subcommand's body
 //! is in `cli/`.
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -28,13 +28,8 @@ static ALLOCATOR: vestibule::alloc::MiMalloc = vestibule::alloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use vestibule::app::App;
 use vestibule::config::DEFAULT_PATH;
-use vestibule::pages::{Estimates, PageKind};
-use vestibule::room::{CookieAction, Decision, Outcome};
-use vestibule::server::{self, RunOptions};
-use vestibule::snapshot::Snapshot;
-use vestibule::time::Timestamp;
+use vestibule::server::RunOptions;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -1,6 +1,13 @@
 //! `vestibule init`, which writes a first config, and `vestibule --check`, which validates one.
 
-use crate::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+
+use vestibule::snapshot::Snapshot;
+use vestibule::time::Timestamp;
+
+use crate::InitArgs;
 
 pub(crate) fn init(args: &InitArgs) -> ExitCode {
     use vestibule::init::{shell_word, InitOptions};

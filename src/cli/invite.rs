@@ -1,6 +1,12 @@
 //! `vestibule invite`: invitation links for a room.
 
-use crate::*;
+use std::path::Path;
+use std::process::ExitCode;
+
+use vestibule::snapshot::Snapshot;
+use vestibule::time::Timestamp;
+
+use crate::InviteArgs;
 
 pub(crate) fn invite(path: &Path, args: &InviteArgs) -> ExitCode {
     use vestibule::invite::{self, Terms, MAX_USES};

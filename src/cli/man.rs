@@ -1,6 +1,8 @@
 //! `vestibule man`: the manual pages, from the clap definition.
 
-use crate::*;
+use std::process::ExitCode;
+
+use crate::Cli;
 
 /// vestibule(1), or the page of the subcommand at `path`, from the clap definition. The main page
 /// lists the subcommands as vestibule-<name>(1), which `vestibule man <name>` prints.

@@ -1,7 +1,12 @@
 //! `vestibule pages render`: one of a room's pages, as a visitor would get it.
 
-use crate::*;
-use vestibule::room::Room;
+use std::path::Path;
+use std::process::ExitCode;
+
+use vestibule::pages::{Estimates, PageKind};
+use vestibule::room::{CookieAction, Decision, Outcome, Room};
+use vestibule::snapshot::Snapshot;
+use vestibule::time::Timestamp;
 
 pub(crate) fn render_page(
     path: &Path,

@@ -1,6 +1,13 @@
 //! Running the proxy: `vestibule` itself, `vestibule demo` and `vestibule origin`.
 
-use crate::*;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use vestibule::app::App;
+use vestibule::server::{self, RunOptions};
+use vestibule::snapshot::Snapshot;
 
 fn start(path: &Path) -> Option<std::sync::Arc<App>> {
     match App::start(path) {

@@ -1,6 +1,8 @@
 //! `vestibule simulate`: the admission, autopilot and event simulations, with their files.
 
-use crate::*;
+use std::process::ExitCode;
+
+use crate::SimulateArgs;
 
 fn simulate_autopilot(args: &SimulateArgs) -> ExitCode {
     use vestibule::simulate::autopilot::{simulate, AutopilotOptions};

@@ -1,6 +1,9 @@
 //! `vestibule token inspect`: what a cookie's token says, and whether it verifies.
 
-use crate::*;
+use std::path::Path;
+use std::process::ExitCode;
+
+use vestibule::time::Timestamp;
 
 pub(crate) fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
     let loaded = vestibule::config::Config::load(path)
