@@ -111,184 +111,212 @@ pub(crate) fn check_events(
 ) -> (Vec<EventConfig>, Vec<Problem>) {
     let mut out = Vec::new();
     let mut problems: Vec<Problem> = Vec::new();
-    for (j, e) in events.iter().enumerate() {
-        let k = |field: &str| format!("event[{j}].{field}");
-        let mut bad = |field: &str, message: String| problems.push((k(field), message));
-        let name = e.name.clone().unwrap_or_default();
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-        {
-            bad(
-                "name",
-                format!(
-                    "needs a name of letters, digits, '_', '-' and '.' (at most 64), got \"{name}\""
-                ),
-            );
+    for j in 0..events.len() {
+        if let Some(event) = check_event(events, j, capacity, resolve, &mut problems) {
+            out.push((j, event));
         }
-        if events[..j].iter().any(|o| o.name.as_deref() == Some(&name)) && !name.is_empty() {
-            bad(
-                "name",
-                format!("another event of this room is named \"{name}\""),
-            );
-        }
-        let mut time = |field: &str, v: &Option<TimeText>, required: bool| -> Option<u64> {
-            match v {
-                None if required => {
-                    bad(field, "is required (an RFC 3339 time with a zone)".into());
+    }
+    check_overlaps(&mut out, &mut problems);
+    (out.into_iter().map(|(_, e)| e).collect(), problems)
+}
+
+/// Checks event `j` of `events`, adding its problems; the event when it is whole.
+fn check_event(
+    events: &[EventFile],
+    j: usize,
+    capacity: bool,
+    resolve: &dyn Fn(&str) -> PathBuf,
+    problems: &mut Vec<Problem>,
+) -> Option<EventConfig> {
+    let e = &events[j];
+    let k = |field: &str| format!("event[{j}].{field}");
+    let mut bad = |field: &str, message: String| problems.push((k(field), message));
+    let name = e.name.clone().unwrap_or_default();
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+    {
+        bad(
+            "name",
+            format!(
+                "needs a name of letters, digits, '_', '-' and '.' (at most 64), got \"{name}\""
+            ),
+        );
+    }
+    if events[..j].iter().any(|o| o.name.as_deref() == Some(&name)) && !name.is_empty() {
+        bad(
+            "name",
+            format!("another event of this room is named \"{name}\""),
+        );
+    }
+    let mut time = |field: &str, v: &Option<TimeText>, required: bool| -> Option<u64> {
+        match v {
+            None if required => {
+                bad(field, "is required (an RFC 3339 time with a zone)".into());
+                None
+            }
+            None => None,
+            Some(t) => match parse_time(&t.text()) {
+                Ok(secs) => Some(secs),
+                Err(message) => {
+                    bad(field, message);
                     None
                 }
-                None => None,
-                Some(t) => match parse_time(&t.text()) {
-                    Ok(secs) => Some(secs),
-                    Err(message) => {
-                        bad(field, message);
-                        None
-                    }
-                },
-            }
-        };
-        let prequeue_start = time("prequeue_start", &e.prequeue_start, false);
-        let start = time("start", &e.start, true);
-        let end = time("end", &e.end, true);
-        let (Some(start), Some(end)) = (start, end) else {
-            continue;
-        };
-        let mut fine = true;
-        if start >= end {
-            bad("end", format!("must be after start ({})", rfc3339(start)));
-            fine = false;
-        }
-        if prequeue_start.is_some_and(|p| p >= start) {
-            bad(
-                "prequeue_start",
-                format!("must be before start ({})", rfc3339(start)),
-            );
-            fine = false;
-        }
-        if e.prequeue_start.is_some() && prequeue_start.is_none() {
-            fine = false;
-        }
-        let shuffle_at_start = e.shuffle_at_start.unwrap_or(false);
-        if shuffle_at_start && e.prequeue_start.is_none() {
-            bad(
-                "shuffle_at_start",
-                "needs prequeue_start: the draw orders the visitors who pre-queued".into(),
-            );
-        }
-        let method = if capacity {
-            "random\" or \"fifo"
-        } else {
-            "lottery"
-        };
-        let only_for = |bad: &mut dyn FnMut(&str, String), field: &str, set: bool, ok: bool| {
-            if set && !ok {
-                bad(
-                    field,
-                    format!("does not apply to this room's admission (\"{method}\")"),
-                );
-            }
-        };
-        only_for(
-            &mut bad,
-            "allow_percentage",
-            e.allow_percentage.is_some(),
-            !capacity,
-        );
-        for (field, set) in [
-            ("new_users_per_minute", e.new_users_per_minute.is_some()),
-            ("total_active_users", e.total_active_users.is_some()),
-            ("session_duration", e.session_duration.is_some()),
-            ("admission", e.admission.is_some()),
-        ] {
-            only_for(&mut bad, field, set, capacity);
-        }
-        let mut limit = |field: &str, v: Option<i64>| -> Option<u32> {
-            let v = v?;
-            if (0..=10_000_000).contains(&v) {
-                Some(v as u32)
-            } else {
-                bad(
-                    field,
-                    format!("must be between 0 (no limit) and 10000000, got {v}"),
-                );
-                None
-            }
-        };
-        let new_users_per_minute = limit("new_users_per_minute", e.new_users_per_minute);
-        let total_active_users = limit("total_active_users", e.total_active_users);
-        let allow_percentage = match e.allow_percentage {
-            Some(p) if (0..=100).contains(&p) => Some(p as u8),
-            Some(p) => {
-                bad(
-                    "allow_percentage",
-                    format!("must be between 0 and 100, got {p}"),
-                );
-                None
-            }
-            None => None,
-        };
-        if let Some(d) = e.session_duration {
-            if d < Duration::from_secs(60) || d > Duration::from_secs(24 * 3600) {
-                bad(
-                    "session_duration",
-                    "must be between 1m and 24h (activity is counted per minute)".into(),
-                );
-            }
-        }
-        let order = match e.admission.as_deref() {
-            None => None,
-            Some("random") => Some(QueueOrder::Random),
-            Some("fifo") => Some(QueueOrder::Fifo),
-            Some(other) => {
-                bad(
-                    "admission",
-                    format!(
-                        "must be \"random\" or \"fifo\" (an event changes the capacity method, \
-                         not the kind of room), got \"{other}\""
-                    ),
-                );
-                None
-            }
-        };
-        let title = e.title.as_deref().map(str::trim).filter(|t| !t.is_empty());
-        if title.is_some_and(|t| t.chars().count() > 200 || t.chars().any(char::is_control)) {
-            bad(
-                "title",
-                "must be at most 200 characters, without control characters".into(),
-            );
-        }
-        // Like a room's: a folder named must be there, so a typo is one error at its line.
-        let pages = e.pages.as_deref().map(resolve);
-        if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
-            bad("pages", format!("there is no folder {}", dir.display()));
-        }
-        if !fine {
-            continue;
-        }
-        out.push((
-            j,
-            EventConfig {
-                name,
-                prequeue_start,
-                start,
-                end,
-                shuffle_at_start,
-                pages,
-                overrides: EventOverrides {
-                    new_users_per_minute,
-                    total_active_users,
-                    session_duration: e.session_duration,
-                    allow_percentage,
-                    order,
-                    title: title.map(str::to_owned),
-                },
             },
-        ));
+        }
+    };
+    let prequeue_start = time("prequeue_start", &e.prequeue_start, false);
+    let start = time("start", &e.start, true);
+    let end = time("end", &e.end, true);
+    let (Some(start), Some(end)) = (start, end) else {
+        return None;
+    };
+    let mut fine = true;
+    if start >= end {
+        bad("end", format!("must be after start ({})", rfc3339(start)));
+        fine = false;
     }
-    // No two events of a room may be in force at once.
+    if prequeue_start.is_some_and(|p| p >= start) {
+        bad(
+            "prequeue_start",
+            format!("must be before start ({})", rfc3339(start)),
+        );
+        fine = false;
+    }
+    if e.prequeue_start.is_some() && prequeue_start.is_none() {
+        fine = false;
+    }
+    let shuffle_at_start = e.shuffle_at_start.unwrap_or(false);
+    if shuffle_at_start && e.prequeue_start.is_none() {
+        bad(
+            "shuffle_at_start",
+            "needs prequeue_start: the draw orders the visitors who pre-queued".into(),
+        );
+    }
+    let overrides = event_overrides(e, capacity, &mut bad);
+    // Like a room's: a folder named must be there, so a typo is one error at its line.
+    let pages = e.pages.as_deref().map(resolve);
+    if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
+        bad("pages", format!("there is no folder {}", dir.display()));
+    }
+    if !fine {
+        return None;
+    }
+    Some(EventConfig {
+        name,
+        prequeue_start,
+        start,
+        end,
+        shuffle_at_start,
+        pages,
+        overrides,
+    })
+}
+
+/// An event's overrides of its room's settings, each checked against the room's admission
+/// (`capacity`, else lottery).
+fn event_overrides(
+    e: &EventFile,
+    capacity: bool,
+    bad: &mut dyn FnMut(&str, String),
+) -> EventOverrides {
+    let method = if capacity {
+        "random\" or \"fifo"
+    } else {
+        "lottery"
+    };
+    let only_for = |bad: &mut dyn FnMut(&str, String), field: &str, set: bool, ok: bool| {
+        if set && !ok {
+            bad(
+                field,
+                format!("does not apply to this room's admission (\"{method}\")"),
+            );
+        }
+    };
+    only_for(
+        &mut *bad,
+        "allow_percentage",
+        e.allow_percentage.is_some(),
+        !capacity,
+    );
+    for (field, set) in [
+        ("new_users_per_minute", e.new_users_per_minute.is_some()),
+        ("total_active_users", e.total_active_users.is_some()),
+        ("session_duration", e.session_duration.is_some()),
+        ("admission", e.admission.is_some()),
+    ] {
+        only_for(&mut *bad, field, set, capacity);
+    }
+    let mut limit = |field: &str, v: Option<i64>| -> Option<u32> {
+        let v = v?;
+        if (0..=10_000_000).contains(&v) {
+            Some(v as u32)
+        } else {
+            bad(
+                field,
+                format!("must be between 0 (no limit) and 10000000, got {v}"),
+            );
+            None
+        }
+    };
+    let new_users_per_minute = limit("new_users_per_minute", e.new_users_per_minute);
+    let total_active_users = limit("total_active_users", e.total_active_users);
+    let allow_percentage = match e.allow_percentage {
+        Some(p) if (0..=100).contains(&p) => Some(p as u8),
+        Some(p) => {
+            bad(
+                "allow_percentage",
+                format!("must be between 0 and 100, got {p}"),
+            );
+            None
+        }
+        None => None,
+    };
+    if let Some(d) = e.session_duration {
+        if d < Duration::from_secs(60) || d > Duration::from_secs(24 * 3600) {
+            bad(
+                "session_duration",
+                "must be between 1m and 24h (activity is counted per minute)".into(),
+            );
+        }
+    }
+    let order = match e.admission.as_deref() {
+        None => None,
+        Some("random") => Some(QueueOrder::Random),
+        Some("fifo") => Some(QueueOrder::Fifo),
+        Some(other) => {
+            bad(
+                "admission",
+                format!(
+                    "must be \"random\" or \"fifo\" (an event changes the capacity method, \
+                     not the kind of room), got \"{other}\""
+                ),
+            );
+            None
+        }
+    };
+    let title = e.title.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    if title.is_some_and(|t| t.chars().count() > 200 || t.chars().any(char::is_control)) {
+        bad(
+            "title",
+            "must be at most 200 characters, without control characters".into(),
+        );
+    }
+    EventOverrides {
+        new_users_per_minute,
+        total_active_users,
+        session_duration: e.session_duration,
+        allow_percentage,
+        order,
+        title: title.map(str::to_owned),
+    }
+}
+
+/// No two events of a room may be in force at once: sorts `out` by opening and adds a problem
+/// for each event that opens before the one before it ends.
+fn check_overlaps(out: &mut [(usize, EventConfig)], problems: &mut Vec<Problem>) {
     out.sort_by_key(|(_, e)| e.opens());
     for pair in out.windows(2) {
         let ((_, a), (j, b)) = (&pair[0], &pair[1]);
@@ -302,7 +330,7 @@ pub(crate) fn check_events(
                 format!("event[{j}].{field}"),
                 format!(
                     "event \"{}\" overlaps event \"{}\" (until {}); a room's events must not \
-                     overlap, pre-queue included",
+                 overlap, pre-queue included",
                     b.name,
                     a.name,
                     rfc3339(a.end)
@@ -310,7 +338,6 @@ pub(crate) fn check_events(
             ));
         }
     }
-    (out.into_iter().map(|(_, e)| e).collect(), problems)
 }
 
 #[cfg(test)]

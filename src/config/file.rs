@@ -1,7 +1,7 @@
-//! The file schema, exactly as written in TOML. Nothing here is trusted yet: `validate.rs` turns
+//! The file schema, exactly as written in TOML. Nothing here is trusted yet: `validate/` turns
 //! it into the canonical [`super::Config`].
 //!
-//! Unknown keys are collected while parsing (`serde_ignored`, in `validate.rs`) and each is an
+//! Unknown keys are collected while parsing (`serde_ignored`, in `validate/`) and each is an
 //! error, so a typo is never a silent no-op, and every one of them is reported in one run, next
 //! to whatever else is wrong with the file. Keys that
 //! only apply to one choice (a `period` only means something to a `token_bucket` rule) are

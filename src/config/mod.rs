@@ -1,6 +1,6 @@
 //! The configuration: one canonical [`Config`], independent of file syntax.
 //!
-//! `file.rs` is the TOML schema, `validate.rs` turns it into a `Config` (collecting every problem,
+//! `file.rs` is the TOML schema, `validate/` turns it into a `Config` (collecting every problem,
 //! each naming the file, the key and the line), and [`Config::pingora_conf`] derives Pingora's
 //! `ServerConf` from it. Parsing is kept apart from file IO so tests validate strings.
 //! Paths inside a config file are relative to that file's folder.

@@ -182,21 +182,7 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let start_ms = u64::from(opts.prequeue_minutes) * 60_000;
     let total = opts.prequeue + opts.later;
-    let later_span = u64::from(opts.later_minutes.max(1)) * 60_000;
-    let mut arrivals: Vec<(u64, bool)> = Vec::with_capacity(total as usize);
-    for i in 0..opts.prequeue {
-        let at = match opts.arrival_gap_ms {
-            Some(gap) => {
-                (BURST_INTO_PREQUEUE_MS + u64::from(i) * gap).min(start_ms.saturating_sub(1))
-            }
-            None => rng.gen_range(0..start_ms.max(1)),
-        };
-        arrivals.push((at, true));
-    }
-    for _ in 0..opts.later {
-        arrivals.push((start_ms + rng.gen_range(0..later_span), false));
-    }
-    arrivals.sort_unstable();
+    let arrivals = arrival_times(opts, &mut rng, start_ms);
     let ids: Vec<Identity> = (0..total)
         .map(|i| {
             Identity::of_ip(
@@ -256,10 +242,42 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
             }
         }
     }
+    Ok(report(opts, shuffle, start_ms, &arrivals, &admitted))
+}
+
+/// When each visitor arrives (ms), and whether in the pre-queue: sorted by time.
+fn arrival_times(opts: &EventOptions, rng: &mut ChaCha8Rng, start_ms: u64) -> Vec<(u64, bool)> {
+    let total = opts.prequeue + opts.later;
+    let later_span = u64::from(opts.later_minutes.max(1)) * 60_000;
+    let mut arrivals: Vec<(u64, bool)> = Vec::with_capacity(total as usize);
+    for i in 0..opts.prequeue {
+        let at = match opts.arrival_gap_ms {
+            Some(gap) => {
+                (BURST_INTO_PREQUEUE_MS + u64::from(i) * gap).min(start_ms.saturating_sub(1))
+            }
+            None => rng.gen_range(0..start_ms.max(1)),
+        };
+        arrivals.push((at, true));
+    }
+    for _ in 0..opts.later {
+        arrivals.push((start_ms + rng.gen_range(0..later_span), false));
+    }
+    arrivals.sort_unstable();
+    arrivals
+}
+
+/// What the run found, from the arrivals and when each visitor was let in (ms, `None`: never).
+fn report(
+    opts: &EventOptions,
+    shuffle: bool,
+    start_ms: u64,
+    arrivals: &[(u64, bool)],
+    admitted: &[Option<u64>],
+) -> EventReport {
     let secs = |ms: u64| (ms as f64 - start_ms as f64) / 1000.0;
     let visits: Vec<Visit> = arrivals
         .iter()
-        .zip(&admitted)
+        .zip(admitted)
         .map(|((t, pre), a)| Visit {
             arrival: secs(*t),
             admitted: a.map(secs),
@@ -297,7 +315,7 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
         .min(firsts.len())
         .max(1);
     let first_mean_rank = firsts.iter().take(k).map(|(_, r)| *r as f64).sum::<f64>() / k as f64;
-    Ok(EventReport {
+    EventReport {
         shuffle,
         first_mean_rank,
         tau_prequeue: kendall_tau_b(&x, &y),
@@ -305,7 +323,7 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
         prequeued_in: (x.len(), opts.prequeue as usize),
         per_minute,
         visits,
-    })
+    }
 }
 
 /// Writes `event.png`: admission minute against arrival minute (both from the start), a panel

@@ -1,4 +1,4 @@
--- One node's sync with the cluster, in one round trip (src/store/shared.rs).
+-- One node's sync with the cluster, in one round trip (src/store/shared/).
 -- ARGV: prefix, member, now_ms, dead_after_ms,
 --       n, (key, value, expire_at_ms) * n   -- this member's absolute values
 --       n, (room, demand) * n

@@ -14,6 +14,15 @@
 //! settled) against the target, the error rate, and for the autopilot the admissions against
 //! the best fixed setting (the highest that keeps p95 under the target and errors under the
 //! limit, found by sweeping). Writes `autopilot.png`.
+//!
+//! This file holds the model and one run ([`run`]); `report` what the runs found, and how it is
+//! shown.
+
+mod report;
+
+pub use report::{
+    best_fixed, healthy, recovered_at, settled_per_minute, simulate, timeline, write_plot,
+};
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -252,20 +261,17 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         Steering::Autopilot if opts.lottery_wait_secs.is_some() => percentage,
         Steering::Autopilot => f64::from(pilot.pace),
     };
-    // Lottery rooms: arrivals on their way to their first draw, the pool drawn from, and the
-    // draws of the interval.
-    let mut entering: std::collections::VecDeque<(u64, f64)> = std::collections::VecDeque::new();
-    let (mut draw_frac, mut win_frac, mut draws_iv) = (0f64, 0f64, 0f64);
-    let (mut queue, mut arrived_frac, mut slot_frac) = (0f64, 0f64, 0f64);
+    // The visitors not let in yet, and a lottery room's draws of the interval.
+    let mut waiting = Waiting::default();
+    let mut draws_iv = 0f64;
+    let mut arrived_frac = 0f64;
     // Admitted visitors by the second they leave.
     let mut leaving: std::collections::VecDeque<(u64, u64)> = std::collections::VecDeque::new();
     let mut active = 0u64;
     let mut admitted_total = 0u64;
     let (mut lat, mut responses, mut errors, mut admitted_iv) = (Vec::new(), 0u64, 0u64, 0u64);
     let mut waiting_iv = false;
-    // What the law has gathered since it last judged: answers, draws, intervals.
-    let (mut law_lat, mut law_responses, mut law_errors) = (Vec::new(), 0u64, 0u64);
-    let (mut law_draws, mut law_spans, mut law_waiting) = (0f64, 0u32, false);
+    let mut law = Gathered::default();
     let mut samples = Vec::new();
     let settle = settle_secs(opts);
     let (mut settled_resp, mut settled_err, mut all_resp, mut all_err) = (0u64, 0u64, 0u64, 0u64);
@@ -274,31 +280,15 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         arrived_frac += arrivals_per_sec;
         let arrived = arrived_frac.floor();
         arrived_frac -= arrived;
-        let admit = if let Some(wait) = opts.lottery_wait_secs {
-            let wait = wait.max(1);
-            entering.push_back((t + wait * 3 / 2, arrived));
-            while entering.front().is_some_and(|(at, _)| *at <= t) {
-                queue += entering.pop_front().map_or(0.0, |(_, n)| n);
-            }
-            draw_frac += queue / wait as f64;
-            let draws = draw_frac.floor();
-            draw_frac -= draws;
-            draws_iv += draws;
-            win_frac += draws * percentage / 100.0;
-            let wins = win_frac.floor().min(queue.floor());
-            win_frac -= wins;
-            queue -= wins;
-            wins
-        } else {
-            queue += arrived;
-            slot_frac += value / 60.0;
-            let slots = slot_frac.floor();
-            slot_frac -= slots;
-            let admit = slots.min(queue.floor());
-            queue -= admit;
-            admit
-        };
-        waiting_iv |= queue >= 1.0;
+        let admit = waiting.admit(
+            t,
+            arrived,
+            opts.lottery_wait_secs,
+            percentage,
+            value,
+            &mut draws_iv,
+        );
+        waiting_iv |= waiting.queue >= 1.0;
         let admit = admit as u64;
         if admit > 0 {
             leaving.push_back((t + opts.browse_secs, admit));
@@ -309,36 +299,11 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
         while leaving.front().is_some_and(|(at, _)| *at <= t) {
             active -= leaving.pop_front().map_or(0, |(_, n)| n);
         }
-        // Each active visitor asks once every REQUEST_EVERY_SECS, at a moment of their own.
-        let asking = {
-            let expected = active as f64 / REQUEST_EVERY_SECS as f64;
-            let whole = expected.floor();
-            whole as u64 + u64::from(rng.gen_bool((expected - whole).clamp(0.0, 1.0)))
-        };
-        let slow = opts
-            .slow
-            .filter(|spell| t < spell.secs)
-            .map(|spell| spell.latency);
-        for _ in 0..asking {
-            responses += 1;
-            match opts
-                .origin
-                .latency(active as f64)
-                .map(|l| slow.unwrap_or(l))
-            {
-                Some(typical) => {
-                    // A lognormal spread around the typical latency (sigma 0.3).
-                    let z: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
-                    lat.push(typical * (0.3 * z).exp());
-                }
-                None => errors += 1,
-            }
-        }
+        let (asked, failed) = ask_origin(opts, active, t, &mut rng, &mut lat);
+        responses += asked;
+        errors += failed;
         if (t + 1) % interval == 0 {
-            law_lat.extend_from_slice(&lat);
-            (law_responses, law_errors) = (law_responses + responses, law_errors + errors);
-            (law_draws, law_spans) = (law_draws + draws_iv, law_spans + 1);
-            law_waiting |= waiting_iv;
+            law.add(&lat, responses, errors, draws_iv, waiting_iv);
             let mut i = Interval {
                 responses,
                 errors,
@@ -350,14 +315,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
             i.p95 = autopilot::p95(&mut lat);
             // The law judges by what it gathered: this interval, and those before it that had
             // too few answers.
-            let gathered = Interval {
-                responses: law_responses,
-                errors: law_errors,
-                p95: autopilot::p95(&mut law_lat),
-                waiting: law_waiting,
-                active,
-                spans: law_spans,
-            };
+            let gathered = law.interval(active);
             samples.push(Sample {
                 at_secs: t + 1,
                 value,
@@ -375,7 +333,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
                 (Steering::Fixed(_), _) => {}
                 (Steering::Autopilot, Some(_)) => {
                     let draws_per_minute =
-                        law_draws * 60.0 / (u64::from(law_spans) * interval) as f64;
+                        law.draws * 60.0 / (u64::from(law.spans) * interval) as f64;
                     lottery = lottery.step(&settings, &gathered, draws_per_minute);
                     percentage = lottery.percentage;
                     value = percentage;
@@ -386,15 +344,157 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
                 }
             }
             if gathered.judged() {
-                law_lat.clear();
-                (law_responses, law_errors) = (0, 0);
-                (law_draws, law_spans, law_waiting) = (0.0, 0, false);
+                law = Gathered::default();
             }
             draws_iv = 0.0;
             lat.clear();
             (responses, errors, admitted_iv, waiting_iv) = (0, 0, 0, false);
         }
     }
+    let (p95_median, p95_worst, pace_mean, pace_spread) = settled_figures(&samples, settle);
+    let rate = |e: u64, r: u64| if r == 0 { 0.0 } else { e as f64 / r as f64 };
+    AutopilotReport {
+        steering,
+        unit: opts.unit(),
+        samples,
+        admitted: admitted_total,
+        p95_median,
+        p95_worst,
+        error_rate: rate(settled_err, settled_resp),
+        error_rate_all: rate(all_err, all_resp),
+        pace_mean,
+        pace_spread,
+    }
+}
+
+/// The visitors not let in yet: in a lottery room those on their way to their first draw and
+/// the pool drawn from, else the queue; with the fractions of draws, wins and slots carried from
+/// second to second.
+#[derive(Default)]
+struct Waiting {
+    entering: std::collections::VecDeque<(u64, f64)>,
+    queue: f64,
+    draw_frac: f64,
+    win_frac: f64,
+    slot_frac: f64,
+}
+
+impl Waiting {
+    /// Second `t`: `arrived` visitors join, and those let in are returned. A lottery room
+    /// (`lottery_wait`) draws at `percentage` and adds its draws to `draws_iv`; a capacity room
+    /// lets in at `pace` a minute.
+    fn admit(
+        &mut self,
+        t: u64,
+        arrived: f64,
+        lottery_wait: Option<u64>,
+        percentage: f64,
+        pace: f64,
+        draws_iv: &mut f64,
+    ) -> f64 {
+        if let Some(wait) = lottery_wait {
+            let wait = wait.max(1);
+            self.entering.push_back((t + wait * 3 / 2, arrived));
+            while self.entering.front().is_some_and(|(at, _)| *at <= t) {
+                self.queue += self.entering.pop_front().map_or(0.0, |(_, n)| n);
+            }
+            self.draw_frac += self.queue / wait as f64;
+            let draws = self.draw_frac.floor();
+            self.draw_frac -= draws;
+            *draws_iv += draws;
+            self.win_frac += draws * percentage / 100.0;
+            let wins = self.win_frac.floor().min(self.queue.floor());
+            self.win_frac -= wins;
+            self.queue -= wins;
+            wins
+        } else {
+            self.queue += arrived;
+            self.slot_frac += pace / 60.0;
+            let slots = self.slot_frac.floor();
+            self.slot_frac -= slots;
+            let admit = slots.min(self.queue.floor());
+            self.queue -= admit;
+            admit
+        }
+    }
+}
+
+/// What the law has gathered since it last judged: answers, draws, intervals.
+#[derive(Default)]
+struct Gathered {
+    lat: Vec<f64>,
+    responses: u64,
+    errors: u64,
+    draws: f64,
+    spans: u32,
+    waiting: bool,
+}
+
+impl Gathered {
+    /// Adds an interval: its answers' latencies, requests, errors and draws, and whether anyone
+    /// waited.
+    fn add(&mut self, lat: &[f64], responses: u64, errors: u64, draws: f64, waiting: bool) {
+        self.lat.extend_from_slice(lat);
+        (self.responses, self.errors) = (self.responses + responses, self.errors + errors);
+        (self.draws, self.spans) = (self.draws + draws, self.spans + 1);
+        self.waiting |= waiting;
+    }
+
+    /// What the law judges by, with `active` visitors in.
+    fn interval(&mut self, active: u64) -> Interval {
+        Interval {
+            responses: self.responses,
+            errors: self.errors,
+            p95: autopilot::p95(&mut self.lat),
+            waiting: self.waiting,
+            active,
+            spans: self.spans,
+        }
+    }
+}
+
+/// One second of the origin's answers to `active` visitors: each asks once every
+/// [`REQUEST_EVERY_SECS`], at a moment of their own. Pushes each answer's latency to `lat` and
+/// returns (requests, errors).
+fn ask_origin(
+    opts: &AutopilotOptions,
+    active: u64,
+    t: u64,
+    rng: &mut ChaCha8Rng,
+    lat: &mut Vec<f64>,
+) -> (u64, u64) {
+    let (mut responses, mut errors) = (0u64, 0u64);
+    let asking = {
+        let expected = active as f64 / REQUEST_EVERY_SECS as f64;
+        let whole = expected.floor();
+        whole as u64 + u64::from(rng.gen_bool((expected - whole).clamp(0.0, 1.0)))
+    };
+    let slow = opts
+        .slow
+        .filter(|spell| t < spell.secs)
+        .map(|spell| spell.latency);
+    for _ in 0..asking {
+        responses += 1;
+        match opts
+            .origin
+            .latency(active as f64)
+            .map(|l| slow.unwrap_or(l))
+        {
+            Some(typical) => {
+                // A lognormal spread around the typical latency (sigma 0.3).
+                let z: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
+                lat.push(typical * (0.3 * z).exp());
+            }
+            None => errors += 1,
+        }
+    }
+    (responses, errors)
+}
+
+/// The settled part of a run (after `settle` seconds): the median and worst p95 of its
+/// intervals, and the mean of the pace (or percentage) and its spread (the coefficient of
+/// variation).
+fn settled_figures(samples: &[Sample], settle: u64) -> (f64, f64, f64, f64) {
     let mut settled: Vec<f64> = samples
         .iter()
         .filter(|s| s.at_secs > settle)
@@ -412,270 +512,7 @@ pub fn run(opts: &AutopilotOptions, steering: Steering) -> AutopilotReport {
     let pace_mean = paces.iter().sum::<f64>() / n;
     let sd = (paces.iter().map(|p| (p - pace_mean).powi(2)).sum::<f64>() / n).sqrt();
     let pace_spread = if pace_mean > 0.0 { sd / pace_mean } else { 0.0 };
-    let rate = |e: u64, r: u64| if r == 0 { 0.0 } else { e as f64 / r as f64 };
-    AutopilotReport {
-        steering,
-        unit: opts.unit(),
-        samples,
-        admitted: admitted_total,
-        p95_median,
-        p95_worst,
-        error_rate: rate(settled_err, settled_resp),
-        error_rate_all: rate(all_err, all_resp),
-        pace_mean,
-        pace_spread,
-    }
-}
-
-/// After a slow spell: when (seconds into the run) the admissions over the last minute first
-/// reach `share` of the pace the origin sustains at the target, the spell over.
-pub fn recovered_at(opts: &AutopilotOptions, r: &AutopilotReport, share: f64) -> Option<u64> {
-    let after = opts.slow.map_or(0, |spell| spell.secs);
-    let interval = opts.interval_secs.max(1);
-    let window = (60 / interval).max(1) as usize;
-    let goal = share * opts.pace_at_target();
-    (window..=r.samples.len()).find_map(|end| {
-        let last = &r.samples[end - window..end];
-        let at = last.last()?.at_secs;
-        let admitted: u64 = last.iter().map(|s| s.admitted).sum();
-        let per_minute = admitted as f64 * 60.0 / (window as u64 * interval) as f64;
-        (at > after && per_minute >= goal).then_some(at)
-    })
-}
-
-/// A run's steered value, admissions a minute and p95 every `every` seconds, as a table.
-pub fn timeline(opts: &AutopilotOptions, r: &AutopilotReport, every: u64) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "| time | {} | admitted a minute (last {every} s) | p95 |",
-        if opts.lottery_wait_secs.is_some() {
-            "allow_percentage"
-        } else {
-            "new_users_per_minute"
-        }
-    );
-    let _ = writeln!(s, "| ---: | ---: | ---: | ---: |");
-    let interval = opts.interval_secs.max(1);
-    let per = (every / interval).max(1) as usize;
-    for chunk in r.samples.chunks(per) {
-        let Some(last) = chunk.last() else { continue };
-        let admitted: u64 = chunk.iter().map(|x| x.admitted).sum();
-        let _ = writeln!(
-            s,
-            "| {}:{:02} | {:.2} | {:.0} | {} |",
-            last.at_secs / 60,
-            last.at_secs % 60,
-            last.value,
-            admitted as f64 * 60.0 / (chunk.len() as u64 * interval) as f64,
-            last.p95
-                .map_or("-".into(), |p| format!("{:.0} ms", p * 1000.0)),
-        );
-    }
-    s
-}
-
-/// Whether a run kept the origin healthy once settled: p95 under the target (the median
-/// interval) and errors under the limit.
-pub fn healthy(opts: &AutopilotOptions, r: &AutopilotReport) -> bool {
-    r.p95_median <= opts.settings.target_latency && r.error_rate <= opts.settings.max_error_rate
-}
-
-/// The best fixed setting: the highest `new_users_per_minute` whose run stays healthy, found by
-/// bisection between half and twice the model's pace at the target (health only worsens as the
-/// pace grows).
-pub fn best_fixed(opts: &AutopilotOptions) -> AutopilotReport {
-    let pace = opts.pace_at_target();
-    let (mut lo, mut hi) = match opts.lottery_wait_secs {
-        // A percentage: anywhere in 1..=100.
-        Some(_) => (1, 101),
-        None => (
-            (pace * 0.5).floor().max(1.0) as u32,
-            (pace * 2.0).ceil() as u32,
-        ),
-    };
-    let mut best = run(opts, Steering::Fixed(lo));
-    if !healthy(opts, &best) {
-        return run(opts, Steering::Fixed(opts.settings.min));
-    }
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        let r = run(opts, Steering::Fixed(mid));
-        if healthy(opts, &r) {
-            lo = mid;
-            best = r;
-        } else {
-            hi = mid;
-        }
-    }
-    best
-}
-
-/// The autopilot, the best fixed setting, and fixed settings too low (half of it) and too high
-/// (twice it); the summary and the plot.
-pub fn simulate(
-    opts: &AutopilotOptions,
-) -> Result<(Vec<AutopilotReport>, String, PathBuf), String> {
-    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
-    if opts.lottery_wait_secs.is_some() {
-        return simulate_lottery(opts);
-    }
-    let best = best_fixed(opts);
-    let Steering::Fixed(right) = best.steering else {
-        unreachable!("a fixed run")
-    };
-    let reports = vec![
-        run(opts, Steering::Autopilot),
-        run(opts, Steering::Fixed(right / 2)),
-        best,
-        run(opts, Steering::Fixed(right * 2)),
-    ];
-    let mut s = table(opts, &reports);
-    let auto = &reports[0];
-    let _ = writeln!(
-        s,
-        "autopilot: {:.1} % of the best fixed setting's admissions ({} a minute); its pace once settled {:.0} a minute, swinging by {:.0} % (standard deviation over mean)",
-        100.0 * auto.admitted as f64 / reports[2].admitted.max(1) as f64,
-        right,
-        auto.pace_mean,
-        auto.pace_spread * 100.0
-    );
-    let png = write_plot(opts, &reports, &opts.out)?;
-    Ok((reports, s, png))
-}
-
-/// The runs side by side, as a Markdown table.
-fn table(opts: &AutopilotOptions, reports: &[AutopilotReport]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "| run | admitted | admitted a minute once settled | p95 once settled (median / worst) | vs target | errors once settled | errors, whole run |"
-    );
-    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for r in reports {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.0} | {:.0} / {:.0} ms | {:+.0} % | {:.2} % | {:.2} % |",
-            r.name(),
-            r.admitted,
-            settled_per_minute(opts, r),
-            r.p95_median * 1000.0,
-            r.p95_worst * 1000.0,
-            (r.p95_median / opts.settings.target_latency - 1.0) * 100.0,
-            r.error_rate * 100.0,
-            r.error_rate_all * 100.0
-        );
-    }
-    s
-}
-
-/// The admissions a minute of a run once settled.
-pub fn settled_per_minute(opts: &AutopilotOptions, r: &AutopilotReport) -> f64 {
-    let settle = settle_secs(opts);
-    let minutes = (u64::from(opts.minutes) * 60).saturating_sub(settle) as f64 / 60.0;
-    let admitted: u64 = r
-        .samples
-        .iter()
-        .filter(|s| s.at_secs > settle)
-        .map(|s| s.admitted)
-        .sum();
-    admitted as f64 / minutes.max(1.0 / 60.0)
-}
-
-/// A lottery room in the same surge: its autopilot beside fixed whole percentages (the crowd
-/// grows, so each of them admits more and more), and against the best fixed pace a capacity
-/// room could have had.
-fn simulate_lottery(
-    opts: &AutopilotOptions,
-) -> Result<(Vec<AutopilotReport>, String, PathBuf), String> {
-    let capacity = AutopilotOptions {
-        lottery_wait_secs: None,
-        settings: Settings {
-            min: 10,
-            max: 2_000,
-            ..opts.settings
-        },
-        ..opts.clone()
-    };
-    let Steering::Fixed(best) = best_fixed(&capacity).steering else {
-        unreachable!("a fixed run")
-    };
-    let mut reports = vec![run(opts, Steering::Autopilot)];
-    reports.extend([1, 5, 25].map(|p| run(opts, Steering::Fixed(p))));
-    let mut s = table(opts, &reports);
-    let auto = &reports[0];
-    let _ = writeln!(
-        s,
-        "lottery autopilot: {:.0} admitted a minute once settled, {:.1} % of the best fixed pace of a capacity room in the same surge ({best} a minute); its percentage falls from {} % to {:.2} % as the crowd grows",
-        settled_per_minute(opts, auto),
-        100.0 * settled_per_minute(opts, auto) / f64::from(best.max(1)),
-        opts.start,
-        auto.samples.last().map_or(0.0, |x| x.value),
-    );
-    let png = write_plot(opts, &reports, &opts.out)?;
-    Ok((reports, s, png))
-}
-
-/// `autopilot.png`: admitted per minute, the origin's p95 and the error rate over time, a line
-/// per run.
-pub fn write_plot(
-    opts: &AutopilotOptions,
-    reports: &[AutopilotReport],
-    dir: &Path,
-) -> Result<PathBuf, String> {
-    let path = dir.join(if opts.lottery_wait_secs.is_some() {
-        "autopilot-lottery.png"
-    } else {
-        "autopilot.png"
-    });
-    let per_min = 60.0 / opts.interval_secs.max(1) as f64;
-    let series = |f: &dyn Fn(&Sample) -> f64| -> Vec<Series> {
-        reports
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Series {
-                name: r.name(),
-                points: r
-                    .samples
-                    .iter()
-                    .map(|s| (s.at_secs as f64 / 60.0, f(s)))
-                    .collect(),
-                color: i,
-            })
-            .collect()
-    };
-    let chart = Chart {
-        title: format!(
-            "Autopilot against fixed settings: a surge of {}x the origin's pace{}",
-            opts.surge,
-            if opts.lottery_wait_secs.is_some() {
-                ", lottery room"
-            } else {
-                ""
-            }
-        ),
-        x_label: "minutes".into(),
-        panels: vec![
-            Panel {
-                y_label: "admitted / min".into(),
-                series: series(&|s| s.admitted as f64 * per_min),
-                hlines: vec![(opts.pace_at_target(), "pace at the target".into())],
-            },
-            Panel {
-                y_label: "origin p95 (ms)".into(),
-                series: series(&|s| s.p95.unwrap_or(0.0).min(opts.origin.base * 30.0) * 1000.0),
-                hlines: vec![(opts.settings.target_latency * 1000.0, "target".into())],
-            },
-            Panel {
-                y_label: "errors (%)".into(),
-                series: series(&|s| s.error_rate * 100.0),
-                hlines: vec![(opts.settings.max_error_rate * 100.0, "limit".into())],
-            },
-        ],
-        events: vec![(settle_secs(opts) as f64 / 60.0, "settled".into())],
-    };
-    crate::plot::draw(&chart, &path, 1100, 260)?;
-    Ok(path)
+    (p95_median, p95_worst, pace_mean, pace_spread)
 }
 
 #[cfg(test)]

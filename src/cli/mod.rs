@@ -1,0 +1,12 @@
+//! The bodies of the `vestibule` subcommands; `main.rs` keeps the command line's definition and
+//! calls one of these per subcommand. Each is a thin layer over the library: it reads the config,
+//! calls into `vestibule`, and prints.
+
+pub(crate) mod init;
+pub(crate) mod invite;
+pub(crate) mod man;
+pub(crate) mod pages;
+pub(crate) mod probe;
+pub(crate) mod run;
+pub(crate) mod simulate;
+pub(crate) mod token;

@@ -1,0 +1,232 @@
+//! `[server]`, `[admin]`, `[identity]`, `[upstream]` and `[cluster]`: addresses, CIDRs, the edge's
+//! settings, Pingora's conf and the checks of a reload.
+
+use super::*;
+
+#[test]
+fn bad_addresses_and_cidrs_name_the_key() {
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nlisten = [\"0.0.0.0:80\", \"nope\"]\n"
+    ));
+    assert!(
+        e.contains(":4: server.listen[1]: \"nope\" is not an address"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[identity]\ntrusted_proxies = [\"10.0.0.0/33\"]\n"
+    ));
+    assert!(e.contains(":4: identity.trusted_proxies[0]"), "{e}");
+}
+
+#[test]
+fn cidrs_accept_addresses_and_normalise() {
+    let c = parse(&format!(
+        "{MINIMAL}[identity]\ntrusted_proxies = [\"10.1.2.3/8\", \"192.0.2.1\", \"::ffff:10.0.0.0/104\"]\n"
+    ))
+    .unwrap();
+    let nets: Vec<String> = c
+        .identity
+        .trusted_proxies
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(nets, ["10.0.0.0/8", "192.0.2.1/32", "10.0.0.0/8"]);
+}
+
+#[test]
+fn unresolvable_upstream() {
+    let e = errors("[upstream]\npeers = [\"no-such-host.invalid:80\"]\n");
+    assert!(
+        e.contains("upstream.peers[0]: cannot resolve \"no-such-host.invalid:80\""),
+        "{e}"
+    );
+    let e = errors("[upstream]\npeers = [\"127.0.0.1\"]\n");
+    assert!(e.contains("needs a port"), "{e}");
+    let e = errors("[server]\nthreads = 2\n");
+    assert!(e.contains("upstream.peers: is required"), "{e}");
+}
+
+#[test]
+fn admin_token_required_off_loopback() {
+    let e = errors(&format!("{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\n"));
+    assert!(e.contains("admin.token: is required"), "{e}");
+    let c = parse(&format!(
+        "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef0123\"\n"
+    ))
+    .unwrap();
+    assert!(c.admin.token.is_some());
+    assert!(!format!("{:?}", c.admin).contains("0123456789abcdef"));
+}
+
+#[test]
+fn pingora_conf_bounds_shutdown() {
+    let c = parse(&format!(
+        "{MINIMAL}[server]\ngraceful_shutdown = \"3s\"\nthreads = 4\n"
+    ))
+    .unwrap();
+    let p = c.pingora_conf();
+    assert_eq!(p.threads, 4);
+    assert_eq!(p.grace_period_seconds, Some(1));
+    assert_eq!(p.graceful_shutdown_timeout_seconds, Some(1));
+    assert_eq!(p.pid_file, "/tmp/vestibule.pid");
+    // Timeouts of 1 s and more on Tokio's timer wheel.
+    assert_eq!(p.fast_timeout_to_tokio_threshold_seconds, Some(0));
+    let c = parse(&format!("{MINIMAL}[server]\ngraceful_shutdown = \"0s\"\n")).unwrap();
+    assert_eq!(c.pingora_conf().grace_period_seconds, Some(0));
+}
+
+#[test]
+fn a_header_identity_needs_trusted_proxies() {
+    let e = errors(&format!("{MINIMAL}[identity]\nsource = \"header\"\n"));
+    assert!(
+        e.contains("vestibule.toml:4: identity.source: \"header\" needs identity.trusted_proxies"),
+        "{e}"
+    );
+    let ok = parse(&format!(
+        "{MINIMAL}[identity]\nsource = \"header\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n"
+    ));
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[test]
+fn a_reload_is_checked_with_the_sockets_in_service() {
+    let serving = parse(&format!(
+        "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9901\"\ntoken = \"0123456789abcdef\"\n"
+    ))
+    .unwrap();
+    // Moving to loopback and dropping the token: the move waits for a restart, so the token
+    // must stay.
+    let mut edited = parse(&format!("{MINIMAL}[admin]\nlisten = \"127.0.0.1:9901\"\n")).unwrap();
+    let e = edited
+        .keep_restart_settings(&serving)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("admin.token") && e.contains("until a restart"),
+        "{e}"
+    );
+    // Changing only the token is fine, and a listen change is reported as pending.
+    let mut edited = parse(&format!(
+        "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9902\"\ntoken = \"fedcba9876543210\"\n"
+    ))
+    .unwrap();
+    let pending = edited.keep_restart_settings(&serving).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].0, "admin.listen");
+    assert_eq!(edited.admin.listen, serving.admin.listen);
+    assert_eq!(edited.admin.token.as_deref(), Some("fedcba9876543210"));
+}
+
+#[test]
+fn cluster_defaults_and_errors() {
+    let c = parse(MINIMAL).unwrap().cluster;
+    assert_eq!(c.store, StoreKind::Local);
+    assert_eq!(c.sync_interval, Duration::from_secs(1));
+    assert_eq!(c.on_store_failure, OnStoreFailure::LastShare);
+    assert_eq!(c.key_prefix, "vestibule:");
+    let c = parse(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"redis://:hunter2secret@10.0.0.5:6379/1\"]\nnode = \"edge-1\"\nsync_interval = \"250ms\"\non_store_failure = \"closed\"\n"
+    ))
+    .unwrap()
+    .cluster;
+    assert_eq!(c.store, StoreKind::Redis);
+    assert_eq!(c.node.as_deref(), Some("edge-1"));
+    assert_eq!(c.sync_interval, Duration::from_millis(250));
+    assert_eq!(c.on_store_failure, OnStoreFailure::Closed);
+    // The password never shows in logs (reload diffs print the Debug form).
+    let shown = format!("{c:?}");
+    assert!(
+        !shown.contains("hunter2secret") && shown.contains("10.0.0.5"),
+        "{shown}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"etcd\"\nsync_interval = \"20s\"\non_store_failure = \"maybe\"\nnode = \"a b\"\n"
+    ));
+    for key in [
+        "cluster.store",
+        "cluster.sync_interval",
+        "cluster.on_store_failure",
+        "cluster.node",
+    ] {
+        assert!(e.contains(key), "{key} missing from {e}");
+    }
+    // Several URLs: the seed nodes of a Redis Cluster.
+    let c = parse(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"redis://a:6379\", \"redis://b:6379\"]\n"
+    ))
+    .unwrap()
+    .cluster;
+    assert_eq!(c.redis.len(), 2);
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"http://x\"]\n"
+    ));
+    assert!(e.contains("cluster.redis[0]"), "{e}");
+    let e = errors(&format!(
+        "{MINIMAL}[cluster]\nstore = \"redis\"\nredis = []\n"
+    ));
+    assert!(e.contains("cluster.redis"), "{e}");
+}
+
+#[test]
+fn edge_and_pool_settings_are_checked() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.upstream.keepalive_pool_size, 1024);
+    assert!(c.server.tls_listen.is_empty() && !c.server.h2c && !c.server.redirect_to_https);
+    let e = errors(&MINIMAL.replace("[upstream]\n", "[upstream]\nkeepalive_pool_size = 0\n"));
+    assert!(
+        e.contains("upstream.keepalive_pool_size: must be between 1 and 65536, got 0"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[tls]\nmin_version = \"1.1\"\n"));
+    assert!(
+        e.contains("tls.min_version: must be \"1.2\" or \"1.3\""),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nredirect_to_https = true\ntls_listen = []\n"
+    ));
+    assert!(
+        e.contains("server.redirect_to_https: needs server.tls_listen"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[server]\nlisten = [\"127.0.0.1:8080\"]\ntls_listen = [\"127.0.0.1:8080\"]\n[tls]\ncertificates = [{{ cert = \"a.pem\", key = \"a.key\" }}]\n"
+    ));
+    assert!(
+        e.contains("server.tls_listen[0]: 127.0.0.1:8080 is also in server.listen"),
+        "{e}"
+    );
+}
+
+#[test]
+fn h2_reset_budgets_default_parse_and_are_checked() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.server.h2_resets, ResetBudget::default());
+    assert_eq!(c.server.h2_resets.per_connection, 100);
+    assert_eq!(c.server.h2_resets.per_client, 200);
+    let c = parse(&format!(
+        "[server]\nh2_reset_per_connection = 0\nh2_reset_per_client = 50\nh2_reset_window = \"5m\"\n\
+         h2_reset_penalty = \"10m\"\nh2_reset_within = \"250ms\"\n{MINIMAL}"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.server.h2_resets,
+        ResetBudget {
+            per_connection: 0,
+            per_client: 50,
+            window: Duration::from_secs(300),
+            penalty: Duration::from_secs(600),
+            within: Duration::from_millis(250),
+        }
+    );
+    let e = errors(&format!(
+        "[server]\nh2_reset_per_connection = -1\nh2_reset_per_client = 2000000\nh2_reset_window = \"0s\"\n\
+         h2_reset_penalty = \"2h\"\nh2_reset_within = \"1ms\"\n{MINIMAL}"
+    ));
+    let has = |needle: &str| assert!(e.contains(needle), "{needle:?} not in:\n{e}");
+    has("vestibule.toml:2: server.h2_reset_per_connection: must be between 0 (no limit) and 1000000, got -1");
+    has("vestibule.toml:3: server.h2_reset_per_client: must be between 0 (no limit) and 1000000, got 2000000");
+    has("vestibule.toml:4: server.h2_reset_window: must be between 1s and 1h");
+    has("vestibule.toml:5: server.h2_reset_penalty: must be between 1s and 1h");
+    has("vestibule.toml:6: server.h2_reset_within: must be between 10ms and 1h");
+}

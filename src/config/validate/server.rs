@@ -1,0 +1,319 @@
+//! `[server]`, `[tls]`, `[admin]`, `[identity]` and `[log]`: the listeners and the process.
+
+use super::*;
+
+/// The largest `h2_reset_per_connection` / `h2_reset_per_client`.
+const MAX_RESET_BUDGET: i64 = 1_000_000;
+
+impl Validator<'_> {
+    pub(super) fn server(&mut self, file: &FileConfig) -> Option<ServerConfig> {
+        let s = &file.server;
+        let mut listen = Vec::new();
+        if s.listen.is_empty() {
+            self.err("server.listen", "needs at least one address");
+        }
+        for (i, l) in s.listen.iter().enumerate() {
+            if let Some(a) = self.socket_addr(format!("server.listen[{i}]"), l) {
+                listen.push(a);
+            }
+        }
+        if s.threads == 0 || s.threads > MAX_THREADS {
+            self.err(
+                "server.threads",
+                format!("must be between 1 and {MAX_THREADS}, got {}", s.threads),
+            );
+        }
+        if s.pid_file.trim().is_empty() {
+            self.err("server.pid_file", "must not be empty");
+        }
+        if s.upgrade_sock.trim().is_empty() {
+            self.err("server.upgrade_sock", "must not be empty");
+        }
+        if s.graceful_shutdown > Duration::from_secs(3600) {
+            self.err("server.graceful_shutdown", "must be at most 1h");
+        }
+        for (key, d) in [
+            ("server.keepalive_timeout", s.keepalive_timeout),
+            ("server.header_timeout", s.header_timeout),
+        ] {
+            if d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
+                self.err(key, "must be between 1s and 1h");
+            }
+        }
+        let mut tls_listen = Vec::new();
+        for (i, l) in s.tls_listen.iter().enumerate() {
+            if let Some(a) = self.socket_addr(format!("server.tls_listen[{i}]"), l) {
+                if listen.contains(&a) {
+                    self.err(
+                        format!("server.tls_listen[{i}]"),
+                        format!("{a} is also in server.listen"),
+                    );
+                }
+                tls_listen.push(a);
+            }
+        }
+        if s.redirect_to_https && s.tls_listen.is_empty() {
+            self.err(
+                "server.redirect_to_https",
+                "needs server.tls_listen: there is no https listener to redirect to",
+            );
+        }
+        let pages = s.pages.as_deref().map(|p| self.resolve(p));
+        // A folder named must be there: one error at its line, not one per missing page.
+        if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
+            self.err(
+                "server.pages",
+                format!(
+                    "there is no folder {}; leave `pages` out to serve the built-in pages",
+                    dir.display()
+                ),
+            );
+        }
+        let h2_resets = self.reset_budget(s);
+        Some(ServerConfig {
+            listen,
+            threads: s.threads,
+            pid_file: PathBuf::from(&s.pid_file),
+            upgrade_sock: PathBuf::from(&s.upgrade_sock),
+            graceful_shutdown: s.graceful_shutdown,
+            work_stealing: s.work_stealing,
+            keepalive_timeout: s.keepalive_timeout,
+            header_timeout: s.header_timeout,
+            pages,
+            proxy_protocol: s.proxy_protocol,
+            tls_listen,
+            h2c: s.h2c,
+            redirect_to_https: s.redirect_to_https,
+            h2_resets,
+            bypass_acme_challenge: s.bypass_acme_challenge,
+        })
+    }
+
+    /// The `h2_reset_*` keys of `[server]`.
+    fn reset_budget(&mut self, s: &super::file::ServerFile) -> ResetBudget {
+        let per_connection =
+            self.reset_count("server.h2_reset_per_connection", s.h2_reset_per_connection);
+        let per_client = self.reset_count("server.h2_reset_per_client", s.h2_reset_per_client);
+        for (key, d, min) in [
+            (
+                "server.h2_reset_window",
+                s.h2_reset_window,
+                Duration::from_secs(1),
+            ),
+            (
+                "server.h2_reset_penalty",
+                s.h2_reset_penalty,
+                Duration::from_secs(1),
+            ),
+            (
+                "server.h2_reset_within",
+                s.h2_reset_within,
+                Duration::from_millis(10),
+            ),
+        ] {
+            if d < min || d > Duration::from_secs(3600) {
+                self.err(
+                    key,
+                    format!("must be between {} and 1h", humantime::format_duration(min)),
+                );
+            }
+        }
+        ResetBudget {
+            per_connection,
+            per_client,
+            window: s.h2_reset_window,
+            penalty: s.h2_reset_penalty,
+            within: s.h2_reset_within,
+        }
+    }
+
+    fn reset_count(&mut self, key: &str, n: i64) -> u32 {
+        if !(0..=MAX_RESET_BUDGET).contains(&n) {
+            self.err(
+                key,
+                format!("must be between 0 (no limit) and {MAX_RESET_BUDGET}, got {n}"),
+            );
+        }
+        n.clamp(0, MAX_RESET_BUDGET) as u32
+    }
+
+    pub(super) fn tls(&mut self, file: &FileConfig) -> TlsConfig {
+        let t = &file.tls;
+        let min_version = match t.min_version.as_str() {
+            "1.2" => TlsVersion::Tls12,
+            "1.3" => TlsVersion::Tls13,
+            other => {
+                self.err(
+                    "tls.min_version",
+                    format!("must be \"1.2\" or \"1.3\", got \"{other}\""),
+                );
+                TlsVersion::Tls12
+            }
+        };
+        let mut certificates = Vec::new();
+        for (i, c) in t.certificates.iter().enumerate() {
+            for (what, p) in [("cert", &c.cert), ("key", &c.key)] {
+                if p.trim().is_empty() {
+                    self.err(
+                        format!("tls.certificates[{i}].{what}"),
+                        "must name a PEM file",
+                    );
+                }
+            }
+            certificates.push(CertificatePaths {
+                cert: self.resolve(&c.cert),
+                key: self.resolve(&c.key),
+            });
+        }
+        if !file.server.tls_listen.is_empty() && t.certificates.is_empty() {
+            self.err(
+                "tls.certificates",
+                "needs at least one { cert, key } pair: server.tls_listen is set",
+            );
+        }
+        TlsConfig {
+            certificates,
+            min_version,
+        }
+    }
+
+    pub(super) fn admin(&mut self, file: &FileConfig) -> Option<AdminConfig> {
+        let listen = self.socket_addr("admin.listen".into(), &file.admin.listen)?;
+        let (token, token_file) = self.admin_token(file);
+        if let Some(message) = admin_token_missing(listen, token.as_deref()) {
+            self.err("admin.token", message);
+        }
+        if token.as_ref().is_some_and(|t| t.len() < 16) {
+            let key = if token_file.is_some() {
+                "admin.token_file"
+            } else {
+                "admin.token"
+            };
+            self.err(key, "must be at least 16 characters");
+        }
+        let state_file = file.admin.state_file.trim();
+        if state_file.is_empty() {
+            self.err(
+                "admin.state_file",
+                "must name a file (operator actions are kept in it)",
+            );
+        }
+        let state_file = self.resolve(state_file);
+        Some(AdminConfig {
+            listen,
+            token,
+            token_file,
+            state_file,
+        })
+    }
+
+    /// The admin token, written in the config (`token`) or kept in a file of its own
+    /// (`token_file`: a Docker or Kubernetes secret, say), never both. The file's content is
+    /// trimmed, so the newline an editor or `echo` adds is not part of the token.
+    fn admin_token(&mut self, file: &FileConfig) -> (Option<String>, Option<PathBuf>) {
+        let written = Some(file.admin.token.clone()).filter(|t| !t.is_empty());
+        let path = file.admin.token_file.trim();
+        if path.is_empty() {
+            return (written, None);
+        }
+        if written.is_some() {
+            self.err(
+                "admin.token_file",
+                "cannot be set together with admin.token: keep the token in one place",
+            );
+            return (written, None);
+        }
+        let path = self.resolve(path);
+        match std::fs::read_to_string(&path) {
+            Ok(text) if text.trim().is_empty() => {
+                self.err("admin.token_file", format!("{} is empty", path.display()));
+                (None, Some(path))
+            }
+            Ok(text) => (Some(text.trim().to_owned()), Some(path)),
+            Err(e) => {
+                self.err(
+                    "admin.token_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+                (None, Some(path))
+            }
+        }
+    }
+
+    pub(super) fn identity(&mut self, file: &FileConfig) -> Option<IdentityPolicy> {
+        let i = &file.identity;
+        let source = match i.source.as_str() {
+            "client_ip" => Source::ClientIp,
+            "header" => match http::HeaderName::from_bytes(i.header.trim().as_bytes()) {
+                Ok(name) => Source::Header(name),
+                Err(_) => {
+                    self.err(
+                        "identity.header",
+                        format!("\"{}\" is not a valid header name", i.header),
+                    );
+                    return None;
+                }
+            },
+            other => {
+                self.err(
+                    "identity.source",
+                    format!("must be \"client_ip\" or \"header\", got \"{other}\""),
+                );
+                return None;
+            }
+        };
+        if !(8..=128).contains(&i.ipv6_prefix) {
+            self.err(
+                "identity.ipv6_prefix",
+                format!("must be between 8 and 128, got {}", i.ipv6_prefix),
+            );
+        }
+        let trusted_proxies = self.cidrs("identity.trusted_proxies", &i.trusted_proxies);
+        if matches!(source, Source::Header(_)) && i.trusted_proxies.is_empty() {
+            self.err(
+                "identity.source",
+                format!(
+                    "\"header\" needs identity.trusted_proxies: the {} header is believed only from a trusted proxy, and with none anyone could choose their identity",
+                    i.header.trim()
+                ),
+            );
+        }
+        Some(IdentityPolicy {
+            source,
+            ipv6_prefix: i.ipv6_prefix,
+            trusted_proxies,
+        })
+    }
+
+    pub(super) fn log(&mut self, file: &FileConfig) -> Option<LogConfig> {
+        let level = match file.log.level.parse::<log::LevelFilter>() {
+            Ok(l) => l,
+            Err(_) => {
+                self.err(
+                    "log.level",
+                    format!(
+                        "must be one of off, error, warn, info, debug, trace; got \"{}\"",
+                        file.log.level
+                    ),
+                );
+                log::LevelFilter::Info
+            }
+        };
+        let format = match file.log.format.as_str() {
+            "plain" => LogFormat::Plain,
+            "json" => LogFormat::Json,
+            other => {
+                self.err(
+                    "log.format",
+                    format!("must be \"plain\" or \"json\", got \"{other}\""),
+                );
+                LogFormat::Plain
+            }
+        };
+        Some(LogConfig {
+            level,
+            format,
+            access: file.log.access,
+        })
+    }
+}
