@@ -552,7 +552,7 @@ fn next_step(now: Timestamp, c: &AutopilotConfig) -> Timestamp {
 /// A room policy's handle on its autopilot. It compares equal whatever it holds: it is not a
 /// setting of the policy.
 #[derive(Clone, Default)]
-pub struct PilotHandle(pub Option<Arc<PilotCell>>);
+pub(crate) struct PilotHandle(pub Option<Arc<PilotCell>>);
 
 impl PartialEq for PilotHandle {
     fn eq(&self, _: &Self) -> bool {

@@ -49,7 +49,7 @@ pub(crate) fn init(args: &InitArgs) -> ExitCode {
     }
 }
 
-pub(crate) fn check(path: &Path) -> ExitCode {
+pub fn check(path: &Path) -> ExitCode {
     match Snapshot::load(
         path,
         None,

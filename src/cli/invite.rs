@@ -8,7 +8,7 @@ use vestibule::time::Timestamp;
 
 use crate::InviteArgs;
 
-pub(crate) fn invite(path: &Path, args: &InviteArgs) -> ExitCode {
+pub fn invite(path: &Path, args: &InviteArgs) -> ExitCode {
     use vestibule::invite::{self, Terms, MAX_USES};
     let fail = |m: String| {
         eprintln!("vestibule invite: {m}");

@@ -3,10 +3,10 @@
 //! calls into `vestibule`, and prints.
 
 pub(crate) mod init;
-pub(crate) mod invite;
+pub mod invite;
 pub(crate) mod man;
 pub(crate) mod pages;
 pub(crate) mod probe;
-pub(crate) mod run;
-pub(crate) mod simulate;
+pub mod run;
+pub mod simulate;
 pub(crate) mod token;

@@ -33,7 +33,7 @@ fn raise_fd_limit() {
     }
 }
 
-pub(crate) fn run(path: &Path, options: RunOptions) -> ExitCode {
+pub fn run(path: &Path, options: RunOptions) -> ExitCode {
     let Some(app) = start(path) else {
         return ExitCode::FAILURE;
     };

@@ -140,7 +140,7 @@ fn simulate_event(args: &SimulateArgs) -> ExitCode {
     }
 }
 
-pub(crate) fn simulate(args: SimulateArgs) -> ExitCode {
+pub fn simulate(args: SimulateArgs) -> ExitCode {
     use vestibule::config::QueueOrder;
     if args.event {
         return simulate_event(&args);

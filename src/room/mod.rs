@@ -560,7 +560,7 @@ impl Room {
 
     /// How many invitations are remembered as in use in this room now (against
     /// `max_invitations`).
-    pub(crate) fn invitations_in_use(&self, now: Timestamp) -> crate::store::InUse {
+    pub fn invitations_in_use(&self, now: Timestamp) -> crate::store::InUse {
         self.store.invitations_in_use(self.name(), now)
     }
 

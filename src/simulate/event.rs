@@ -63,7 +63,7 @@ pub struct EventOptions {
 }
 
 /// With `arrival_gap_ms`, the first pre-queued visitor arrives this far into the pre-queue.
-pub const BURST_INTO_PREQUEUE_MS: u64 = 10_000;
+pub(crate) const BURST_INTO_PREQUEUE_MS: u64 = 10_000;
 
 impl Default for EventOptions {
     fn default() -> Self {

@@ -106,7 +106,7 @@ impl Report {
     /// what could be admitted, min(`new_users_per_minute`, live users waiting at its start):
     /// (mean, min, minutes). Goal: min at least 0.9. (The simulation's `total_active_users` is
     /// meant to be 0 or out of reach for this figure: it takes the per-minute cap as the slots.)
-    pub fn liveness(&self) -> Option<(f64, f64, usize)> {
+    pub(crate) fn liveness(&self) -> Option<(f64, f64, usize)> {
         if self.live_minutes.is_empty() || self.target == 0 {
             return None;
         }
@@ -121,7 +121,7 @@ impl Report {
     }
 
     /// Admissions in saturated minutes: (mean, min, max, share within ±10 % of the target).
-    pub fn admissions_vs_target(&self) -> Option<(f64, u32, u32, f64)> {
+    pub(crate) fn admissions_vs_target(&self) -> Option<(f64, u32, u32, f64)> {
         let counts: Vec<u32> = self
             .saturated_minutes
             .iter()
@@ -158,7 +158,7 @@ impl Report {
     }
 
     /// The lanes' split of the slots (None without lanes).
-    pub fn lane_split(&self) -> Option<LaneSplit> {
+    pub(crate) fn lane_split(&self) -> Option<LaneSplit> {
         if self.lanes.len() < 2 {
             return None;
         }

@@ -299,7 +299,7 @@ impl Allotment {
 
 /// Entry `mine` of `free` apportioned by `weights` with the largest-remainder method (ties go
 /// to the lower index). All-zero weights share equally.
-pub(crate) fn apportion(weights: &[f64], mine: usize, free: u64) -> u64 {
+pub fn apportion(weights: &[f64], mine: usize, free: u64) -> u64 {
     if mine >= weights.len() {
         return 0;
     }

@@ -28,7 +28,7 @@ mod upstream;
 
 /// How `upstream.peers` names become addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Resolve {
+pub(crate) enum Resolve {
     /// The system resolver (DNS), as a running proxy needs.
     System,
     /// Literal addresses only; a host name is an error. For fuzzing and tools that must not

@@ -34,7 +34,7 @@ use crate::autopilot::{self, Autopilot, Interval, LotteryPilot, Settings};
 use crate::plot::{Chart, Panel, Series};
 
 /// An admitted visitor asks the origin this often.
-pub const REQUEST_EVERY_SECS: u64 = 5;
+pub(crate) const REQUEST_EVERY_SECS: u64 = 5;
 
 /// An origin whose latency grows with the users it serves, and which fails past a capacity.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,7 +56,7 @@ impl ModelOrigin {
     }
 
     /// The users it serves at a typical latency of `target` seconds.
-    pub fn users_at(&self, target: f64) -> f64 {
+    pub(crate) fn users_at(&self, target: f64) -> f64 {
         self.capacity * (1.0 - self.base / target).max(0.0)
     }
 }
@@ -236,7 +236,7 @@ impl AutopilotReport {
 }
 
 /// The minute from which a run counts as settled.
-pub fn settle_secs(opts: &AutopilotOptions) -> u64 {
+pub(crate) fn settle_secs(opts: &AutopilotOptions) -> u64 {
     // The origin answers a change over a whole browse; give the law a few of those.
     (opts.browse_secs * 3).min(u64::from(opts.minutes) * 60 / 2)
 }

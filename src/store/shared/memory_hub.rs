@@ -133,7 +133,7 @@ impl MemoryHub {
 
     /// One sync of `store` through this hub at `now`: the payload bytes (sent, received), or
     /// `None` when the hub is down.
-    pub fn sync_bytes(&self, store: &SharedStore, now: Timestamp) -> Option<(usize, usize)> {
+    pub(crate) fn sync_bytes(&self, store: &SharedStore, now: Timestamp) -> Option<(usize, usize)> {
         let req = store.prepare(now);
         match self.exchange(&req) {
             Ok(reply) => {
