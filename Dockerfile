@@ -10,7 +10,7 @@ WORKDIR /src
 # The whole tree, less what .dockerignore leaves out (target/, .git, node_modules): a Cargo
 # workspace's crates/ comes along as it grows, with no COPY line to keep in step.
 COPY . .
-RUN cargo build --release --locked --bin vestibule \
+RUN cargo build --release --locked --bin vestibule --no-default-features --features mimalloc \
  && install -m 755 target/release/vestibule /usr/local/bin/vestibule
 
 FROM debian:bookworm-slim

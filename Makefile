@@ -6,7 +6,7 @@ DIST ?= dist
 .PHONY: release dist deb check-deb check-deploy
 
 release:
-	cargo build --release --locked --bin vestibule
+	cargo build --release --locked --bin vestibule --no-default-features --features mimalloc
 
 # The tarball and its SHA256SUMS, in $(DIST)/.
 dist: $(if $(filter target/release/vestibule,$(BIN)),release)

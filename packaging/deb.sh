@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the .deb from a binary already built: a release build for publishing
-# (`cargo build --release --locked`), or the debug binary the tests built, so CI packs and
+# (`cargo build --release --locked --no-default-features --features mimalloc`: the edge without
+# the simulator), or the debug binary the tests built, so CI packs and
 # checks the package without paying for a release build.
 #
 #   packaging/deb.sh [BINARY]        (default target/release/vestibule)
@@ -9,7 +10,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bin=${1:-target/release/vestibule}
-[ -x "$bin" ] || { echo "no binary at $bin: build it first (cargo build --release --locked)" >&2; exit 1; }
+[ -x "$bin" ] || { echo "no binary at $bin: build it first (cargo build --release --locked --no-default-features --features mimalloc)" >&2; exit 1; }
 command -v cargo-deb >/dev/null 2>&1 || { echo "cargo-deb is not installed: cargo install cargo-deb --locked" >&2; exit 1; }
 staged=target/packaging
 packaging/assets.sh "$bin" "$staged"

@@ -12,7 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin=$(realpath "${1:-$root/target/release/vestibule}")
 out=$(mkdir -p "${2:-$root/dist}" && realpath "${2:-$root/dist}")
-[ -x "$bin" ] || { echo "no binary at $bin: build it first (cargo build --release --locked)" >&2; exit 1; }
+[ -x "$bin" ] || { echo "no binary at $bin: build it first (cargo build --release --locked --no-default-features --features mimalloc)" >&2; exit 1; }
 cd "$root"
 
 version=$("$bin" --version | awk '{ print $2 }')

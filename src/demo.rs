@@ -29,12 +29,36 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::json;
 
-use crate::simulate::autopilot::ModelOrigin;
-
 #[derive(Default)]
 pub struct DemoOrigin {
     served: AtomicU64,
     model: Option<ModelLoad>,
+}
+
+/// An origin whose latency grows with the users it serves, and which fails past a capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelOrigin {
+    /// Users it can serve at once; more get 503.
+    pub capacity: f64,
+    /// Its latency with nobody else on it, seconds.
+    pub base: f64,
+}
+
+impl ModelOrigin {
+    /// The typical latency with `active` users on it, seconds; `None` past its capacity (503).
+    pub fn latency(&self, active: f64) -> Option<f64> {
+        let load = active / self.capacity;
+        if load > 1.0 {
+            return None;
+        }
+        Some((self.base / (1.0 - load).max(1.0 / 30.0)).min(self.base * 30.0))
+    }
+
+    /// The users it serves at a typical latency of `target` seconds.
+    #[cfg(feature = "tools")]
+    pub(crate) fn users_at(&self, target: f64) -> f64 {
+        self.capacity * (1.0 - self.base / target).max(0.0)
+    }
 }
 
 /// An origin slowed by the users it serves (see the module's comment).

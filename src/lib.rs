@@ -22,6 +22,7 @@ pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod pages;
+#[cfg(feature = "tools")]
 pub mod plot;
 pub mod probe;
 pub mod proxy;
@@ -31,6 +32,7 @@ pub mod resets;
 pub mod room;
 pub mod server;
 pub mod shard;
+#[cfg(feature = "tools")]
 pub mod simulate;
 pub mod snapshot;
 pub mod state;

@@ -18,6 +18,7 @@ use cli::man::{man, print_bytes};
 use cli::pages::render_page;
 use cli::probe::probe;
 use cli::run::{run, run_demo, run_origin};
+#[cfg(feature = "tools")]
 use cli::simulate::simulate;
 use cli::token::inspect_token;
 
@@ -344,8 +345,8 @@ fn main() -> ExitCode {
             model_base,
             model_window,
         }) => {
+            use vestibule::demo::ModelOrigin;
             use vestibule::demo::{DemoOrigin, ModelLoad};
-            use vestibule::simulate::autopilot::ModelOrigin;
             let origin = match model_capacity {
                 Some(capacity) => DemoOrigin::with_model(ModelLoad::new(
                     ModelOrigin {
@@ -382,4 +383,14 @@ fn main() -> ExitCode {
             },
         ),
     }
+}
+
+/// `vestibule simulate` in an edge built without the `tools` feature (as the packages are).
+#[cfg(not(feature = "tools"))]
+fn simulate(_: SimulateArgs) -> ExitCode {
+    eprintln!(
+        "vestibule simulate: this build has no simulator (built without the `tools` feature); \
+         run it from a default build: cargo run --release -- simulate"
+    );
+    ExitCode::from(2)
 }

@@ -3,10 +3,11 @@
 //! calls into `vestibule`, and prints.
 
 pub(crate) mod init;
-pub mod invite;
+pub(crate) mod invite;
 pub(crate) mod man;
 pub(crate) mod pages;
 pub(crate) mod probe;
-pub mod run;
-pub mod simulate;
+pub(crate) mod run;
+#[cfg(feature = "tools")]
+pub(crate) mod simulate;
 pub(crate) mod token;

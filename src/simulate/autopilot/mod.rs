@@ -31,35 +31,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::autopilot::{self, Autopilot, Interval, LotteryPilot, Settings};
+pub use crate::demo::ModelOrigin;
 use crate::plot::{Chart, Panel, Series};
 
 /// An admitted visitor asks the origin this often.
 pub(crate) const REQUEST_EVERY_SECS: u64 = 5;
-
-/// An origin whose latency grows with the users it serves, and which fails past a capacity.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ModelOrigin {
-    /// Users it can serve at once; more get 503.
-    pub capacity: f64,
-    /// Its latency with nobody else on it, seconds.
-    pub base: f64,
-}
-
-impl ModelOrigin {
-    /// The typical latency with `active` users on it, seconds; `None` past its capacity (503).
-    pub fn latency(&self, active: f64) -> Option<f64> {
-        let load = active / self.capacity;
-        if load > 1.0 {
-            return None;
-        }
-        Some((self.base / (1.0 - load).max(1.0 / 30.0)).min(self.base * 30.0))
-    }
-
-    /// The users it serves at a typical latency of `target` seconds.
-    pub(crate) fn users_at(&self, target: f64) -> f64 {
-        self.capacity * (1.0 - self.base / target).max(0.0)
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct AutopilotOptions {
