@@ -81,6 +81,13 @@ impl PageKind {
     }
 }
 
+/// The template the built-in pages extend (`{% extends "base.html" %}`): a pages folder may hold
+/// its own, and its pages that extend it without one get this.
+pub const BASE_FILE: &str = "base.html";
+
+/// The built-in [`BASE_FILE`] (`vestibule init` writes it out beside the pages).
+pub const BUILTIN_BASE: &str = include_str!("../pages/base.html");
+
 /// Wait estimates in minutes; `None` when unknown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Estimates {
@@ -574,8 +581,14 @@ impl Pages {
             .get_or_init(|| {
                 let sources = PageKind::ALL.map(|k| (k, k.builtin_source().to_owned()));
                 // The shipped pages are tested (see tests below), so this cannot fail at runtime.
-                let pages = Pages::compile(None, "<built-in pages>", sources, Catalogs::builtin())
-                    .unwrap_or_else(|e| panic!("built-in pages are invalid: {e}"));
+                let pages = Pages::compile(
+                    None,
+                    "<built-in pages>",
+                    BUILTIN_BASE.to_owned(),
+                    sources,
+                    Catalogs::builtin(),
+                )
+                .unwrap_or_else(|e| panic!("built-in pages are invalid: {e}"));
                 Arc::new(pages)
             })
             .clone()
@@ -599,6 +612,20 @@ impl Pages {
                 )),
             }
         }
+        // Pages may extend "base.html": the folder's own, or the built-in one.
+        let base = dir.join(BASE_FILE);
+        let base = match std::fs::read_to_string(&base) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BUILTIN_BASE.to_owned(),
+            Err(e) => {
+                errors.push(ConfigError::new(
+                    &base,
+                    Some(key.to_owned()),
+                    format!("cannot read page: {e}"),
+                ));
+                String::new()
+            }
+        };
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
@@ -606,12 +633,15 @@ impl Pages {
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
         let catalogs = Arc::new(Catalogs::load(dir)?);
-        Pages::compile(Some(dir.to_path_buf()), key, sources, catalogs)
+        Pages::compile(Some(dir.to_path_buf()), key, base, sources, catalogs)
     }
 
+    /// Compiles `base` (as [`BASE_FILE`]) and the pages, and renders each page once with sample
+    /// figures, so that a set that loads also renders.
     fn compile(
         dir: Option<PathBuf>,
         key: &str,
+        base: String,
         sources: [(PageKind, String); PageKind::ALL.len()],
         catalogs: Arc<Catalogs>,
     ) -> Result<Pages, ConfigErrors> {
@@ -619,24 +649,29 @@ impl Pages {
         let mut errors = Vec::new();
         let mut origin_refs = Vec::new();
         let mut digest = <sha2::Sha256 as sha2::Digest>::new();
-        for (_, text) in &sources {
+        for text in std::iter::once(&base).chain(sources.iter().map(|(_, text)| text)) {
             sha2::Digest::update(&mut digest, text.as_bytes());
             sha2::Digest::update(&mut digest, [0u8]);
         }
         let fingerprint = sha2::Digest::finalize(digest).into();
-        let path_of = |kind: PageKind| match &dir {
-            Some(d) => d.join(kind.file_name()),
-            None => PathBuf::from(kind.file_name()),
+        let path_of = |name: &str| match &dir {
+            Some(d) => d.join(name),
+            None => PathBuf::from(name),
         };
-        for (kind, text) in sources {
+        let files = std::iter::once((BASE_FILE, base)).chain(
+            sources
+                .into_iter()
+                .map(|(kind, text)| (kind.file_name(), text)),
+        );
+        for (name, text) in files {
             for (line, url) in origin_references(&text) {
-                origin_refs.push((path_of(kind), line, url));
+                origin_refs.push((path_of(name), line, url));
             }
             for (line, id) in message_ids(&text) {
                 if !catalogs.has(&id) {
                     errors.push(
                         ConfigError::new(
-                            &path_of(kind),
+                            &path_of(name),
                             Some(key.to_owned()),
                             format!("no message \"{id}\" in the catalogs (pages/i18n/en.toml lists them)"),
                         )
@@ -644,8 +679,8 @@ impl Pages {
                     );
                 }
             }
-            if let Err(e) = env.add_template_owned(kind.file_name(), text) {
-                errors.push(template_error(&path_of(kind), key, &e));
+            if let Err(e) = env.add_template_owned(name, text) {
+                errors.push(template_error(&path_of(name), key, &e));
             }
         }
         if errors.is_empty() {
@@ -655,7 +690,9 @@ impl Pages {
                     .get_template(kind.file_name())
                     .and_then(|t| t.render(&sample));
                 if let Err(e) = rendered {
-                    errors.push(template_error(&path_of(kind), key, &e));
+                    // The error may lie in the base the page extends: name the file it is in.
+                    let file = e.name().unwrap_or(kind.file_name());
+                    errors.push(template_error(&path_of(file), key, &e));
                 }
             }
         }
@@ -1092,6 +1129,74 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Pages in a folder are full templates, or extend "base.html": the folder's own when it
+    /// has one, else the built-in one.
+    #[test]
+    fn folder_pages_extend_the_folders_base_or_the_built_in_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        for kind in PageKind::ALL {
+            std::fs::write(dir.join(kind.file_name()), "full {{ room }}").unwrap();
+        }
+        std::fs::write(
+            dir.join("deny.html"),
+            "{% extends \"base.html\" %}{% block title %}Closed · {{ title }}{% endblock %}\
+             {% block heading %}Not today{% endblock %}{% block main %}<p>Tomorrow.</p>{% endblock %}",
+        )
+        .unwrap();
+        let render =
+            |pages: &Pages, kind| String::from_utf8(pages.render(kind, &ctx()).to_vec()).unwrap();
+        let pages = Pages::load(dir, "room[0].pages").unwrap();
+        assert_eq!(
+            render(&pages, PageKind::StartWaiting),
+            "full &lt;script&gt;alert(1)&lt;&#x2f;script&gt;"
+        );
+        let deny = render(&pages, PageKind::Deny);
+        for part in [
+            "<!doctype html>",
+            "<title>Closed · &lt;b&gt;Sale&lt;&#x2f;b&gt;</title>",
+            "<h1>Not today</h1>",
+            "<p>Tomorrow.</p>",
+            "content=\"42\"",
+            "location.reload()",
+        ] {
+            assert!(deny.contains(part), "{part} in {deny}");
+        }
+
+        std::fs::write(
+            dir.join("base.html"),
+            "<main class=mine>{% block main %}{% endblock %}</main>",
+        )
+        .unwrap();
+        let pages = Pages::load(dir, "room[0].pages").unwrap();
+        assert_eq!(
+            render(&pages, PageKind::Deny),
+            "<main class=mine><p>Tomorrow.</p></main>"
+        );
+
+        std::fs::write(dir.join("base.html"), "line1\n{{ broken }").unwrap();
+        let e = Pages::load(dir, "room[0].pages").unwrap_err().to_string();
+        assert!(
+            e.contains("base.html:2: room[0].pages: template error"),
+            "{e}"
+        );
+    }
+
+    /// The built-in pages all extend the built-in base, which holds the skeleton once.
+    #[test]
+    fn builtin_pages_share_one_base() {
+        for kind in PageKind::ALL {
+            assert!(
+                kind.builtin_source()
+                    .starts_with("{% extends \"base.html\" %}\n"),
+                "{}",
+                kind.file_name()
+            );
+            assert!(!kind.builtin_source().contains("<style>"));
+        }
+        assert!(BUILTIN_BASE.contains("<!doctype html>"));
     }
 
     #[test]
