@@ -1,12 +1,10 @@
 //! The lottery waiting room through the real proxy: every decision, cookies, JSON, identity
 //! binding, Fastly compatibility, and the admission rate over 5,000 users.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use reqwest::blocking::{Client, Response};
 use vestibule::identity::Identity;
 use vestibule::keys::KeyRing;

@@ -1,12 +1,10 @@
 //! Hot reload against the real process: edits take effect within seconds, bad edits change
 //! nothing, keys rotate, renames are seen, and nothing breaks under load.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn edit(v: &Vestibule, f: impl FnOnce(&str) -> String) {
     let path = v.config_path();

@@ -2,8 +2,6 @@
 //! real demo origin (a separate process), talked to with a real HTTP client. Every process a test
 //! starts is stopped by its pid when the test ends.
 
-#![allow(dead_code)]
-
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -132,6 +130,8 @@ pub fn spawn(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> Proc {
 /// The demo origin in its own process.
 pub struct Origin {
     pub addr: SocketAddr,
+    /// Held for its drop, which stops the origin with the test.
+    #[allow(dead_code)]
     pub proc: Proc,
     _dir: tempfile::TempDir,
 }
@@ -504,13 +504,6 @@ pub fn run_cli(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Reads everything a child printed so far (for `demo`).
-pub fn read_to_string(mut r: impl Read) -> String {
-    let mut s = String::new();
-    let _ = r.read_to_string(&mut s);
-    s
 }
 
 /// The origin's view of a request: (method, path, headers in order).
