@@ -34,4 +34,5 @@ mod ratelimit;
 mod reload;
 mod shadow;
 mod skeleton;
+mod sync_twins;
 mod tls;

@@ -736,8 +736,9 @@ impl Redis {
         let child = match child {
             Ok(c) => c,
             Err(e) => {
-                eprintln!(
-                    "!!!!!!!! SKIPPED: redis-server cannot be started ({e}); `.ci/run` installs it (apt-get install redis-server) !!!!!!!!"
+                missing_tool(
+                    "redis-server",
+                    format!("{e}; `.ci/run` installs it (apt-get install redis-server)"),
                 );
                 return None;
             }
