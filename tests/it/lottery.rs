@@ -502,8 +502,8 @@ fn check_warns_about_pages_that_reach_the_origin_and_rejects_broken_ones() {
     std::fs::write(
         &page,
         original.replace(
-            "<title>",
-            "<link rel=\"stylesheet\" href=\"/assets/site.css\"><title>",
+            "{% block main %}",
+            "{% block main %}<link rel=\"stylesheet\" href=\"/assets/site.css\">",
         ),
     )
     .unwrap();
