@@ -32,9 +32,6 @@ pub enum PageKind {
     Invite,
 }
 
-/// Pages a set must have: sets written before the later pages existed get the built-in ones.
-const REQUIRED: usize = 5;
-
 impl PageKind {
     pub const ALL: [PageKind; 10] = [
         PageKind::StartWaiting,
@@ -520,6 +517,8 @@ pub struct Pages {
     origin_refs: Vec<(PathBuf, usize, String)>,
     /// SHA-256 over every source, to tell a reload whether the pages changed.
     fingerprint: [u8; 32],
+    /// Pages the folder lacks, served built in.
+    missing: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for Pages {
@@ -594,15 +593,18 @@ impl Pages {
             .clone()
     }
 
-    /// Reads and compiles the set in `dir`. `key` (e.g. `room[0].pages`) labels errors.
+    /// Reads and compiles the set in `dir`. `key` (e.g. `room[0].pages`) labels errors. A page
+    /// the folder lacks is the built-in one ([`Pages::missing`] names them).
     pub fn load(dir: &Path, key: &str) -> Result<Pages, ConfigErrors> {
         let mut errors = Vec::new();
         let mut sources = Vec::new();
-        for (i, kind) in PageKind::ALL.into_iter().enumerate() {
+        let mut missing = Vec::new();
+        for kind in PageKind::ALL {
             let file = dir.join(kind.file_name());
             match std::fs::read_to_string(&file) {
                 Ok(text) => sources.push((kind, text)),
-                Err(e) if i >= REQUIRED && e.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    missing.push(kind.file_name());
                     sources.push((kind, kind.builtin_source().to_owned()))
                 }
                 Err(e) => errors.push(ConfigError::new(
@@ -633,7 +635,9 @@ impl Pages {
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
         let catalogs = Arc::new(Catalogs::load(dir)?);
-        Pages::compile(Some(dir.to_path_buf()), key, base, sources, catalogs)
+        let mut pages = Pages::compile(Some(dir.to_path_buf()), key, base, sources, catalogs)?;
+        pages.missing = missing;
+        Ok(pages)
     }
 
     /// Compiles `base` (as [`BASE_FILE`]) and the pages, and renders each page once with sample
@@ -707,6 +711,7 @@ impl Pages {
             dir,
             origin_refs,
             fingerprint,
+            missing: Vec::new(),
         })
     }
 
@@ -750,6 +755,11 @@ impl Pages {
     /// pulls assets from the origin defeats the waiting room.
     pub fn origin_references(&self) -> &[(PathBuf, usize, String)] {
         &self.origin_refs
+    }
+
+    /// The pages the folder lacks, served built in: `--check` warns about them.
+    pub fn missing(&self) -> &[&'static str] {
+        &self.missing
     }
 
     /// Equal for page sets with identical sources.
@@ -1106,7 +1116,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_and_broken_pages_are_errors() {
+    fn broken_pages_are_errors_and_missing_ones_are_built_in() {
         let dir = std::env::temp_dir().join(format!("vestibule-pages-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for kind in PageKind::ALL {
@@ -1123,10 +1133,14 @@ mod tests {
         let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
         assert!(e.contains("deny.html:1"), "{e}");
         std::fs::remove_file(dir.join("deny.html")).unwrap();
-        let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
-        assert!(
-            e.contains("deny.html: room[0].pages: cannot read page"),
-            "{e}"
+        std::fs::remove_file(dir.join("invite.html")).unwrap();
+        let pages = Pages::load(&dir, "room[0].pages").unwrap();
+        assert_eq!(pages.missing(), ["deny.html", "invite.html"]);
+        let deny = pages.render(PageKind::Deny, &ctx());
+        assert_eq!(deny, Pages::builtin().render(PageKind::Deny, &ctx()));
+        assert_eq!(
+            &pages.render(PageKind::Error, &ctx())[..],
+            b"ok &lt;script&gt;alert(1)&lt;&#x2f;script&gt;"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
