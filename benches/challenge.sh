@@ -8,7 +8,7 @@
 #   benches/challenge.sh                       # 12..22, 7 runs each
 #   RUNS=3 DIFFICULTIES="12 16 20" benches/challenge.sh
 #
-# Needs chromium, node and `npm ci` in tests/browser (as tests/browser.rs). Every solve is
+# Needs chromium, node and `npm ci` in tests/browser (as tests/it/browser.rs). Every solve is
 # bounded by LIMIT_MS, and every process this script starts is stopped by pid.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

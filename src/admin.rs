@@ -22,7 +22,7 @@ use crate::ratelimit::Rule;
 use crate::room::Room;
 use crate::snapshot::Snapshot;
 
-pub struct Admin {
+pub(crate) struct Admin {
     app: Arc<App>,
 }
 
@@ -555,8 +555,10 @@ impl ServeHttp for Admin {
     }
 }
 
-fn esc(v: &Value) -> String {
-    let s = match v {
+/// A value of `/status` as the status page shows it, as text (the template escapes it): `–` for
+/// none, lists joined, fractions to two decimals.
+fn cell(v: &Value) -> String {
+    match v {
         Value::String(s) => s.clone(),
         Value::Null => "–".to_owned(),
         Value::Array(items) => items
@@ -572,60 +574,66 @@ fn esc(v: &Value) -> String {
             _ => n.to_string(),
         },
         other => other.to_string(),
-    };
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    }
 }
 
-/// One table with a row per object and a column per key (in the order of the first object).
-fn table(items: &[Value], columns: &[&str]) -> String {
-    let mut t = String::from("<table><tr>");
-    for c in columns {
-        t.push_str(&format!("<th>{}</th>", c.replace('_', " ")));
-    }
-    t.push_str("</tr>");
-    for item in items {
-        t.push_str("<tr>");
-        for c in columns {
-            let cell = match (c, &item[c]) {
-                (&"autopilot", a) if a.is_object() => format!(
-                    "{} ({}, since {})",
-                    esc(&a["value"]),
-                    esc(&a["reason"]),
-                    esc(&a["changed_at"])
-                ),
-                (&"wait_estimate_minutes", e) if e.is_object() => format!(
-                    "{} / {} / {}",
-                    esc(&e["p25"]),
-                    esc(&e["p50"]),
-                    esc(&e["p75"])
-                ),
-                (_, v) => esc(v),
-            };
-            t.push_str(&format!("<td>{cell}</td>"));
+/// One table of the status page: a row per object and a column per key.
+#[derive(serde::Serialize)]
+struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn of(items: &[Value], columns: &[&str]) -> Table {
+        let rows = items
+            .iter()
+            .map(|item| {
+                columns
+                    .iter()
+                    .map(|c| match (*c, &item[c]) {
+                        ("autopilot", a) if a.is_object() => format!(
+                            "{} ({}, since {})",
+                            cell(&a["value"]),
+                            cell(&a["reason"]),
+                            cell(&a["changed_at"])
+                        ),
+                        ("wait_estimate_minutes", e) if e.is_object() => format!(
+                            "{} / {} / {}",
+                            cell(&e["p25"]),
+                            cell(&e["p50"]),
+                            cell(&e["p75"])
+                        ),
+                        (_, v) => cell(v),
+                    })
+                    .collect()
+            })
+            .collect();
+        Table {
+            headers: columns.iter().map(|c| c.replace('_', " ")).collect(),
+            rows,
         }
-        t.push_str("</tr>");
     }
-    t.push_str("</table>");
-    t
+}
+
+/// The status page's template, compiled once; HTML-escaped by its name.
+fn status_template() -> &'static minijinja::Environment<'static> {
+    static ENV: std::sync::OnceLock<minijinja::Environment<'static>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = minijinja::Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        // Tested below: a broken template fails the build's tests, not a request.
+        if let Err(e) = env.add_template("status.html", include_str!("admin/status.html")) {
+            log::error!("the status page template: {e}");
+        }
+        env
+    })
 }
 
 /// `/status` for people: the same figures, refreshed every 5 s.
 fn status_html(s: &Value) -> String {
     let empty = Vec::new();
     let rooms = s["rooms"].as_array().unwrap_or(&empty);
-    let rules = s["rate_limits"].as_array().unwrap_or(&empty);
-    let peers = s["upstream"]["peers"].as_array().unwrap_or(&empty);
-    let error = match &s["last_reload_error"] {
-        Value::Null => "<p class=ok>last reload: fine</p>".to_owned(),
-        e => format!(
-            "<p class=bad>last reload failed at {}: {}</p>",
-            esc(&e["at"]),
-            esc(&e["message"])
-        ),
-    };
     // One row per lane of every room with lanes.
     let lanes: Vec<Value> = rooms
         .iter()
@@ -643,60 +651,114 @@ fn status_html(s: &Value) -> String {
                 })
         })
         .collect();
-    let lanes = if lanes.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "<h2>Lanes</h2>{}",
-            table(
-                &lanes,
-                &[
-                    "room",
-                    "lane",
-                    "weight",
-                    "waiting_users",
-                    "admitted_last_minute"
-                ]
-            )
+    let lanes = (!lanes.is_empty()).then(|| {
+        Table::of(
+            &lanes,
+            &[
+                "room",
+                "lane",
+                "weight",
+                "waiting_users",
+                "admitted_last_minute",
+            ],
         )
-    };
+    });
     let c = &s["cluster"];
-    let cluster = if c["store"] == "local" {
-        String::new()
-    } else {
-        format!(
-            "<p class={}>cluster: store {} {} · node {} · {} live node(s) · last sync {}</p>",
-            if c["up"] == true { "ok" } else { "bad" },
-            esc(&c["store"]),
-            if c["up"] == true { "up" } else { "DOWN" },
-            esc(&c["node"]),
-            esc(&c["nodes"]),
-            esc(&c["last_sync"]),
-        )
+    let cluster = (c["store"] != "local").then(|| {
+        minijinja::context! {
+            up => c["up"] == true,
+            store => cell(&c["store"]),
+            node => cell(&c["node"]),
+            nodes => cell(&c["nodes"]),
+            last_sync => cell(&c["last_sync"]),
+        }
+    });
+    let reload_error = match &s["last_reload_error"] {
+        Value::Null => None,
+        e => Some(minijinja::context! { at => cell(&e["at"]), message => cell(&e["message"]) }),
     };
-    format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta http-equiv=refresh content=5>\
-         <title>vestibule status</title><style>\
-         body{{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1d2330}}h1{{font-size:1.3rem}}h2{{font-size:1.05rem;margin-top:1.5rem}}\
-         table{{border-collapse:collapse}}td,th{{border:1px solid #d5d9e0;padding:.3rem .6rem;text-align:left}}th{{background:#f1f3f6}}\
-         .ok{{color:#16803c}}.bad{{color:#b42318;font-weight:600}}</style></head><body>\
-         <h1>vestibule</h1><p>config generation {} loaded {} (started {}) · keys: active {} of {}</p>{error}{cluster}\
-         <h2>Rooms</h2>{}{lanes}<h2>Rate limits</h2>{}<h2>Origin peers</h2>{}{}\
-         <p><a href=/status>JSON</a> · <a href=/metrics>metrics</a></p></body></html>",
-        esc(&s["generation"]),
-        esc(&s["loaded_at"]),
-        esc(&s["started_at"]),
-        esc(&s["keys"]["active"]),
-        esc(&s["keys"]["ids"]),
-        table(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "effective_new_users_per_minute", "autopilot", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
-        table(rules, &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
-        table(peers, &["addr", "healthy"]),
-        match s["tls"]["certificates"].as_array() {
-            Some(certs) => format!(
-                "<h2>Certificates</h2>{}",
-                table(certs, &["names", "not_after", "file"])
-            ),
-            None => String::new(),
-        },
-    )
+    let ctx = minijinja::context! {
+        generation => cell(&s["generation"]),
+        loaded_at => cell(&s["loaded_at"]),
+        started_at => cell(&s["started_at"]),
+        keys_active => cell(&s["keys"]["active"]),
+        keys_ids => cell(&s["keys"]["ids"]),
+        reload_error,
+        cluster,
+        rooms => Table::of(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "effective_new_users_per_minute", "autopilot", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
+        lanes,
+        rules => Table::of(s["rate_limits"].as_array().unwrap_or(&empty), &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
+        peers => Table::of(s["upstream"]["peers"].as_array().unwrap_or(&empty), &["addr", "healthy"]),
+        certificates => s["tls"]["certificates"].as_array().map(|certs| Table::of(certs, &["names", "not_after", "file"])),
+    };
+    status_template()
+        .get_template("status.html")
+        .and_then(|t| t.render(ctx))
+        .unwrap_or_else(|e| {
+            log::error!("rendering the status page: {e}");
+            "<!doctype html><title>vestibule status</title><p>The status page failed to render; \
+             see <a href=/status>/status</a>."
+                .to_owned()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_page_shows_every_section_and_escapes_what_it_shows() {
+        let status = json!({
+            "generation": 3,
+            "loaded_at": "2026-11-27T12:00:00Z",
+            "started_at": "2026-11-27T11:00:00Z",
+            "keys": { "active": "k1", "ids": ["k1", "k0"] },
+            "last_reload_error": { "at": "2026-11-27T12:01:00Z", "message": "bad <key> & \"more\"" },
+            "cluster": { "store": "redis", "up": true, "node": "a", "nodes": 3, "last_sync": null },
+            "rooms": [{
+                "name": "<script>x</script>", "enabled": true, "admission": "fifo",
+                "effective_allow_percentage": 12.345,
+                "autopilot": { "value": 40, "reason": "hold", "changed_at": "then" },
+                "wait_estimate_minutes": { "p25": 1, "p50": 2.5, "p75": null },
+                "lanes": { "members": { "weight": 3, "waiting_users": 12, "admitted_last_minute": 1 } },
+            }],
+            "rate_limits": [{ "name": "burst", "limit": 10 }],
+            "upstream": { "peers": [{ "addr": "127.0.0.1:8000", "healthy": true }] },
+            "tls": { "certificates": [{ "names": ["a.example", "b.example"], "file": "c.pem" }] },
+        });
+        let html = status_html(&status);
+        for part in [
+            "<!doctype html>",
+            "<meta http-equiv=refresh content=5>",
+            "config generation 3 loaded 2026-11-27T12:00:00Z (started 2026-11-27T11:00:00Z) · keys: active k1 of k1, k0</p>",
+            "<p class=bad>last reload failed at 2026-11-27T12:01:00Z: bad &lt;key&gt; &amp; &quot;more&quot;</p>",
+            "<p class=ok>cluster: store redis up · node a · 3 live node(s) · last sync –</p>",
+            "<th>effective allow percentage</th>",
+            "<td>&lt;script&gt;x&lt;&#x2f;script&gt;</td><td>true</td><td>fifo</td><td>–</td><td>12.35</td>",
+            "<td>40 (hold, since then)</td>",
+            // The template escapes `/` too: the same text in a browser.
+            "<td>1 &#x2f; 2.50 &#x2f; –</td>",
+            "<h2>Lanes</h2>",
+            "<td>members</td><td>3</td><td>12</td><td>1</td>",
+            "<h2>Rate limits</h2><table><tr><th>name</th>",
+            "<td>burst</td><td>–</td><td>10</td>",
+            "<td>127.0.0.1:8000</td><td>true</td>",
+            "<h2>Certificates</h2>",
+            "<td>a.example, b.example</td><td>–</td><td>c.pem</td>",
+        ] {
+            assert!(html.contains(part), "{part}\n{html}");
+        }
+        assert!(!html.contains("<script>x"), "{html}");
+
+        // A single process, no lanes, no TLS, a fine reload: those sections are left out.
+        let quiet = json!({
+            "cluster": { "store": "local" },
+            "rooms": [], "rate_limits": [], "upstream": { "peers": [] }, "tls": {},
+        });
+        let html = status_html(&quiet);
+        assert!(html.contains("<p class=ok>last reload: fine</p>"), "{html}");
+        for absent in ["cluster:", "Lanes", "Certificates"] {
+            assert!(!html.contains(absent), "{absent}\n{html}");
+        }
+    }
 }

@@ -136,7 +136,13 @@ pub(crate) fn keys_text(id: &str) -> String {
 /// Every file `init` writes, relative to the folder, with its contents (the key ring last, so
 /// that a failure before it leaves no secret behind).
 pub fn files(opts: &InitOptions, key_id: &str) -> Vec<(PathBuf, String)> {
-    let mut out = vec![(PathBuf::from("vestibule.toml"), config_text(opts))];
+    let mut out = vec![
+        (PathBuf::from("vestibule.toml"), config_text(opts)),
+        (
+            Path::new("pages").join(crate::pages::BASE_FILE),
+            crate::pages::BUILTIN_BASE.to_owned(),
+        ),
+    ];
     for kind in PageKind::ALL {
         out.push((
             Path::new("pages").join(kind.file_name()),

@@ -32,9 +32,6 @@ pub enum PageKind {
     Invite,
 }
 
-/// Pages a set must have: sets written before the later pages existed get the built-in ones.
-const REQUIRED: usize = 5;
-
 impl PageKind {
     pub const ALL: [PageKind; 10] = [
         PageKind::StartWaiting,
@@ -65,7 +62,7 @@ impl PageKind {
     }
 
     /// The template compiled into the binary (`vestibule init` writes it out for editing).
-    pub fn builtin_source(self) -> &'static str {
+    pub(crate) fn builtin_source(self) -> &'static str {
         match self {
             PageKind::StartWaiting => include_str!("../pages/startwaiting.html"),
             PageKind::KeepWaiting => include_str!("../pages/keepwaiting.html"),
@@ -80,6 +77,13 @@ impl PageKind {
         }
     }
 }
+
+/// The template the built-in pages extend (`{% extends "base.html" %}`): a pages folder may hold
+/// its own, and its pages that extend it without one get this.
+pub(crate) const BASE_FILE: &str = "base.html";
+
+/// The built-in [`BASE_FILE`] (`vestibule init` writes it out beside the pages).
+pub(crate) const BUILTIN_BASE: &str = include_str!("../pages/base.html");
 
 /// Wait estimates in minutes; `None` when unknown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -162,7 +166,7 @@ pub const CHALLENGE_MARK: &str = "__VESTIBULE_CHALLENGE__";
 /// A rendered challenge page with `value` in place of [`CHALLENGE_MARK`]. The last page made
 /// on each thread is kept: one identity is given the same challenge value for a few seconds
 /// (`challenge::issue`), and its page is then the same bytes.
-pub fn splice_challenge(page: &Bytes, value: &std::sync::Arc<str>) -> Bytes {
+pub(crate) fn splice_challenge(page: &Bytes, value: &std::sync::Arc<str>) -> Bytes {
     type Last = std::cell::RefCell<Option<(Bytes, std::sync::Arc<str>, Bytes)>>;
     thread_local! {
         static LAST: Last = const { std::cell::RefCell::new(None) };
@@ -217,7 +221,7 @@ fn countdown(secs: u64) -> String {
 
 /// The JSON `event` of a waiting-room answer.
 #[derive(Debug, Serialize)]
-pub struct EventJson<'a> {
+pub(crate) struct EventJson<'a> {
     pub name: &'a str,
     pub state: &'static str,
     pub starts_at: &'a str,
@@ -284,7 +288,12 @@ impl<'a> PageContext<'a> {
     }
 
     /// Speaks language `index` of `catalogs`, falling back to `fallback` for missing messages.
-    pub fn in_language(mut self, catalogs: &'a Catalogs, index: usize, fallback: usize) -> Self {
+    pub(crate) fn in_language(
+        mut self,
+        catalogs: &'a Catalogs,
+        index: usize,
+        fallback: usize,
+    ) -> Self {
         let lang = catalogs.get(index);
         self.lang = &lang.tag;
         self.dir = if lang.rtl { "rtl" } else { "ltr" };
@@ -294,7 +303,7 @@ impl<'a> PageContext<'a> {
     }
 
     /// Sets the estimates and the words' terms derived from them.
-    pub fn with_wait(mut self, e: Estimates) -> Self {
+    pub(crate) fn with_wait(mut self, e: Estimates) -> Self {
         self.wait_estimate_minutes = e;
         self.wait_soon = e.p75.is_some_and(|m| m < 1.0);
         self.wait_low = e.p25.map(|m| (m.floor() as u64).max(1));
@@ -513,6 +522,8 @@ pub struct Pages {
     origin_refs: Vec<(PathBuf, usize, String)>,
     /// SHA-256 over every source, to tell a reload whether the pages changed.
     fingerprint: [u8; 32],
+    /// Pages the folder lacks, served built in.
+    missing: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for Pages {
@@ -574,22 +585,31 @@ impl Pages {
             .get_or_init(|| {
                 let sources = PageKind::ALL.map(|k| (k, k.builtin_source().to_owned()));
                 // The shipped pages are tested (see tests below), so this cannot fail at runtime.
-                let pages = Pages::compile(None, "<built-in pages>", sources, Catalogs::builtin())
-                    .unwrap_or_else(|e| panic!("built-in pages are invalid: {e}"));
+                let pages = Pages::compile(
+                    None,
+                    "<built-in pages>",
+                    BUILTIN_BASE.to_owned(),
+                    sources,
+                    Catalogs::builtin(),
+                )
+                .unwrap_or_else(|e| panic!("built-in pages are invalid: {e}"));
                 Arc::new(pages)
             })
             .clone()
     }
 
-    /// Reads and compiles the set in `dir`. `key` (e.g. `room[0].pages`) labels errors.
+    /// Reads and compiles the set in `dir`. `key` (e.g. `room[0].pages`) labels errors. A page
+    /// the folder lacks is the built-in one ([`Pages::missing`] names them).
     pub fn load(dir: &Path, key: &str) -> Result<Pages, ConfigErrors> {
         let mut errors = Vec::new();
         let mut sources = Vec::new();
-        for (i, kind) in PageKind::ALL.into_iter().enumerate() {
+        let mut missing = Vec::new();
+        for kind in PageKind::ALL {
             let file = dir.join(kind.file_name());
             match std::fs::read_to_string(&file) {
                 Ok(text) => sources.push((kind, text)),
-                Err(e) if i >= REQUIRED && e.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    missing.push(kind.file_name());
                     sources.push((kind, kind.builtin_source().to_owned()))
                 }
                 Err(e) => errors.push(ConfigError::new(
@@ -599,6 +619,20 @@ impl Pages {
                 )),
             }
         }
+        // Pages may extend "base.html": the folder's own, or the built-in one.
+        let base = dir.join(BASE_FILE);
+        let base = match std::fs::read_to_string(&base) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BUILTIN_BASE.to_owned(),
+            Err(e) => {
+                errors.push(ConfigError::new(
+                    &base,
+                    Some(key.to_owned()),
+                    format!("cannot read page: {e}"),
+                ));
+                String::new()
+            }
+        };
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
@@ -606,12 +640,17 @@ impl Pages {
             .try_into()
             .unwrap_or_else(|_| unreachable!("one source per page kind"));
         let catalogs = Arc::new(Catalogs::load(dir)?);
-        Pages::compile(Some(dir.to_path_buf()), key, sources, catalogs)
+        let mut pages = Pages::compile(Some(dir.to_path_buf()), key, base, sources, catalogs)?;
+        pages.missing = missing;
+        Ok(pages)
     }
 
+    /// Compiles `base` (as [`BASE_FILE`]) and the pages, and renders each page once with sample
+    /// figures, so that a set that loads also renders.
     fn compile(
         dir: Option<PathBuf>,
         key: &str,
+        base: String,
         sources: [(PageKind, String); PageKind::ALL.len()],
         catalogs: Arc<Catalogs>,
     ) -> Result<Pages, ConfigErrors> {
@@ -619,24 +658,29 @@ impl Pages {
         let mut errors = Vec::new();
         let mut origin_refs = Vec::new();
         let mut digest = <sha2::Sha256 as sha2::Digest>::new();
-        for (_, text) in &sources {
+        for text in std::iter::once(&base).chain(sources.iter().map(|(_, text)| text)) {
             sha2::Digest::update(&mut digest, text.as_bytes());
             sha2::Digest::update(&mut digest, [0u8]);
         }
         let fingerprint = sha2::Digest::finalize(digest).into();
-        let path_of = |kind: PageKind| match &dir {
-            Some(d) => d.join(kind.file_name()),
-            None => PathBuf::from(kind.file_name()),
+        let path_of = |name: &str| match &dir {
+            Some(d) => d.join(name),
+            None => PathBuf::from(name),
         };
-        for (kind, text) in sources {
+        let files = std::iter::once((BASE_FILE, base)).chain(
+            sources
+                .into_iter()
+                .map(|(kind, text)| (kind.file_name(), text)),
+        );
+        for (name, text) in files {
             for (line, url) in origin_references(&text) {
-                origin_refs.push((path_of(kind), line, url));
+                origin_refs.push((path_of(name), line, url));
             }
             for (line, id) in message_ids(&text) {
                 if !catalogs.has(&id) {
                     errors.push(
                         ConfigError::new(
-                            &path_of(kind),
+                            &path_of(name),
                             Some(key.to_owned()),
                             format!("no message \"{id}\" in the catalogs (pages/i18n/en.toml lists them)"),
                         )
@@ -644,8 +688,8 @@ impl Pages {
                     );
                 }
             }
-            if let Err(e) = env.add_template_owned(kind.file_name(), text) {
-                errors.push(template_error(&path_of(kind), key, &e));
+            if let Err(e) = env.add_template_owned(name, text) {
+                errors.push(template_error(&path_of(name), key, &e));
             }
         }
         if errors.is_empty() {
@@ -655,7 +699,9 @@ impl Pages {
                     .get_template(kind.file_name())
                     .and_then(|t| t.render(&sample));
                 if let Err(e) = rendered {
-                    errors.push(template_error(&path_of(kind), key, &e));
+                    // The error may lie in the base the page extends: name the file it is in.
+                    let file = e.name().unwrap_or(kind.file_name());
+                    errors.push(template_error(&path_of(file), key, &e));
                 }
             }
         }
@@ -670,6 +716,7 @@ impl Pages {
             dir,
             origin_refs,
             fingerprint,
+            missing: Vec::new(),
         })
     }
 
@@ -711,12 +758,17 @@ impl Pages {
     /// References a browser would fetch from the origin (relative URLs in `src`, `href` of
     /// `<link>`, CSS `url()`, `@import`): `--check` warns about them, since a waiting page that
     /// pulls assets from the origin defeats the waiting room.
-    pub fn origin_references(&self) -> &[(PathBuf, usize, String)] {
+    pub(crate) fn origin_references(&self) -> &[(PathBuf, usize, String)] {
         &self.origin_refs
     }
 
+    /// The pages the folder lacks, served built in: `--check` warns about them.
+    pub fn missing(&self) -> &[&'static str] {
+        &self.missing
+    }
+
     /// Equal for page sets with identical sources.
-    pub fn fingerprint(&self) -> &[u8; 32] {
+    pub(crate) fn fingerprint(&self) -> &[u8; 32] {
         &self.fingerprint
     }
 
@@ -741,7 +793,7 @@ fn template_error(file: &Path, key: &str, e: &minijinja::Error) -> ConfigError {
 
 /// The JSON answer for `Accept: application/json` clients of a waiting room.
 #[derive(Debug, Serialize)]
-pub struct WaitingJson<'a> {
+pub(crate) struct WaitingJson<'a> {
     pub room: &'a str,
     pub decision: &'a str,
     pub in_waiting_room: bool,
@@ -768,7 +820,7 @@ pub struct WaitingJson<'a> {
 
 /// The proof-of-work in a JSON answer.
 #[derive(Debug, Serialize)]
-pub struct ChallengeJson<'a> {
+pub(crate) struct ChallengeJson<'a> {
     pub algorithm: &'static str,
     pub difficulty: u8,
     pub value: &'a str,
@@ -849,7 +901,7 @@ pub fn wants(accept: Option<&[u8]>, sec_fetch_mode: Option<&[u8]>) -> Wants {
 }
 
 /// Whether a request asked for JSON rather than a page.
-pub fn wants_json(accept: Option<&[u8]>) -> bool {
+pub(crate) fn wants_json(accept: Option<&[u8]>) -> bool {
     wants(accept, None) == Wants::Json
 }
 
@@ -1069,7 +1121,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_and_broken_pages_are_errors() {
+    fn broken_pages_are_errors_and_missing_ones_are_built_in() {
         let dir = std::env::temp_dir().join(format!("vestibule-pages-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for kind in PageKind::ALL {
@@ -1086,12 +1138,84 @@ mod tests {
         let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
         assert!(e.contains("deny.html:1"), "{e}");
         std::fs::remove_file(dir.join("deny.html")).unwrap();
-        let e = Pages::load(&dir, "room[0].pages").unwrap_err().to_string();
-        assert!(
-            e.contains("deny.html: room[0].pages: cannot read page"),
-            "{e}"
+        std::fs::remove_file(dir.join("invite.html")).unwrap();
+        let pages = Pages::load(&dir, "room[0].pages").unwrap();
+        assert_eq!(pages.missing(), ["deny.html", "invite.html"]);
+        let deny = pages.render(PageKind::Deny, &ctx());
+        assert_eq!(deny, Pages::builtin().render(PageKind::Deny, &ctx()));
+        assert_eq!(
+            &pages.render(PageKind::Error, &ctx())[..],
+            b"ok &lt;script&gt;alert(1)&lt;&#x2f;script&gt;"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Pages in a folder are full templates, or extend "base.html": the folder's own when it
+    /// has one, else the built-in one.
+    #[test]
+    fn folder_pages_extend_the_folders_base_or_the_built_in_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        for kind in PageKind::ALL {
+            std::fs::write(dir.join(kind.file_name()), "full {{ room }}").unwrap();
+        }
+        std::fs::write(
+            dir.join("deny.html"),
+            "{% extends \"base.html\" %}{% block title %}Closed · {{ title }}{% endblock %}\
+             {% block heading %}Not today{% endblock %}{% block main %}<p>Tomorrow.</p>{% endblock %}",
+        )
+        .unwrap();
+        let render =
+            |pages: &Pages, kind| String::from_utf8(pages.render(kind, &ctx()).to_vec()).unwrap();
+        let pages = Pages::load(dir, "room[0].pages").unwrap();
+        assert_eq!(
+            render(&pages, PageKind::StartWaiting),
+            "full &lt;script&gt;alert(1)&lt;&#x2f;script&gt;"
+        );
+        let deny = render(&pages, PageKind::Deny);
+        for part in [
+            "<!doctype html>",
+            "<title>Closed · &lt;b&gt;Sale&lt;&#x2f;b&gt;</title>",
+            "<h1>Not today</h1>",
+            "<p>Tomorrow.</p>",
+            "content=\"42\"",
+            "location.reload()",
+        ] {
+            assert!(deny.contains(part), "{part} in {deny}");
+        }
+
+        std::fs::write(
+            dir.join("base.html"),
+            "<main class=mine>{% block main %}{% endblock %}</main>",
+        )
+        .unwrap();
+        let pages = Pages::load(dir, "room[0].pages").unwrap();
+        assert_eq!(
+            render(&pages, PageKind::Deny),
+            "<main class=mine><p>Tomorrow.</p></main>"
+        );
+
+        std::fs::write(dir.join("base.html"), "line1\n{{ broken }").unwrap();
+        let e = Pages::load(dir, "room[0].pages").unwrap_err().to_string();
+        assert!(
+            e.contains("base.html:2: room[0].pages: template error"),
+            "{e}"
+        );
+    }
+
+    /// The built-in pages all extend the built-in base, which holds the skeleton once.
+    #[test]
+    fn builtin_pages_share_one_base() {
+        for kind in PageKind::ALL {
+            assert!(
+                kind.builtin_source()
+                    .starts_with("{% extends \"base.html\" %}\n"),
+                "{}",
+                kind.file_name()
+            );
+            assert!(!kind.builtin_source().contains("<style>"));
+        }
+        assert!(BUILTIN_BASE.contains("<!doctype html>"));
     }
 
     #[test]

@@ -75,6 +75,7 @@ impl WatchSet {
             for kind in PageKind::ALL {
                 set.add(&dir.join(kind.file_name()));
             }
+            set.add(&dir.join(crate::pages::BASE_FILE));
             let catalogs = absolute(&dir.join("i18n"));
             if catalogs.is_dir() {
                 set.dirs.insert(catalogs.clone());

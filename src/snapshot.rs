@@ -79,6 +79,7 @@ impl Snapshot {
         };
         if let Some(p) = &pages {
             warn_origin_references(p, &mut warnings);
+            warn_missing_pages(p, &mut warnings);
         }
 
         let keys = if config.rooms.is_empty() {
@@ -121,6 +122,7 @@ impl Snapshot {
                 Ok(p) => {
                     let p = Arc::new(p);
                     warn_origin_references(&p, &mut warnings);
+                    warn_missing_pages(&p, &mut warnings);
                     page_sets.insert(dir.clone(), p.clone());
                     Some(p)
                 }
@@ -268,6 +270,20 @@ fn warn_about_keys(path: &Path, ring: &KeyRing, warnings: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// Said once (a reload logs only new warnings): a folder without some of the pages serves the
+/// built-in ones in their place.
+fn warn_missing_pages(pages: &Pages, warnings: &mut Vec<String>) {
+    let (Some(dir), [first, rest @ ..]) = (pages.dir(), pages.missing()) else {
+        return;
+    };
+    warnings.push(format!(
+        "{}: no {}; serving the built-in {}",
+        dir.display(),
+        pages.missing().join(", "),
+        if rest.is_empty() { *first } else { "ones" }
+    ));
 }
 
 fn warn_origin_references(pages: &Pages, warnings: &mut Vec<String>) {

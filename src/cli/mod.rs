@@ -7,7 +7,7 @@ pub(crate) mod invite;
 pub(crate) mod man;
 pub(crate) mod pages;
 pub(crate) mod probe;
-pub(crate) mod run;
+pub mod run;
 #[cfg(feature = "tools")]
-pub(crate) mod simulate;
+pub mod simulate;
 pub(crate) mod token;

@@ -4,7 +4,7 @@
 //! takes one token, and an empty bucket denies. A key's bucket starts full, so a key evicted from
 //! the table forgets its debt: the table is an LRU of `max_keys` entries, and the least recently
 //! used key (the one most likely to be full again anyway) goes first. Memory per key is
-//! measured by `tests/memory.rs` once the table is full and evicting (its hash tables grow once
+//! measured by `tests/it/memory.rs` once the table is full and evicting (its hash tables grow once
 //! as evictions begin, then stay): 85 bytes requested per key on 64-bit Linux, about 101 with
 //! malloc's per-allocation header (the goal is at most 150).
 

@@ -34,7 +34,7 @@ use super::shared::{SyncReply, SyncRequest};
 const SCRIPT: &str = include_str!("sync.lua");
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum SyncError {
+pub enum SyncError {
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
     #[error("{0}")]
@@ -44,7 +44,7 @@ pub(crate) enum SyncError {
 }
 
 /// A connection to the store, opened on first use and again after a failure.
-pub(crate) struct RedisSync {
+pub struct RedisSync {
     client: Client,
     prefix: String,
     script: Script,

@@ -1,5 +1,5 @@
 // A visitor in a real browser (Debian's chromium, headless, through playwright-core) against a
-// running vestibule. tests/browser.rs starts vestibule and its origin, then runs this with one
+// running vestibule. tests/it/browser.rs starts vestibule and its origin, then runs this with one
 // JSON argument: {"base": "http://127.0.0.1:PORT", "config": "/path/vestibule.toml",
 // "shots": "/dir/for/screenshots" or null}. Prints one JSON object of findings and exits 0;
 // the Rust test asserts on them. Every wait here is bounded.

@@ -486,24 +486,23 @@ impl Token {
 }
 
 /// Whether two byte strings are equal, taking the same time wherever they differ (only the
-/// lengths, which are public, are compared early): every 8-byte word is XOR-folded into one
-/// accumulator with no branch on the data, and the accumulator is hidden from the optimiser.
+/// lengths, which are public, are compared early). The comparison is `subtle`'s, the one the
+/// admin token uses too, made 8 bytes at a time: its byte-wise slice compare pays an optimiser
+/// barrier per byte, about five times the cost on a 140-byte token, on every cached check.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
     if a.len() != b.len() {
         return false;
     }
-    let mut acc = 0u64;
-    let (a_words, a_rest) = a.split_at(a.len() - a.len() % 8);
-    let (b_words, b_rest) = b.split_at(b.len() - b.len() % 8);
-    for (x, y) in a_words.chunks_exact(8).zip(b_words.chunks_exact(8)) {
+    let (mut a_words, mut b_words) = (a.chunks_exact(8), b.chunks_exact(8));
+    let mut equal = subtle::Choice::from(1);
+    for (x, y) in (&mut a_words).zip(&mut b_words) {
         let x = u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
         let y = u64::from_le_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]);
-        acc |= std::hint::black_box(x ^ y);
+        equal &= x.ct_eq(&y);
     }
-    for (x, y) in a_rest.iter().zip(b_rest) {
-        acc |= std::hint::black_box(u64::from(x ^ y));
-    }
-    std::hint::black_box(acc) == 0
+    equal &= a_words.remainder().ct_eq(b_words.remainder());
+    bool::from(equal)
 }
 
 /// Maps 64 random bits to [0, 1) using the top 53 bits (exactly representable).

@@ -19,6 +19,9 @@ pub(super) struct Hub {
     pub(super) demand: HashMap<String, HashMap<String, u64>>,
     /// (seq, mark, until).
     pub(super) marks: Vec<(u64, String, u64)>,
+    /// The last mark's sequence number. Like a stream's ids it never goes back, even once every
+    /// mark has expired: the nodes' cursors are past the old ones.
+    pub(super) mark_seq: u64,
     pub(super) seed: Option<String>,
     /// room → (version, overrides), and their generation.
     pub(super) controls: BTreeMap<String, (u64, String)>,
@@ -55,11 +58,12 @@ impl MemoryHub {
                 .or_default()
                 .insert(req.member.clone(), *d);
         }
-        let mut seq = hub.marks.last().map_or(0, |m| m.0);
+        let mut seq = hub.mark_seq;
         for (m, until) in &req.marks {
             seq += 1;
             hub.marks.push((seq, m.clone(), *until));
         }
+        hub.mark_seq = seq;
         hub.counters.retain(|_, (exp, _)| *exp > now);
         hub.marks.retain(|(_, _, until)| *until > now);
         let counters = hub

@@ -153,7 +153,7 @@ impl SharedStore {
         self.controls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn member(&self) -> &str {
+    pub fn member(&self) -> &str {
         &self.member
     }
 

@@ -1,9 +1,7 @@
 //! Invitations, end to end: codes printed by `vestibule invite`, presented by link
 //! or header to the real server in front of the demo origin.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const ROOMS: &str = "[[room]]
 name = \"presale\"

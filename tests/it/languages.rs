@@ -1,8 +1,6 @@
 //! Pages in the visitor's language, through the real proxy.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// (status, body, Content-Language, Vary) of the room's page for `accept_language`.
 fn page(v: &Vestibule, path: &str, accept_language: Option<&str>) -> (u16, String, String, String) {

@@ -1,13 +1,11 @@
 //! The PROXY protocol on plain listeners (`[server] proxy_protocol`): the real server
 //! behind a balancer that opens every connection with a v1 or v2 header, spoken over raw TCP.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn v2(local: bool, src: [u8; 4], port: u16) -> Vec<u8> {
     let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();

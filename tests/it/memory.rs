@@ -1,4 +1,6 @@
-//! Memory per tracked key, measured with a counting allocator (this test binary only).
+//! Memory per tracked key, measured with a counting allocator. It is the global allocator of the
+//! whole test binary, and counts per thread: what the other areas' tests allocate meanwhile, on
+//! their own threads, is not counted here.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

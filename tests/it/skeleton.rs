@@ -1,11 +1,9 @@
 //! The walking skeleton end to end: proxying, the 502 page, `--check`, the admin endpoint,
 //! SIGTERM and `demo`, all against the real binary and a real origin on loopback.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn proxies_with_forwarded_for_and_host_and_no_internal_headers() {

@@ -2,13 +2,11 @@
 //! (CVE-2024-27316 and kin) against the real server over h2c, while another client keeps being
 //! served. Memory is read from /proc before and after; every loop is bounded in count and time.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn start(origin: &Origin) -> Vestibule {
     Setup::new(origin.addr)
@@ -310,7 +308,7 @@ async fn paced_reset(
 /// that takes 20 ms. Each on a proxy and origin of its own. A measurement, not a check:
 ///
 /// `cargo build --release --bin vestibule` then
-/// `VESTIBULE_BIN=target/release/vestibule cargo test --test h2_flood measure -- --ignored --nocapture`
+/// `VESTIBULE_BIN=target/release/vestibule cargo test --test it h2_flood::measure -- --ignored --nocapture`
 /// (`FLOOD_PACE_MS=20` for a slower pace; a debug build is slow enough that the `h2` crate's own cap on resets of streams it has not
 /// handed over yet ends the flood first; so is a busy machine).
 #[test]

@@ -1,10 +1,8 @@
 //! Capacity rooms through the real proxy, users simulated through trusted X-Forwarded-For.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn room(extra: &str) -> String {
     format!("[[room]]\nname = \"sale\"\npages = \"pages\"\nrefresh = \"5s\"\n{extra}")

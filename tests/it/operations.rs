@@ -1,13 +1,11 @@
 //! What operators see: the dashboard's queries against a live `/metrics`, the exposition
 //! format, the logs, `/status.html`, and the files under `conf/`.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 [log]\nformat = \"json\"\naccess = true\n\

@@ -2,8 +2,6 @@
 //! real demo origin (a separate process), talked to with a real HTTP client. Every process a test
 //! starts is stopped by its pid when the test ends.
 
-#![allow(dead_code)]
-
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -132,6 +130,8 @@ pub fn spawn(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> Proc {
 /// The demo origin in its own process.
 pub struct Origin {
     pub addr: SocketAddr,
+    /// Held for its drop, which stops the origin with the test.
+    #[allow(dead_code)]
     pub proc: Proc,
     _dir: tempfile::TempDir,
 }
@@ -506,13 +506,6 @@ pub fn run_cli(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Reads everything a child printed so far (for `demo`).
-pub fn read_to_string(mut r: impl Read) -> String {
-    let mut s = String::new();
-    let _ = r.read_to_string(&mut s);
-    s
-}
-
 /// The origin's view of a request: (method, path, headers in order).
 pub fn echo_headers(body: &str) -> Vec<(String, String)> {
     let v: serde_json::Value = serde_json::from_str(body).expect("echo JSON");
@@ -743,8 +736,9 @@ impl Redis {
         let child = match child {
             Ok(c) => c,
             Err(e) => {
-                eprintln!(
-                    "!!!!!!!! SKIPPED: redis-server cannot be started ({e}); `.ci/run` installs it (apt-get install redis-server) !!!!!!!!"
+                missing_tool(
+                    "redis-server",
+                    format!("{e}; `.ci/run` installs it (apt-get install redis-server)"),
                 );
                 return None;
             }

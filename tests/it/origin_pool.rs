@@ -2,15 +2,13 @@
 //! keepalive_pool_size`): 300 requests held at the origin at once, twice, open 300 origin
 //! connections with the default pool, and hundreds more with a pool smaller than that.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// A keep-alive origin that holds each answer for `hold`, counting the connections it accepts.
 fn slow_origin(hold: Duration) -> (SocketAddr, Arc<AtomicUsize>) {

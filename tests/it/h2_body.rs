@@ -3,13 +3,11 @@
 //! body with one terminator, and the pooled origin connection stays in step: the next request on
 //! it gets its own answer (cloudflare/pingora#935).
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 
 /// POSTs.
 const POSTS: usize = 5;

@@ -2,13 +2,11 @@
 //! (`vestibule origin --model-capacity N`: latency grows with the users it saw in the last
 //! seconds, 503 past its capacity).
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A capacity room that lets everyone in at first (600 a minute), steered every second toward a
 /// p95 of 150 ms.

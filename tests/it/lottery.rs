@@ -1,12 +1,10 @@
 //! The lottery waiting room through the real proxy: every decision, cookies, JSON, identity
 //! binding, Fastly compatibility, and the admission rate over 5,000 users.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use reqwest::blocking::{Client, Response};
 use vestibule::identity::Identity;
 use vestibule::keys::KeyRing;
@@ -504,8 +502,8 @@ fn check_warns_about_pages_that_reach_the_origin_and_rejects_broken_ones() {
     std::fs::write(
         &page,
         original.replace(
-            "<title>",
-            "<link rel=\"stylesheet\" href=\"/assets/site.css\"><title>",
+            "{% block main %}",
+            "{% block main %}<link rel=\"stylesheet\" href=\"/assets/site.css\">",
         ),
     )
     .unwrap();

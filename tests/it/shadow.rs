@@ -1,8 +1,6 @@
 //! Rooms in shadow mode: decide, set cookies and count as usual, forward everything.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Whether the demo origin answered (its echo), and the JSON.
 fn forwarded(resp: reqwest::blocking::Response) -> (bool, serde_json::Value) {

@@ -2,12 +2,10 @@
 //! sample config is valid; `vestibule init` writes a config that serves; the completion scripts
 //! and man pages come from the clap definition and parse.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn dockerfile_copies_only_existing_paths() {

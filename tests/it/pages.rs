@@ -1,9 +1,7 @@
 //! What a waiting visitor's browser gets: the room's title, no double reload, subresources
 //! that never join the queue.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const NAV_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
 

@@ -1,11 +1,9 @@
 //! Operator actions on the admin endpoint, and the sold-out and queue-full pages,
 //! through the real proxy in front of the demo origin.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const TOKEN: &str = "operator-token-for-tests";
 

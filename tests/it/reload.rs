@@ -1,12 +1,10 @@
 //! Hot reload against the real process: edits take effect within seconds, bad edits change
 //! nothing, keys rotate, renames are seen, and nothing breaks under load.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn edit(v: &Vestibule, f: impl FnOnce(&str) -> String) {
     let path = v.config_path();
@@ -94,9 +92,9 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             "keys.toml:3: ring.key1: decodes to 5 bytes",
         ),
         (
-            "missing page",
-            Box::new(|v: &Vestibule| std::fs::remove_file(v.path("pages/deny.html")).unwrap()),
-            "deny.html: room[0].pages: cannot read page",
+            "broken page",
+            Box::new(|v: &Vestibule| std::fs::write(v.path("pages/deny.html"), "{{ room }").unwrap()),
+            "deny.html:1: room[0].pages: template error",
         ),
         (
             "pages folder misspelled",
@@ -239,6 +237,53 @@ fn key_rotation_end_to_end() {
     assert!(
         v.metric("vestibule_token_rejected_total{reason=\"unknown_key\",room=\"default\"}") >= 1.0
     );
+}
+
+/// A page removed from a room's folder is served built in from the next reload: one warning in
+/// the log and from `--check`, no error.
+#[test]
+fn a_page_missing_from_the_folder_is_served_built_in() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\npages = \"pages\"\nallow_percentage = 0")
+        .start();
+    let page = v.path("pages/deny.html");
+    let own = std::fs::read_to_string(&page).unwrap().replace(
+        "{% block main %}",
+        "{% block main %}<p>our own deny page</p>",
+    );
+    let g = v.generation();
+    std::fs::write(&page, own).unwrap();
+    let g = v.wait_generation_above(g);
+    let body = |v: &Vestibule| {
+        client()
+            .get(v.url("/"))
+            .header("Accept", "text/html")
+            .send()
+            .expect("the proxy answers")
+            .text()
+            .unwrap()
+    };
+    assert!(body(&v).contains("our own deny page"));
+
+    std::fs::remove_file(&page).unwrap();
+    v.wait_generation_above(g);
+    assert_eq!(decision(&v, None), "deny");
+    let served = body(&v);
+    assert!(
+        !served.contains("our own deny page") && served.contains("<!doctype html>"),
+        "{served}"
+    );
+    let warning = "no deny.html; serving the built-in deny.html";
+    assert!(v.log_text().contains(warning), "{}", v.log_text());
+    assert_eq!(
+        v.status()["last_reload_error"],
+        serde_json::Value::Null,
+        "a missing page is no error"
+    );
+    let (code, out, err) = run_cli(&["--check", "--config", v.config_path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("warning: ") && err.contains(warning), "{err}");
 }
 
 #[test]

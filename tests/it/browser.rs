@@ -8,9 +8,7 @@
 //! them the test says so loudly and skips. `VESTIBULE_SHOTS=dir` also saves screenshots of
 //! every page (light and dark, desktop and mobile); the README's come from there.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;

@@ -3,11 +3,9 @@
 //! Each test starts `redis-server` on a free loopback port and stops it by pid; it skips with a
 //! loud message only when `redis-server` is not installed (`.ci/run` installs it).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Requests spread 60/30/10 over three nodes, as an uneven load balancer would.
 const SPLIT: [usize; 10] = [0, 0, 0, 0, 0, 0, 1, 1, 1, 2];

@@ -1,11 +1,9 @@
 //! Defects an attacker found, each shown through the real proxy: absolute-form targets, replayed
 //! revokes, encoded traversal, hoarded lottery tokens, framing tricks and header smuggling.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const VIP_AND_SITE: &str = "[[room]]\nname = \"vip\"\nhosts = [\"vip.example\"]\ncookie_name = \"wr_vip\"\npages = \"pages\"\nallow_percentage = 0\n\
 [[room]]\nname = \"site\"\npages = \"pages\"\nallow_percentage = 100\n";

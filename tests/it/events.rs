@@ -1,11 +1,9 @@
 //! Scheduled events on the real server: the pre-queue, the start, and what comes
 //! after it, on the wall clock.
 
-mod common;
-
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 use vestibule::config::event::rfc3339;
 
 fn unix_now() -> u64 {

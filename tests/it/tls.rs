@@ -2,15 +2,13 @@
 //! spoken to by reqwest over rustls (HTTP/1.1 and HTTP/2 by ALPN), by reqwest with HTTP/2 prior
 //! knowledge (h2c), and by a raw rustls client behind a PROXY header.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 
 /// A test certificate authority and the folder its certificates are written to.

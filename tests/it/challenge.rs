@@ -1,9 +1,7 @@
 //! Proof-of-work before a place in line, end to end: the real server, the demo
 //! origin, and solutions found by the reference solver.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use vestibule::challenge;
 
 const ROOMS: &str = "[[room]]
@@ -292,7 +290,7 @@ fn the_reference_solver_in_examples_gets_a_place() {
         .expect("target/<profile>");
     let solver = profile.join("examples/pow_solve");
     if !solver.exists() {
-        // `cargo test` builds the examples; a lone `cargo test --test challenge` does not.
+        // `cargo test` builds the examples; a lone `cargo test --test it challenge::` does not.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = std::process::Command::new(cargo)
             .args(["build", "--example", "pow_solve"])

@@ -1,13 +1,11 @@
 //! A flood of distinct rate-limit keys against the real proxy: memory stays bounded by
 //! `max_keys`. Its own test binary, so its load never runs beside tests that time answers.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Sends `count` keep-alive requests with distinct `X-Key` values on one connection, one after
 /// the other, reading each response; returns how many were 429.

@@ -1,12 +1,10 @@
 //! Edge rate limiting through the real proxy.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn get(v: &Vestibule, path: &str, xff: &str) -> reqwest::blocking::Response {
     client()
