@@ -31,7 +31,7 @@ fn every_bench_script_parses() {
 /// The table printed for `results`, or None (said loudly) when python3 is missing.
 fn table(results: &str) -> Option<String> {
     if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("!! SKIPPED: python3 is not installed, so benches/table.py cannot be checked");
+        crate::common::missing_tool("python3, to check benches/table.py", "not installed");
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -191,8 +191,9 @@ fn a_visitor_in_a_real_browser() {
     let chromium = match driver_ready(&dir) {
         Ok(c) => c,
         Err(why) => {
-            eprintln!(
-                "\n!!!!!!!!\n!!! SKIPPED a_visitor_in_a_real_browser: {why}\n!!! .ci/run installs it; this test proves the pages work in a real browser.\n!!!!!!!!\n"
+            crate::common::missing_tool(
+                "a_visitor_in_a_real_browser (headless chromium driven from node; the pages work in a real browser)",
+                why,
             );
             return;
         }
@@ -304,8 +305,9 @@ fn a_visitor_solves_a_challenge_in_a_real_browser() {
     let chromium = match driver_ready(&dir) {
         Ok(c) => c,
         Err(why) => {
-            eprintln!(
-                "\n!!!!!!!!\n!!! SKIPPED a_visitor_solves_a_challenge_in_a_real_browser: {why}\n!!! .ci/run installs it; this test proves the challenge page works in a real browser.\n!!!!!!!!\n"
+            crate::common::missing_tool(
+                "a_visitor_solves_a_challenge_in_a_real_browser (headless chromium driven from node; the challenge page works in a real browser)",
+                why,
             );
             return;
         }
@@ -406,8 +408,9 @@ fn a_visitor_types_an_invitation_into_the_page() {
     let chromium = match driver_ready(&dir) {
         Ok(c) => c,
         Err(why) => {
-            eprintln!(
-                "\n!!!!!!!!\n!!! SKIPPED a_visitor_types_an_invitation_into_the_page: {why}\n!!! .ci/run installs it; this test proves the invite page works in a real browser.\n!!!!!!!!\n"
+            crate::common::missing_tool(
+                "a_visitor_types_an_invitation_into_the_page (headless chromium driven from node; the invite page works in a real browser)",
+                why,
             );
             return;
         }

@@ -394,9 +394,9 @@ fn promtool() -> Option<std::process::Command> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!(
-            "\n!!!! SKIPPED: promtool is not installed (apt-get install prometheus); \
-             the exposition and the alert rules were NOT checked by promtool !!!!\n"
+        crate::common::missing_tool(
+            "promtool (Debian: prometheus), to check the exposition and the alert rules",
+            "not installed",
         );
         return None;
     }

@@ -818,7 +818,7 @@ impl RedisCluster {
                 String::from_utf8_lossy(&out.stdout)
             ),
             Err(e) => {
-                eprintln!("!!!!!!!! SKIPPED: redis-cli cannot be run ({e}); `.ci/run` installs redis-server (with redis-tools) !!!!!!!!");
+                missing_tool("redis-cli (Debian: redis-tools, with redis-server)", e);
                 return None;
             }
         }
