@@ -68,6 +68,10 @@ impl Snapshot {
         let mut warnings = Vec::new();
 
         let pages = match &config.server.pages {
+            Some(dir) if !dir.is_dir() => {
+                warnings.push(missing_folder("server.pages", dir));
+                Some(Pages::builtin())
+            }
             Some(dir) => match Pages::load(dir, "server.pages") {
                 Ok(p) => Some(Arc::new(p)),
                 Err(e) => {
@@ -117,6 +121,10 @@ impl Snapshot {
         let mut pages_in = |dir: &PathBuf, key: &str, errors: &mut Vec<ConfigError>| {
             if let Some(p) = page_sets.get(dir) {
                 return Some(p.clone());
+            }
+            if !dir.is_dir() {
+                warnings.push(missing_folder(key, dir));
+                return Some(Pages::builtin());
             }
             match Pages::load(dir, key) {
                 Ok(p) => {
@@ -293,4 +301,14 @@ fn warn_origin_references(pages: &Pages, warnings: &mut Vec<String>) {
             file.display()
         ));
     }
+}
+
+/// The warning for a pages folder the config names and that is not there: the built-in pages
+/// serve instead, so a config needs no copied files to start, and the operator learns where
+/// vestibule looked.
+fn missing_folder(key: &str, dir: &Path) -> String {
+    format!(
+        "{key}: there is no folder {}: serving the built-in pages",
+        dir.display()
+    )
 }

@@ -196,11 +196,8 @@ fn check_event(
         );
     }
     let overrides = event_overrides(e, capacity, &mut bad);
-    // Like a room's: a folder named must be there, so a typo is one error at its line.
+    // Like a room's: a folder that is missing serves the built-in pages, with a warning.
     let pages = e.pages.as_deref().map(resolve);
-    if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
-        bad("pages", format!("there is no folder {}", dir.display()));
-    }
     if !fine {
         return None;
     }

@@ -97,13 +97,6 @@ fn bad_edits_change_nothing_and_fixing_them_works() {
             "deny.html:1: room[0].pages: template error",
         ),
         (
-            "pages folder misspelled",
-            Box::new(|v: &Vestibule| {
-                edit(v, |t| t.replace("pages = \"pages\"", "pages = \"pagse\""))
-            }),
-            "room[0].pages: there is no folder",
-        ),
-        (
             "unknown key",
             Box::new(|v: &Vestibule| {
                 edit(v, |t| {

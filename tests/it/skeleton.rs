@@ -206,11 +206,6 @@ fn check_reports_each_kind_of_bad_config() {
             Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[rate_limit]]\nlimit = \"5/30s\"\n"),
             "rate.toml:4: rate_limit[0].limit: \"5/30s\": a window rule counts over 1s, 10s or 60s",
         ),
-        (
-            "pages.toml",
-            Some("[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\npages = \"no-such-pages\"\n"),
-            "pages.toml:4: room[0].pages: there is no folder",
-        ),
     ];
     for &(name, text, expected) in cases {
         let path = dir.path().join(name);
@@ -257,6 +252,34 @@ fn a_room_without_a_pages_folder_serves_the_built_in_pages() {
     let (code, out, err) = run_cli(&["--check", "--config", v.config_path().to_str().unwrap()]);
     assert_eq!((code, out.trim()), (0, "ok"), "{err}");
     assert!(err.contains("serving the built-in pages"), "{err}");
+}
+
+/// A pages folder the config names and that is not there (a typo, a folder not copied yet) is a
+/// warning, not an error: the room serves the built-in pages, the log and `--check` say which
+/// folder was missing, and the folder's own pages serve from the next reload once it exists.
+#[test]
+fn a_named_pages_folder_that_is_missing_serves_the_built_in_pages() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .without_pages()
+        .extra("[[room]]\nname = \"sale\"\nallow_percentage = 0\npages = \"no-such-pages\"")
+        .start();
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().unwrap();
+    assert!(body.contains("<h1>sale is closed right now</h1>"), "{body}");
+    let missing = format!(
+        "room[0].pages: there is no folder {}: serving the built-in pages",
+        v.path("no-such-pages").display()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || v.log_text().contains(&missing)),
+        "{}",
+        v.log_text()
+    );
+    let (code, out, err) = run_cli(&["--check", "--config", v.config_path().to_str().unwrap()]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{err}");
+    assert!(err.contains(&missing), "{err}");
 }
 
 /// Two rooms that name no cookie each get their own, so neither's visitors lose their place to

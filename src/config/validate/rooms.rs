@@ -23,7 +23,7 @@ impl Validator<'_> {
                     format!("must be a 2xx status, 429 or 503, got {wait_status}"),
                 );
             }
-            let pages = self.pages(i, r);
+            let pages = self.pages(r);
             let (title, default_language) = self.texts(i, r, &name);
             let mode = self.mode(i, r);
             let capacity = matches!(admission, Some(Admission::Capacity(_)));
@@ -213,26 +213,13 @@ impl Validator<'_> {
     }
 
     /// The folder of the room's pages, if it has one.
-    fn pages(&mut self, i: usize, r: &RoomFile) -> Option<PathBuf> {
-        let k = |field: &str| format!("room[{i}].{field}");
-        // A folder the room names must be there: a typo in it would otherwise serve other
-        // pages than the operator wrote. A room that names none takes `pages` beside the
-        // config if there is one, else the pages built into the binary, so a first config
-        // needs no copied files.
+    fn pages(&mut self, r: &RoomFile) -> Option<PathBuf> {
+        // A folder the room names is its own pages'; one that is missing serves the built-in
+        // pages, with a warning (the snapshot says which). A room that names none takes `pages`
+        // beside the config if there is one, else the built-in pages, so a first config needs
+        // no copied files.
         let pages = match r.pages.as_deref() {
-            Some(p) => {
-                let dir = self.resolve(p);
-                if !dir.is_dir() {
-                    self.err(
-                        k("pages"),
-                        format!(
-                            "there is no folder {}; leave `pages` out to serve the built-in pages",
-                            dir.display()
-                        ),
-                    );
-                }
-                Some(dir)
-            }
+            Some(p) => Some(self.resolve(p)),
             None => Some(self.resolve("pages")).filter(|dir| dir.is_dir()),
         };
         pages

@@ -58,17 +58,8 @@ impl Validator<'_> {
                 "needs server.tls_listen: there is no https listener to redirect to",
             );
         }
+        // A folder that is missing serves the built-in pages, with a warning (see the snapshot).
         let pages = s.pages.as_deref().map(|p| self.resolve(p));
-        // A folder named must be there: one error at its line, not one per missing page.
-        if let Some(dir) = pages.as_ref().filter(|d| !d.is_dir()) {
-            self.err(
-                "server.pages",
-                format!(
-                    "there is no folder {}; leave `pages` out to serve the built-in pages",
-                    dir.display()
-                ),
-            );
-        }
         let h2_resets = self.reset_budget(s);
         Some(ServerConfig {
             listen,
