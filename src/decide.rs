@@ -186,7 +186,14 @@ pub fn decide(req: &Request, snapshot: &Snapshot, now: Timestamp) -> Verdict {
     Verdict { answer, notes }
 }
 
-fn decide_into(req: &Request, snapshot: &Snapshot, now: Timestamp, notes: &mut Notes) -> Answer {
+/// [`decide`], writing the notes into `notes` (a fresh [`Notes`]) in place: the proxy keeps them
+/// in its per-request context, and this spares moving them there.
+pub fn decide_into(
+    req: &Request,
+    snapshot: &Snapshot,
+    now: Timestamp,
+    notes: &mut Notes,
+) -> Answer {
     if snapshot.config.server.redirect_to_https && !req.tls {
         if let Some(location) = https_location(req, snapshot) {
             return Answer::Redirect(location);

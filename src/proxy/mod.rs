@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 
 use crate::app::App;
 use crate::cookie::{self};
-use crate::decide::{self, Answer, ClientAddress, Notes, Request, Verdict};
+use crate::decide::{self, Answer, ClientAddress, Notes, Request};
 use crate::listen::h2::{GoAway, H2Connection};
 use crate::logging::AccessLine;
 use crate::pages::Wants;
@@ -144,10 +144,9 @@ impl ProxyHttp for Proxy {
             client,
             tls,
         };
-        let Verdict { answer, notes } = decide::decide(&request, &snapshot, now);
+        let answer = decide::decide_into(&request, &snapshot, now, &mut ctx.notes);
         drop(request);
-        self.record(&snapshot, &notes);
-        ctx.notes = notes;
+        self.record(&snapshot, &ctx.notes);
         match answer {
             Answer::Forward => Ok(false),
             Answer::Redirect(location) => {
