@@ -64,87 +64,147 @@ impl Snapshot {
             Some(prev) => config.keep_restart_settings(&prev.config)?,
             None => Vec::new(),
         };
-        let mut errors: Vec<ConfigError> = Vec::new();
-        let mut warnings = Vec::new();
+        let mut load = Loading::default();
+        let pages = load.server_pages(&config);
+        let keys = load.keys(&config);
+        let tls = load.tls(&config, previous);
+        let rooms = load.rooms(&config, state);
+        let rules = RuleSet::new(
+            config
+                .rate_limits
+                .iter()
+                .map(|r| Rule::new(r.clone(), &state.rules, &state.store))
+                .collect(),
+        );
+        let upstream = load.upstream(&config, previous);
+        let Loading {
+            errors, warnings, ..
+        } = load;
+        match (errors.is_empty(), upstream, pages) {
+            (true, Some(upstream), Some(pages)) => Ok(Snapshot {
+                generation: previous.map_or(1, |p| p.generation + 1),
+                loaded_at: now,
+                config,
+                upstream,
+                pages,
+                keys,
+                tls,
+                rooms: RoomSet::new(rooms),
+                rules,
+                warnings,
+                pending_restart,
+            }),
+            _ => Err(ConfigErrors(errors)),
+        }
+    }
+}
 
+/// One load in progress: the problems found so far (every one is reported, not just the
+/// first), the warnings, and the page sets compiled (rooms and events sharing a pages folder
+/// share one compiled set).
+#[derive(Default)]
+struct Loading {
+    errors: Vec<ConfigError>,
+    warnings: Vec<String>,
+    page_sets: HashMap<PathBuf, Arc<Pages>>,
+}
+
+impl Loading {
+    /// The pages for answers outside every room.
+    fn server_pages(&mut self, config: &Config) -> Option<Arc<Pages>> {
         let pages = match &config.server.pages {
             Some(dir) if !dir.is_dir() => {
-                warnings.push(missing_folder("server.pages", dir));
+                self.warnings.push(missing_folder("server.pages", dir));
                 Some(Pages::builtin())
             }
             Some(dir) => match Pages::load(dir, "server.pages") {
                 Ok(p) => Some(Arc::new(p)),
                 Err(e) => {
-                    errors.extend(e.0);
+                    self.errors.extend(e.0);
                     None
                 }
             },
             None => Some(Pages::builtin()),
         };
         if let Some(p) = &pages {
-            warn_origin_references(p, &mut warnings);
-            warn_missing_pages(p, &mut warnings);
+            warn_origin_references(p, &mut self.warnings);
+            warn_missing_pages(p, &mut self.warnings);
         }
+        pages
+    }
 
-        let keys = if config.rooms.is_empty() {
-            None
-        } else {
-            match crate::keys::load(&config.keys_file) {
-                Ok(ring) => {
-                    warn_about_keys(&config.keys_file, &ring, &mut warnings);
-                    Some(ring)
-                }
-                Err(e) => {
-                    errors.extend(e.0);
-                    None
-                }
+    /// The key ring, loaded only when a room needs it.
+    fn keys(&mut self, config: &Config) -> Option<KeyRing> {
+        if config.rooms.is_empty() {
+            return None;
+        }
+        match crate::keys::load(&config.keys_file) {
+            Ok(ring) => {
+                warn_about_keys(&config.keys_file, &ring, &mut self.warnings);
+                Some(ring)
             }
-        };
+            Err(e) => {
+                self.errors.extend(e.0);
+                None
+            }
+        }
+    }
 
+    /// The TLS listeners' certificates (those in service are kept when unchanged).
+    fn tls(
+        &mut self,
+        config: &Config,
+        previous: Option<&Snapshot>,
+    ) -> Option<Arc<crate::tls::Tls>> {
         let tls = match crate::tls::Tls::load(&config.tls, previous.and_then(|p| p.tls.as_ref())) {
             Ok(tls) => tls,
             Err(e) => {
-                errors.extend(e);
+                self.errors.extend(e);
                 None
             }
         };
         if !config.server.tls_listen.is_empty() && config.tls.certificates.is_empty() {
-            errors.push(ConfigError::new(
+            self.errors.push(ConfigError::new(
                 &config.path,
                 Some("tls.certificates".into()),
                 "needs at least one { cert, key } pair while server.tls_listen is open",
             ));
         }
+        tls
+    }
 
-        // Rooms (and events) sharing a pages folder share one compiled set.
-        let mut page_sets: HashMap<PathBuf, Arc<Pages>> = HashMap::new();
-        let mut pages_in = |dir: &PathBuf, key: &str, errors: &mut Vec<ConfigError>| {
-            if let Some(p) = page_sets.get(dir) {
-                return Some(p.clone());
+    /// The compiled pages of `dir` (`key` labels problems): the built-in pages, with a
+    /// warning, when the folder is missing.
+    fn pages_in(&mut self, dir: &PathBuf, key: &str) -> Option<Arc<Pages>> {
+        if let Some(p) = self.page_sets.get(dir) {
+            return Some(p.clone());
+        }
+        if !dir.is_dir() {
+            self.warnings.push(missing_folder(key, dir));
+            return Some(Pages::builtin());
+        }
+        match Pages::load(dir, key) {
+            Ok(p) => {
+                let p = Arc::new(p);
+                warn_origin_references(&p, &mut self.warnings);
+                warn_missing_pages(&p, &mut self.warnings);
+                self.page_sets.insert(dir.clone(), p.clone());
+                Some(p)
             }
-            if !dir.is_dir() {
-                warnings.push(missing_folder(key, dir));
-                return Some(Pages::builtin());
+            Err(e) => {
+                self.errors.extend(e.0);
+                None
             }
-            match Pages::load(dir, key) {
-                Ok(p) => {
-                    let p = Arc::new(p);
-                    warn_origin_references(&p, &mut warnings);
-                    warn_missing_pages(&p, &mut warnings);
-                    page_sets.insert(dir.clone(), p.clone());
-                    Some(p)
-                }
-                Err(e) => {
-                    errors.extend(e.0);
-                    None
-                }
-            }
-        };
+        }
+    }
+
+    /// Every room, with its pages, language, operator controls, autopilot and events' pages.
+    fn rooms(&mut self, config: &Config, state: &State) -> Vec<Room> {
         let mut rooms = Vec::new();
         let mut built_in = Vec::new();
         for (i, room) in config.rooms.iter().enumerate() {
             let pages = match &room.pages {
-                Some(dir) => pages_in(dir, &format!("room[{i}].pages"), &mut errors),
+                Some(dir) => self.pages_in(dir, &format!("room[{i}].pages")),
                 None => {
                     built_in.push(room.name.as_str());
                     Some(Pages::builtin())
@@ -154,7 +214,7 @@ impl Snapshot {
                 continue;
             };
             let Some(language) = pages.catalogs().find(&room.default_language) else {
-                errors.push(ConfigError::new(
+                self.errors.push(ConfigError::new(
                     &config.path,
                     Some(format!("room[{i}].default_language")),
                     format!(
@@ -175,38 +235,16 @@ impl Snapshot {
                 ));
                 continue;
             };
-            let mut built = Room::new(room.clone(), pages, &state.store)
+            let built = Room::new(room.clone(), pages, &state.store)
                 .with_controls(state.controls.cell(&room.name))
                 .with_pilot(state.pilots.cell(&room.name))
                 .with_language(language);
-            // An event's own page folder, compiled once like the rooms'.
-            for (j, event) in room.events.iter().enumerate() {
-                let Some(dir) = &event.pages else { continue };
-                let key = format!("room[{i}].event[{j}].pages");
-                let Some(pages) = pages_in(dir, &key, &mut errors) else {
-                    continue;
-                };
-                let Some(language) = pages.catalogs().find(&room.default_language) else {
-                    errors.push(ConfigError::new(
-                        &config.path,
-                        Some(key),
-                        format!(
-                            "no catalog for the room's default_language \"{}\" in {}",
-                            room.default_language,
-                            dir.display()
-                        ),
-                    ));
-                    continue;
-                };
-                built = built.with_event_pages(j, pages, language);
-            }
-            rooms.push(built);
+            rooms.push(self.event_pages(config, i, built));
         }
-
         // Said once (a reload logs only new warnings), so an operator who meant to serve their
         // own pages learns where vestibule looked.
         if !built_in.is_empty() {
-            warnings.push(format!(
+            self.warnings.push(format!(
                 "room{} {} name{} no pages and there is no folder {}: serving the built-in pages",
                 if built_in.len() > 1 { "s" } else { "" },
                 built_in.join(", "),
@@ -214,21 +252,44 @@ impl Snapshot {
                 config.path.with_file_name("pages").display()
             ));
         }
+        rooms
+    }
 
-        let rules = RuleSet::new(
-            config
-                .rate_limits
-                .iter()
-                .map(|r| Rule::new(r.clone(), &state.rules, &state.store))
-                .collect(),
-        );
+    /// Room `i`'s events' own page folders, compiled once like the rooms'.
+    fn event_pages(&mut self, config: &Config, i: usize, mut built: Room) -> Room {
+        let room = &config.rooms[i];
+        for (j, event) in room.events.iter().enumerate() {
+            let Some(dir) = &event.pages else { continue };
+            let key = format!("room[{i}].event[{j}].pages");
+            let Some(pages) = self.pages_in(dir, &key) else {
+                continue;
+            };
+            let Some(language) = pages.catalogs().find(&room.default_language) else {
+                self.errors.push(ConfigError::new(
+                    &config.path,
+                    Some(key),
+                    format!(
+                        "no catalog for the room's default_language \"{}\" in {}",
+                        room.default_language,
+                        dir.display()
+                    ),
+                ));
+                continue;
+            };
+            built = built.with_event_pages(j, pages, language);
+        }
+        built
+    }
 
-        let upstream = match previous {
+    /// The origin pool: the one in service when its settings are unchanged (it keeps its
+    /// health), else a new one.
+    fn upstream(&mut self, config: &Config, previous: Option<&Snapshot>) -> Option<Arc<Upstream>> {
+        match previous {
             Some(prev) if prev.upstream.config() == &config.upstream => Some(prev.upstream.clone()),
             _ => match Upstream::new(&config.upstream) {
                 Ok(u) => Some(Arc::new(u)),
                 Err(e) => {
-                    errors.push(ConfigError::new(
+                    self.errors.push(ConfigError::new(
                         &config.path,
                         Some("upstream.peers".into()),
                         format!("cannot build the origin pool: {e}"),
@@ -236,23 +297,6 @@ impl Snapshot {
                     None
                 }
             },
-        };
-
-        match (errors.is_empty(), upstream, pages) {
-            (true, Some(upstream), Some(pages)) => Ok(Snapshot {
-                generation: previous.map_or(1, |p| p.generation + 1),
-                loaded_at: now,
-                config,
-                upstream,
-                pages,
-                keys,
-                tls,
-                rooms: RoomSet::new(rooms),
-                rules,
-                warnings,
-                pending_restart,
-            }),
-            _ => Err(ConfigErrors(errors)),
         }
     }
 }

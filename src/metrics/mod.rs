@@ -478,89 +478,9 @@ impl Metrics {
         self.room_waiting_users.reset();
         self.room_wait_estimate.reset();
         for room in snapshot.rooms.iter() {
-            let name = room.name();
-            for d in Decision::ALL {
-                self.room_decisions.with_label_values(&[
-                    name,
-                    d.as_str(),
-                    room.config.mode.as_str(),
-                ]);
-            }
-            for r in Reject::ALL {
-                self.token_rejected.with_label_values(&[name, r.as_str()]);
-            }
-            self.room_admitted.with_label_values(&[name]);
-            for result in INVITATION_RESULTS {
-                self.room_invitations.with_label_values(&[name, result]);
-            }
-            if room.config.challenge.is_some() {
-                for result in CHALLENGE_RESULTS {
-                    self.room_challenges.with_label_values(&[name, result]);
-                }
-            }
-            for action in crate::controls::Action::LABELS {
-                self.admin_actions.with_label_values(&[name, action]);
-            }
-            let held = room.controls().held();
-            for (key, on) in [
-                ("paused", held.paused),
-                ("sold_out", room.sold_out()),
-                ("message", room.controls().message().is_some()),
-            ] {
-                self.room_override
-                    .with_label_values(&[name, key])
-                    .set(i64::from(on));
-            }
-            self.room_admit_grants
-                .with_label_values(&[name])
-                .set(crate::controls::grants_left(store, name, now) as i64);
-            for event in &room.config.events {
-                let current = EventState::of(event, now);
-                for state in EventState::ALL {
-                    self.room_event_state
-                        .with_label_values(&[name, &event.name, state.as_str()])
-                        .set(i64::from(state == current));
-                }
-            }
-            self.room_allow_percentage
-                .with_label_values(&[name])
-                .set(room.effective_allow_percentage(now));
-            if let Some(pace) = room.effective_new_users_per_minute(now) {
-                self.room_new_users_per_minute
-                    .with_label_values(&[name])
-                    .set(pace as i64);
-            }
-            if let Some(a) = room.pilot().status() {
-                self.room_autopilot_target
-                    .with_label_values(&[name])
-                    .set(a.target_latency_ms as f64 / 1000.0);
-                if let Some(ms) = a.last_interval.and_then(|i| i.p95_ms) {
-                    self.room_autopilot_p95
-                        .with_label_values(&[name])
-                        .set(ms as f64 / 1000.0);
-                }
-            }
-            if let Some(f) = room.figures(now) {
-                self.room_slot_share
-                    .with_label_values(&[name])
-                    .set(store.allotment(name).fraction());
-                self.room_active_users
-                    .with_label_values(&[name])
-                    .set(f.active as i64);
-                for lane in &f.lanes {
-                    self.room_waiting_users
-                        .with_label_values(&[name, &lane.name])
-                        .set(lane.waiting as i64);
-                }
-                let e = f.estimates;
-                for (q, v) in [("25", e.p25), ("50", e.p50), ("75", e.p75)] {
-                    if let Some(minutes) = v {
-                        self.room_wait_estimate
-                            .with_label_values(&[name, q])
-                            .set(minutes * 60.0);
-                    }
-                }
-            }
+            self.room_series(room);
+            self.room_controls(room, store, now);
+            self.room_figures(room, store, now);
         }
         self.ratelimit_penalty_box.reset();
         self.ratelimit_penalty_box_capacity.reset();
@@ -577,6 +497,111 @@ impl Metrics {
                 .set(rule.penalty_box_len(now) as i64);
         }
         self.config_generation.set(snapshot.generation as i64);
+    }
+
+    /// Every labelled counter series of `room`, created so dashboards show zeros, not gaps.
+    fn room_series(&self, room: &crate::room::Room) {
+        let name = room.name();
+        for d in Decision::ALL {
+            self.room_decisions
+                .with_label_values(&[name, d.as_str(), room.config.mode.as_str()]);
+        }
+        for r in Reject::ALL {
+            self.token_rejected.with_label_values(&[name, r.as_str()]);
+        }
+        self.room_admitted.with_label_values(&[name]);
+        for result in INVITATION_RESULTS {
+            self.room_invitations.with_label_values(&[name, result]);
+        }
+        if room.config.challenge.is_some() {
+            for result in CHALLENGE_RESULTS {
+                self.room_challenges.with_label_values(&[name, result]);
+            }
+        }
+        for action in crate::controls::Action::LABELS {
+            self.admin_actions.with_label_values(&[name, action]);
+        }
+    }
+
+    /// The operator's overrides, grants and the events' states of `room`.
+    fn room_controls(
+        &self,
+        room: &crate::room::Room,
+        store: &dyn CounterStore,
+        now: crate::time::Timestamp,
+    ) {
+        let name = room.name();
+        let held = room.controls().held();
+        for (key, on) in [
+            ("paused", held.paused),
+            ("sold_out", room.sold_out()),
+            ("message", room.controls().message().is_some()),
+        ] {
+            self.room_override
+                .with_label_values(&[name, key])
+                .set(i64::from(on));
+        }
+        self.room_admit_grants
+            .with_label_values(&[name])
+            .set(crate::controls::grants_left(store, name, now) as i64);
+        for event in &room.config.events {
+            let current = EventState::of(event, now);
+            for state in EventState::ALL {
+                self.room_event_state
+                    .with_label_values(&[name, &event.name, state.as_str()])
+                    .set(i64::from(state == current));
+            }
+        }
+    }
+
+    /// What `room` admits now: its pace or percentage, its autopilot, its active and waiting
+    /// users and their wait estimates.
+    fn room_figures(
+        &self,
+        room: &crate::room::Room,
+        store: &dyn CounterStore,
+        now: crate::time::Timestamp,
+    ) {
+        let name = room.name();
+        self.room_allow_percentage
+            .with_label_values(&[name])
+            .set(room.effective_allow_percentage(now));
+        if let Some(pace) = room.effective_new_users_per_minute(now) {
+            self.room_new_users_per_minute
+                .with_label_values(&[name])
+                .set(pace as i64);
+        }
+        if let Some(a) = room.pilot().status() {
+            self.room_autopilot_target
+                .with_label_values(&[name])
+                .set(a.target_latency_ms as f64 / 1000.0);
+            if let Some(ms) = a.last_interval.and_then(|i| i.p95_ms) {
+                self.room_autopilot_p95
+                    .with_label_values(&[name])
+                    .set(ms as f64 / 1000.0);
+            }
+        }
+        if let Some(f) = room.figures(now) {
+            self.room_slot_share
+                .with_label_values(&[name])
+                .set(store.allotment(name).fraction());
+            self.room_active_users
+                .with_label_values(&[name])
+                .set(f.active as i64);
+            for lane in &f.lanes {
+                self.room_waiting_users
+                    .with_label_values(&[name, &lane.name])
+                    .set(lane.waiting as i64);
+            }
+            let e = f.estimates;
+            for (q, v) in [("25", e.p25), ("50", e.p50), ("75", e.p75)] {
+                if let Some(minutes) = v {
+                    self.room_wait_estimate
+                        .with_label_values(&[name, q])
+                        .set(minutes * 60.0);
+                }
+            }
+        }
     }
 
     /// Calls `f` with the counter handles for `snapshot`'s rooms and rules (built on first use
