@@ -64,16 +64,16 @@ impl PageKind {
     /// The template compiled into the binary (`vestibule init` writes it out for editing).
     pub(crate) fn builtin_source(self) -> &'static str {
         match self {
-            PageKind::StartWaiting => include_str!("../pages/startwaiting.html"),
-            PageKind::KeepWaiting => include_str!("../pages/keepwaiting.html"),
-            PageKind::Deny => include_str!("../pages/deny.html"),
-            PageKind::RateLimited => include_str!("../pages/ratelimited.html"),
-            PageKind::Error => include_str!("../pages/error.html"),
-            PageKind::SoldOut => include_str!("../pages/soldout.html"),
-            PageKind::QueueFull => include_str!("../pages/queuefull.html"),
-            PageKind::PreQueue => include_str!("../pages/prequeue.html"),
-            PageKind::Challenge => include_str!("../pages/challenge.html"),
-            PageKind::Invite => include_str!("../pages/invite.html"),
+            PageKind::StartWaiting => include_str!("../../pages/startwaiting.html"),
+            PageKind::KeepWaiting => include_str!("../../pages/keepwaiting.html"),
+            PageKind::Deny => include_str!("../../pages/deny.html"),
+            PageKind::RateLimited => include_str!("../../pages/ratelimited.html"),
+            PageKind::Error => include_str!("../../pages/error.html"),
+            PageKind::SoldOut => include_str!("../../pages/soldout.html"),
+            PageKind::QueueFull => include_str!("../../pages/queuefull.html"),
+            PageKind::PreQueue => include_str!("../../pages/prequeue.html"),
+            PageKind::Challenge => include_str!("../../pages/challenge.html"),
+            PageKind::Invite => include_str!("../../pages/invite.html"),
         }
     }
 }
@@ -83,7 +83,7 @@ impl PageKind {
 pub(crate) const BASE_FILE: &str = "base.html";
 
 /// The built-in [`BASE_FILE`] (`vestibule init` writes it out beside the pages).
-pub(crate) const BUILTIN_BASE: &str = include_str!("../pages/base.html");
+pub(crate) const BUILTIN_BASE: &str = include_str!("../../pages/base.html");
 
 /// Wait estimates in minutes; `None` when unknown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
