@@ -13,6 +13,7 @@
 //! - [`challenge`]: proof-of-work before a place in line.
 //! - [`invite`]: invitations to presale and members' rooms.
 //! - [`autopilot`]: the law that steers a capacity room's pace by its origin's health.
+//! - [`store`]: the counter store's interface (the stores themselves are the edge's).
 //! - [`path`]: request paths, normalized once, and the origins of a path.
 //! - [`config`]: what a configuration problem is and where (file, line, key).
 //! - [`time`], [`thread_cache`]: the clock's type, per-thread caches.
@@ -25,6 +26,7 @@ pub mod invite;
 pub mod keys;
 pub mod path;
 pub mod sign;
+pub mod store;
 pub mod thread_cache;
 pub mod time;
 pub mod token;
