@@ -126,6 +126,17 @@ impl WatchSet {
         self.files.insert(file);
     }
 
+    /// Whether a watched file was modified at or after `loaded` (wall-clock time).
+    fn changed_since(&self, loaded: Timestamp) -> bool {
+        self.files.iter().any(|file| {
+            std::fs::metadata(file)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .is_some_and(|t| t.as_millis() as u64 >= loaded.millis())
+        })
+    }
+
     fn matters(&self, path: &Path) -> bool {
         if path.extension().is_some_and(|e| e == "toml")
             && path
@@ -223,6 +234,13 @@ impl BackgroundService for Reloader {
                     }
                     set = wanted;
                 }
+                // A file saved after the snapshot was loaded and before its folder was watched
+                // (at startup, the moments before this service runs) sent no event: reload for
+                // it as if it had.
+                if watched_generation == 0 && set.changed_since(snapshot.loaded_at) {
+                    let now = Instant::now();
+                    pending = Some((now + QUIET, now + MAX_DELAY));
+                }
                 watched_generation = snapshot.generation;
             }
             drop(snapshot);
@@ -289,5 +307,27 @@ mod tests {
         assert!(!set.matters(&dir.path().join("v.toml.swp")));
         assert!(!set.matters(&dir.path().join("4913")));
         assert_eq!(set.dirs.len(), 1);
+    }
+
+    #[test]
+    fn a_file_saved_after_the_load_counts_as_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("vestibule.toml");
+        std::fs::write(&file, "x").unwrap();
+        let mut set = WatchSet::default();
+        set.add(&file);
+        let saved = std::fs::metadata(&file).unwrap().modified().unwrap();
+        let saved = saved
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        // Loaded before the save: the save sent no event the watcher saw, so it counts.
+        assert!(set.changed_since(Timestamp::from_millis(saved)));
+        assert!(set.changed_since(Timestamp::from_millis(saved - 1_000)));
+        // Loaded after it: nothing to do.
+        assert!(!set.changed_since(Timestamp::from_millis(saved + 1_000)));
+        // A file that is gone is no change.
+        std::fs::remove_file(&file).unwrap();
+        assert!(!set.changed_since(Timestamp::from_millis(0)));
     }
 }
