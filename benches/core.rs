@@ -5,7 +5,6 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use vestibule::config::Config;
 use vestibule::identity::Identity;
 use vestibule::pages::Pages;
 use vestibule::room::{Room, RoomSet};
@@ -22,7 +21,7 @@ fn rooms(toml: &str) -> RoomSet {
 
 /// The rooms of `toml`, counting in `store` (one store for all of them, as in the server).
 fn rooms_in(store: &std::sync::Arc<dyn vestibule::store::CounterStore>, toml: &str) -> RoomSet {
-    let config = Config::parse(
+    let config = vestibule::config::parse(
         &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
         Path::new("/tmp/bench.toml"),
     )
@@ -206,7 +205,7 @@ fn capacity_room_and_allow_tokens(
 /// per client, a token bucket per client and `X-Api-Key`, and a concurrency cap.
 fn three_rules() -> vestibule::ratelimit::RuleSet {
     use vestibule::ratelimit::{Rule, RuleSet, RuleStates};
-    let config = Config::parse(
+    let config = vestibule::config::parse(
         "[upstream]\npeers = [\"127.0.0.1:1\"]\n\
          [[rate_limit]]\nname = \"per-ip\"\nwindow = \"10s\"\nlimit = 1000000\n\
          [[rate_limit]]\nname = \"api-key\"\nkey = [\"client_ip\", \"header:x-api-key\"]\nalgorithm = \"token_bucket\"\nlimit = 1000000\nperiod = \"1s\"\n\

@@ -60,7 +60,7 @@ impl App {
     /// Loads the first snapshot. Fails, listing every problem, when the config is not valid.
     pub fn start(config_path: &Path) -> Result<Arc<App>, ConfigErrors> {
         let now = Timestamp::now();
-        let state = State::for_config(&crate::config::Config::load(config_path)?);
+        let state = State::for_config(&crate::config::load(config_path)?);
         let snapshot = Snapshot::load(config_path, None, &state, now)?;
         let metrics = Metrics::new();
         metrics.refresh(&snapshot, &*state.store);

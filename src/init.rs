@@ -290,7 +290,7 @@ mod tests {
     fn the_written_config_is_valid_and_titled() {
         let dir = tempfile::tempdir().unwrap();
         let path = init(&opts(dir.path()), "k1").unwrap();
-        let config = crate::config::Config::load(&path).unwrap_or_else(|e| panic!("{e:?}"));
+        let config = crate::config::load(&path).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(config.rooms[0].title, "Tickets \"live\" \\ now");
         assert!(config.admin.listen.ip().is_loopback());
         assert!(config.admin.state_file.starts_with(dir.path()));

@@ -11,7 +11,6 @@ pub mod app;
 pub mod autopilot;
 pub mod config;
 pub mod controls;
-pub mod cookie;
 pub mod decide;
 pub mod demo;
 pub mod i18n;
@@ -31,7 +30,6 @@ pub mod reload;
 pub mod resets;
 pub mod room;
 pub mod server;
-pub mod shard;
 #[cfg(feature = "tools")]
 pub mod simulate;
 pub mod snapshot;
@@ -41,4 +39,6 @@ pub mod tls;
 pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
-pub use vestibule_core::{challenge, identity, invite, path, thread_cache, time, token};
+pub use vestibule_core::{
+    challenge, cookie, identity, invite, path, shard, thread_cache, time, token,
+};

@@ -42,7 +42,7 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
         upgrade: options.upgrade,
         ..Opt::default()
     };
-    let mut server = Server::new_with_opt_and_conf(opt, config.pingora_conf());
+    let mut server = Server::new_with_opt_and_conf(opt, crate::config::pingora_conf(config));
     server.bootstrap();
 
     let mut http = pingora::proxy::http_proxy(&server.configuration, Proxy::new(app.clone()));

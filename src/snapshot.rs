@@ -58,10 +58,10 @@ impl Snapshot {
         state: &State,
         now: Timestamp,
     ) -> Result<Snapshot, ConfigErrors> {
-        let mut config = Config::load(path)?;
+        let mut config = crate::config::load(path)?;
         // A reload keeps the sockets in service: validate the config as it will actually run.
         let pending_restart = match previous {
-            Some(prev) => config.keep_restart_settings(&prev.config)?,
+            Some(prev) => config.keep_restart_settings(&prev.config, &crate::config::System)?,
             None => Vec::new(),
         };
         let mut load = Loading::default();

@@ -53,7 +53,7 @@ impl State {
             format!("{:08x}", rand::thread_rng().gen::<u32>())
         };
         let store = Arc::new(SharedStore::new(
-            &c.node_name(&config.server.listen),
+            &c.node_name(&config.server.listen, crate::config::hostname().as_deref()),
             &incarnation,
             c.sync_interval.as_millis() as u64,
             c.on_store_failure,

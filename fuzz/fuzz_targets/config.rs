@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let path = Path::new("/nonexistent/fuzz/vestibule.toml");
-    if let Err(errors) = Config::parse_offline(text, path) {
+    if let Err(errors) = vestibule::config::parse_offline(text, path) {
         assert!(!errors.0.is_empty());
         for e in &errors.0 {
             assert_eq!(e.file, path);

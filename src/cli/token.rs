@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use vestibule::time::Timestamp;
 
 pub(crate) fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
-    let loaded = vestibule::config::Config::load(path)
+    let loaded = vestibule::config::load(path)
         .and_then(|config| vestibule::keys::load(&config.keys_file).map(|ring| (config, ring)));
     let (config, ring) = match loaded {
         Ok(loaded) => loaded,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::suggest::schema;
+use super::schema;
 
 /// The repository's root: the nearest folder above this crate's that holds the book.
 fn root() -> PathBuf {
@@ -257,7 +257,7 @@ fn the_whole_configs_of_the_readme_and_the_book_are_valid() {
     ] {
         for text in whole_files(&read(page)) {
             let path = Path::new("/etc/vestibule/vestibule.toml");
-            if let Err(e) = super::Config::parse_offline(&text, path) {
+            if let Err(e) = super::parse_offline(&text, path) {
                 panic!("{page}: a config that does not load:\n{text}\n{e}");
             }
             checked += 1;

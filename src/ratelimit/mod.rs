@@ -561,6 +561,7 @@ mod tests {
         let config = Config::parse(
             &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
             Path::new("/tmp/x.toml"),
+            &crate::config::testing::Bare,
         )
         .unwrap();
         let states = RuleStates::default();

@@ -28,6 +28,7 @@ fn rooms(toml: &str) -> RoomSet {
     let config = Config::parse(
         &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
         Path::new("/tmp/x.toml"),
+        &crate::config::testing::Bare,
     )
     .unwrap();
     RoomSet::new(

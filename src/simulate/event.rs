@@ -24,7 +24,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::kendall_tau_b;
-use crate::config::Config;
 use crate::identity::Identity;
 use crate::pages::Pages;
 use crate::room::{CookieAction, Decision, Room};
@@ -169,7 +168,8 @@ fn room(opts: &EventOptions, shuffle: bool, store: &Arc<dyn CounterStore>) -> Re
         rfc3339(start + 24 * 3600),
         opts.new_users_per_minute
     );
-    let config = Config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
+    let config =
+        crate::config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
     let room = config.rooms.into_iter().next().ok_or("no room")?;
     Ok(Room::new(room, Pages::builtin(), store))
 }

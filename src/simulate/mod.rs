@@ -52,7 +52,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::OnStoreFailure;
-use crate::config::{Admission, Config, QueueOrder};
+use crate::config::{Admission, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::pages::Pages;

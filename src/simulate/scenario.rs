@@ -26,7 +26,8 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
             .collect();
         let _ = writeln!(toml, "lanes = {{ {} }}", lanes.join(", "));
     }
-    let config = Config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
+    let config =
+        crate::config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
     let room = config.rooms.into_iter().next().ok_or("no room")?;
     debug_assert!(matches!(room.admission, Admission::Capacity(_)));
     Ok(Room::new(room, Pages::builtin(), store))

@@ -16,7 +16,6 @@
 
 mod counters;
 pub mod local;
-mod marks;
 pub mod redis;
 pub mod shared;
 

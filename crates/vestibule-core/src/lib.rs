@@ -21,10 +21,12 @@
 pub mod autopilot;
 pub mod challenge;
 pub mod config;
+pub mod cookie;
 pub mod identity;
 pub mod invite;
 pub mod keys;
 pub mod path;
+pub mod shard;
 pub mod sign;
 pub mod store;
 pub mod thread_cache;

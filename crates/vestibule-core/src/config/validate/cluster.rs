@@ -51,13 +51,13 @@ impl Validator<'_> {
                 self.err("cluster.redis", "needs the Redis server's URL");
             }
             for (i, url) in c.redis.iter().enumerate() {
-                match redis::Client::open(url.as_str()) {
-                    Ok(_) => redis.push(url.clone()),
+                match self.host.check_store_url(url) {
+                    Ok(()) => redis.push(url.clone()),
                     Err(e) => self.err(
                         format!("cluster.redis[{i}]"),
                         format!(
                             "is not a Redis URL like \"redis://10.0.0.5:6379/0\": {}",
-                            crate::config::redact_url(&e.to_string())
+                            crate::config::redact_url(&e)
                         ),
                     ),
                 }

@@ -215,7 +215,7 @@ impl Validator<'_> {
             return (written, None);
         }
         let path = self.resolve(path);
-        match std::fs::read_to_string(&path) {
+        match self.host.read(&path) {
             Ok(text) if text.trim().is_empty() => {
                 self.err("admin.token_file", format!("{} is empty", path.display()));
                 (None, Some(path))

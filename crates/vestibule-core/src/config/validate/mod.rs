@@ -7,7 +7,7 @@
 //! lottery or capacity and its autopilot) and `rules` (`[[rate_limit]]`).
 
 use std::collections::HashSet;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -26,24 +26,14 @@ mod rules;
 mod server;
 mod upstream;
 
-/// How `upstream.peers` names become addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resolve {
-    /// The system resolver (DNS), as a running proxy needs.
-    System,
-    /// Literal addresses only; a host name is an error. For fuzzing and tools that must not
-    /// touch the network.
-    Offline,
-}
-
-pub(super) fn parse(text: &str, path: &Path, resolve: Resolve) -> Result<Config, ConfigErrors> {
+pub(super) fn parse(text: &str, path: &Path, host: &dyn Host) -> Result<Config, ConfigErrors> {
     // Unknown keys do not stop the parse: each is reported, and what did parse is validated
     // too, so one run lists every problem of the file.
     let mut unknown = Vec::new();
     let parsed =
         serde_ignored::deserialize(toml::Deserializer::new(text), |p| unknown.push(dotted(&p)));
     let mut v = Validator {
-        resolve,
+        host,
         locator: std::cell::OnceCell::new(),
         text,
         path,
@@ -91,7 +81,8 @@ fn dotted(path: &serde_ignored::Path<'_>) -> String {
 }
 
 struct Validator<'a> {
-    resolve: Resolve,
+    /// The files, folders and names the config refers to.
+    host: &'a dyn Host,
     /// Parsed on the first error only: a good file is never parsed twice.
     locator: std::cell::OnceCell<Locator<'a>>,
     text: &'a str,
@@ -234,10 +225,10 @@ fn admin_token_missing(listen: SocketAddr, token: Option<&str>) -> Option<String
 /// Checks of a config as it will run after a reload: the restart-only settings of the config
 /// in service (sockets already open) with everything else from the new file. A reload must not
 /// apply an edit that is only safe together with a socket change it cannot make.
-pub(super) fn check_as_run(config: &Config) -> Vec<ConfigError> {
+pub(super) fn check_as_run(config: &Config, host: &dyn Host) -> Vec<ConfigError> {
     let mut errors = Vec::new();
     if let Some(message) = admin_token_missing(config.admin.listen, config.admin.token.as_deref()) {
-        let text = std::fs::read_to_string(&config.path).unwrap_or_default();
+        let text = host.read(&config.path).unwrap_or_default();
         errors.push(
             ConfigError::new(
                 &config.path,

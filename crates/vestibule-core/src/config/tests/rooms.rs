@@ -79,7 +79,7 @@ fn rooms_without_cookie_names_get_their_own() {
 fn a_room_without_a_pages_folder_gets_the_built_in_pages() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vestibule.toml");
-    let load = |text: &str| Config::parse(text, &path);
+    let load = |text: &str| Config::parse(text, &path, &Disk);
     let room = format!("{MINIMAL}[[room]]\n");
     assert_eq!(load(&room).unwrap().rooms[0].pages, None);
     std::fs::create_dir(dir.path().join("pages")).unwrap();

@@ -13,6 +13,8 @@
 //!
 //! Time is always passed in; a store never reads a clock.
 
+pub mod marks;
+
 use std::sync::Arc;
 
 use crate::time::Timestamp;

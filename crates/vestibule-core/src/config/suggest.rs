@@ -68,8 +68,7 @@ fn known_keys(table: &str) -> Option<&'static [&'static str]> {
 /// Every table of the schema (`""` for the top level, `"room.event"`, …) with the keys it accepts,
 /// found by walking [`known_keys`] from the top: a key is a table when `known_keys` knows its
 /// path. The documentation tests compare this with the configuration reference and the sample.
-#[cfg(test)]
-pub(super) fn schema() -> Vec<(String, &'static [&'static str])> {
+pub fn schema() -> Vec<(String, &'static [&'static str])> {
     let mut out = Vec::new();
     let mut todo = vec![String::new()];
     while let Some(table) = todo.pop() {

@@ -220,7 +220,7 @@ impl Validator<'_> {
         // no copied files.
         let pages = match r.pages.as_deref() {
             Some(p) => Some(self.resolve(p)),
-            None => Some(self.resolve("pages")).filter(|dir| dir.is_dir()),
+            None => Some(self.resolve("pages")).filter(|dir| self.host.is_dir(dir)),
         };
         pages
     }

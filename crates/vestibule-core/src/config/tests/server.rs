@@ -59,23 +59,6 @@ fn admin_token_required_off_loopback() {
 }
 
 #[test]
-fn pingora_conf_bounds_shutdown() {
-    let c = parse(&format!(
-        "{MINIMAL}[server]\ngraceful_shutdown = \"3s\"\nthreads = 4\n"
-    ))
-    .unwrap();
-    let p = c.pingora_conf();
-    assert_eq!(p.threads, 4);
-    assert_eq!(p.grace_period_seconds, Some(1));
-    assert_eq!(p.graceful_shutdown_timeout_seconds, Some(1));
-    assert_eq!(p.pid_file, "/tmp/vestibule.pid");
-    // Timeouts of 1 s and more on Tokio's timer wheel.
-    assert_eq!(p.fast_timeout_to_tokio_threshold_seconds, Some(0));
-    let c = parse(&format!("{MINIMAL}[server]\ngraceful_shutdown = \"0s\"\n")).unwrap();
-    assert_eq!(c.pingora_conf().grace_period_seconds, Some(0));
-}
-
-#[test]
 fn a_header_identity_needs_trusted_proxies() {
     let e = errors(&format!("{MINIMAL}[identity]\nsource = \"header\"\n"));
     assert!(
@@ -98,7 +81,7 @@ fn a_reload_is_checked_with_the_sockets_in_service() {
     // must stay.
     let mut edited = parse(&format!("{MINIMAL}[admin]\nlisten = \"127.0.0.1:9901\"\n")).unwrap();
     let e = edited
-        .keep_restart_settings(&serving)
+        .keep_restart_settings(&serving, &Disk)
         .unwrap_err()
         .to_string();
     assert!(
@@ -110,7 +93,7 @@ fn a_reload_is_checked_with_the_sockets_in_service() {
         "{MINIMAL}[admin]\nlisten = \"0.0.0.0:9902\"\ntoken = \"fedcba9876543210\"\n"
     ))
     .unwrap();
-    let pending = edited.keep_restart_settings(&serving).unwrap();
+    let pending = edited.keep_restart_settings(&serving, &Disk).unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].0, "admin.listen");
     assert_eq!(edited.admin.listen, serving.admin.listen);

@@ -27,7 +27,7 @@ use crate::time::Timestamp;
 pub const MAX_MARKS: usize = 100_000;
 
 /// Shards (a power of two).
-pub(crate) const SHARDS: usize = 64;
+pub const SHARDS: usize = 64;
 
 /// Per scope (a room, a rule): each mark and when it may be forgotten, in ms.
 type ByScope =
@@ -66,7 +66,7 @@ fn insert(map: &mut ByScope, scope: &str, mark: Mark, until: Timestamp) {
         .insert(mark, until.millis());
 }
 
-pub(crate) struct Marks {
+pub struct Marks {
     hasher: ahash::RandomState,
     shards: Box<[CountedShard<ByScope>]>,
 }
@@ -168,7 +168,7 @@ impl Marks {
     }
 
     /// Forgets every mark expired at `now`.
-    pub(crate) fn forget_expired(&self, now: Timestamp) {
+    pub fn forget_expired(&self, now: Timestamp) {
         for shard in self.shards.iter() {
             if shard.held() == 0 {
                 continue;
@@ -183,9 +183,13 @@ impl Marks {
     }
 
     /// How many marks are remembered, expired or not.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.total()
+    }
+
+    /// Whether no mark is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Whether `mark` of `scope` is remembered, expired or not.

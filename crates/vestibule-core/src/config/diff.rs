@@ -416,6 +416,7 @@ mod tests {
         Config::parse(
             &format!("[upstream]\npeers = [\"127.0.0.1:8000\"]\n{extra}"),
             Path::new("/tmp/v.toml"),
+            &crate::config::testing::Bare,
         )
         .unwrap()
     }

@@ -22,13 +22,7 @@ impl Validator<'_> {
                 self.err(key, format!("\"{p}\" has an invalid port"));
                 continue;
             }
-            let resolved = match self.resolve {
-                Resolve::System => name.to_socket_addrs().map(|a| a.collect::<Vec<_>>()),
-                Resolve::Offline => name
-                    .parse::<SocketAddr>()
-                    .map(|a| vec![a])
-                    .map_err(|_| std::io::Error::other("host names are not resolved offline")),
-            };
+            let resolved = self.host.resolve(name);
             match resolved {
                 Ok(mut addrs) => {
                     addrs.dedup();
@@ -65,7 +59,7 @@ impl Validator<'_> {
             if !u.tls {
                 self.err("upstream.ca_file", "only applies when upstream.tls = true");
             }
-            match std::fs::read_to_string(path) {
+            match self.host.read(path) {
                 Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {}
                 Ok(_) => self.err(
                     "upstream.ca_file",

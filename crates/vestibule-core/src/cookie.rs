@@ -141,7 +141,7 @@ pub fn set(config: &CookieConfig, value: &str, secure: bool) -> String {
 }
 
 /// A `Set-Cookie` value deleting the room cookie.
-pub(crate) fn delete(config: &CookieConfig, secure: bool) -> String {
+pub fn delete(config: &CookieConfig, secure: bool) -> String {
     let mut s = format!(
         "{}=deleted; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite={}",
         config.name,
@@ -154,7 +154,7 @@ pub(crate) fn delete(config: &CookieConfig, secure: bool) -> String {
 }
 
 /// Removes a `pow` room's solution cookie, as its challenge page set it.
-pub(crate) fn delete_solution(name: &str) -> String {
+pub fn delete_solution(name: &str) -> String {
     format!("{name}=; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; SameSite=Lax")
 }
 

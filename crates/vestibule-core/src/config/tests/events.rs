@@ -14,7 +14,7 @@ fn events_are_read_in_time_order() {
          [[room.event]]\nname = \"launch\"\nprequeue_start = \"2026-12-01T09:30:00Z\"\n\
          start = \"2026-12-01T11:00:00+01:00\"\nend = 2026-12-01T14:00:00Z\nshuffle_at_start = true\n\
          pages = \"pages/launch\"\nnew_users_per_minute = 500\nadmission = \"random\"\ntitle = \"Launch\"\n"
-    ), &dir.path().join("vestibule.toml"))
+    ), &dir.path().join("vestibule.toml"), &Disk)
     .unwrap();
     let events = &c.rooms[0].events;
     assert_eq!(
