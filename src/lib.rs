@@ -8,7 +8,6 @@
 pub mod admin;
 pub mod alloc;
 pub mod app;
-pub mod autopilot;
 pub mod config;
 pub mod controls;
 pub mod decide;
@@ -40,5 +39,5 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    challenge, cookie, identity, invite, path, shard, thread_cache, time, token,
+    autopilot, challenge, cookie, identity, invite, path, shard, thread_cache, time, token,
 };

@@ -27,7 +27,7 @@ const BUCKETS: usize = 17 * PER_OCTAVE as usize + 2;
 
 /// A latency histogram of log-spaced buckets, filled by any thread without a lock and drained
 /// once per interval.
-pub(crate) struct Sketch {
+pub struct Sketch {
     buckets: Box<[AtomicU32]>,
     responses: AtomicU64,
     errors: AtomicU64,
@@ -35,7 +35,7 @@ pub(crate) struct Sketch {
 
 /// What a sketch held when drained.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Drained {
+pub struct Drained {
     pub responses: u64,
     pub errors: u64,
     /// Seconds; `None` without answers.
@@ -348,7 +348,7 @@ impl PilotCell {
 
     /// Lottery rooms: one draw (a waiting visitor's token decided, or a visitor let straight
     /// in), and whether it let the visitor in.
-    pub(crate) fn count_draw(&self, win: bool) {
+    pub fn count_draw(&self, win: bool) {
         self.draws.fetch_add(1, Ordering::Relaxed);
         if win {
             self.wins.fetch_add(1, Ordering::Relaxed);
@@ -552,7 +552,7 @@ fn next_step(now: Timestamp, c: &AutopilotConfig) -> Timestamp {
 /// A room policy's handle on its autopilot. It compares equal whatever it holds: it is not a
 /// setting of the policy.
 #[derive(Clone, Default)]
-pub(crate) struct PilotHandle(pub Option<Arc<PilotCell>>);
+pub struct PilotHandle(pub Option<Arc<PilotCell>>);
 
 impl PartialEq for PilotHandle {
     fn eq(&self, _: &Self) -> bool {

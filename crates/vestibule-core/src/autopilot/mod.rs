@@ -56,6 +56,8 @@
 //! The proxy runs the law (the edge's `autopilot::pilot`): what each room's origin answered, the
 //! pace in force, and one step per interval.
 
+pub mod pilot;
+
 /// Answers an interval must have before they say anything.
 pub const MIN_RESPONSES: u64 = 20;
 /// Below this share of the target latency the origin has room to spare.
