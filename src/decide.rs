@@ -1,8 +1,8 @@
 //! The decision: what one request is owed.
 //!
-//! The proxy reads a request once into a [`Request`], calls [`decide`] with the snapshot in
+//! The proxy reads a request once into a [`Request`], calls [`decide`] with the [`Policy`] in
 //! service and the clock, and writes the [`Verdict`]. Nothing here touches a socket, Pingora or
-//! the metrics: the decision reads the request, the rooms and rules of the snapshot, and the
+//! the metrics: the decision reads the request, the rooms and rules of the policy, and the
 //! counter store behind them, and says what to answer and what the rest of the request needs.
 //!
 //! # The steps, in order
@@ -37,15 +37,15 @@ use std::net::IpAddr;
 use http::header;
 use smallvec::SmallVec;
 
-use crate::config::{RoomMode, Scope};
+use crate::config::{Config, RoomMode, Scope};
 use crate::cookie;
 use crate::identity::IdentityPolicy;
 use crate::invite;
+use crate::keys::KeyRing;
 use crate::pages::{self, Wants};
 use crate::path::RequestPath;
-use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView};
-use crate::room::{Brought, CookieAction, Decision, Outcome, Place, PowCount, Room};
-use crate::snapshot::Snapshot;
+use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView, RuleSet};
+use crate::room::{Brought, CookieAction, Decision, Outcome, Place, PowCount, Room, RoomSet};
 use crate::time::Timestamp;
 use crate::token::{Dec, Reject};
 
@@ -135,7 +135,7 @@ pub struct Notes {
     pub client_ip: Option<IpAddr>,
     /// Over TLS, or so a trusted proxy said: cookies are `Secure`, `X-Forwarded-Proto` is https.
     pub secure: bool,
-    /// The room the request was routed to (an index into the snapshot's rooms).
+    /// The room the request was routed to (an index into the policy's rooms).
     pub room: Option<usize>,
     pub decision: Option<Decision>,
     /// What the client asked for, when a room looked (its page answers in kind).
@@ -179,37 +179,44 @@ impl From<&Outcome> for Counted {
     }
 }
 
+/// What a decision reads besides the request: one generation of configuration, as the rooms
+/// and rules built from it. The edge's snapshot lends it for each request; it is a few
+/// references, made on the request path.
+#[derive(Clone, Copy)]
+pub struct Policy<'a> {
+    pub config: &'a Config,
+    /// The key ring; `None` when no room needs one.
+    pub keys: Option<&'a KeyRing>,
+    pub rooms: &'a RoomSet,
+    pub rules: &'a RuleSet,
+}
+
 /// Decides one request: see the [module documentation](self) for the steps.
-pub fn decide(req: &Request, snapshot: &Snapshot, now: Timestamp) -> Verdict {
+pub fn decide(req: &Request, policy: &Policy, now: Timestamp) -> Verdict {
     let mut notes = Notes::default();
-    let answer = decide_into(req, snapshot, now, &mut notes);
+    let answer = decide_into(req, policy, now, &mut notes);
     Verdict { answer, notes }
 }
 
 /// [`decide`], writing the notes into `notes` (a fresh [`Notes`]) in place: the proxy keeps them
 /// in its per-request context, and this spares moving them there.
-pub fn decide_into(
-    req: &Request,
-    snapshot: &Snapshot,
-    now: Timestamp,
-    notes: &mut Notes,
-) -> Answer {
-    if snapshot.config.server.redirect_to_https && !req.tls {
-        if let Some(location) = https_location(req, snapshot) {
+pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut Notes) -> Answer {
+    if policy.config.server.redirect_to_https && !req.tls {
+        if let Some(location) = https_location(req, policy) {
             return Answer::Redirect(location);
         }
     }
-    let policy = &snapshot.config.identity;
+    let who = &policy.config.identity;
     let ClientAddress {
         ip: client_ip,
         peer,
         trusted,
     } = req.client;
-    let header_identity = policy
+    let header_identity = who
         .header_name()
         .and_then(|h| req.headers.get(h))
         .map(|v| v.as_bytes());
-    let identity = policy.identify(client_ip, peer, header_identity);
+    let identity = who.identify(client_ip, peer, header_identity);
     notes.client_ip = Some(client_ip);
     notes.secure = req.tls || (trusted && forwarded_https(req.headers));
     let view = RequestView {
@@ -221,18 +228,17 @@ pub fn decide_into(
         headers: req.headers,
     };
 
-    let route = snapshot.rooms.route(&req.host, &req.path, client_ip);
+    let route = policy.rooms.route(&req.host, &req.path, client_ip);
     notes.room = route.map(|r| r.index);
-    if let Some(limited) = check_rules(snapshot, Scope::All, &view, now, notes) {
+    if let Some(limited) = check_rules(policy, Scope::All, &view, now, notes) {
         return Answer::RateLimited(limited);
     }
     if let Some(route) = route {
         let room = route.room;
         // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
         // renewals fail: no room, challenge or invitation holds them (rate rules still do).
-        let acme =
-            snapshot.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
-        let admission = match (&snapshot.keys, route.bypass || acme || !room.config.enabled) {
+        let acme = policy.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
+        let admission = match (policy.keys, route.bypass || acme || !room.config.enabled) {
             (Some(ring), false) => room_admission(req, room, ring, &identity, now, notes),
             _ => Admission::Decided(Outcome::new(Decision::Bypass, CookieAction::Keep), false),
         };
@@ -262,7 +268,7 @@ pub fn decide_into(
         notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
         notes.place = outcome.place;
     }
-    match check_rules(snapshot, Scope::Origin, &view, now, notes) {
+    match check_rules(policy, Scope::Origin, &view, now, notes) {
         Some(limited) => Answer::RateLimited(limited),
         None => Answer::Forward,
     }
@@ -344,20 +350,20 @@ fn room_admission(
 /// Runs the rules of one scope, notes their verdicts, concurrency slots and token-bucket
 /// headers, and returns the blocking verdict if there is one.
 fn check_rules(
-    snapshot: &Snapshot,
+    policy: &Policy,
     scope: Scope,
     view: &RequestView,
     now: Timestamp,
     notes: &mut Notes,
 ) -> Option<Limited> {
-    if !snapshot.rules.has_scope(scope) {
+    if !policy.rules.has_scope(scope) {
         return None;
     }
     let mut checks = Checks::new();
-    let blocked = snapshot.rules.check(scope, view, now, &mut checks);
+    let blocked = policy.rules.check(scope, view, now, &mut checks);
     let mut limited = None;
     for (i, checked) in checks.into_iter().enumerate() {
-        let Some(rule) = snapshot.rules.get(checked.rule) else {
+        let Some(rule) = policy.rules.get(checked.rule) else {
             continue;
         };
         let check = checked.check;
@@ -386,11 +392,11 @@ const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
 /// Where `redirect_to_https` sends a plain request: the same host, path and query on the first
 /// TLS listener's port. `None` for ACME HTTP-01 challenges (proxied, so certificate renewals
 /// keep working) and for requests a trusted proxy says arrived over https.
-fn https_location(req: &Request, snapshot: &Snapshot) -> Option<String> {
+fn https_location(req: &Request, policy: &Policy) -> Option<String> {
     if req.path.is_under(ACME_CHALLENGE) {
         return None;
     }
-    if snapshot.config.identity.is_trusted(req.client.peer) && forwarded_https(req.headers) {
+    if policy.config.identity.is_trusted(req.client.peer) && forwarded_https(req.headers) {
         return None;
     }
     let host = &req.host;
@@ -402,7 +408,7 @@ fn https_location(req: &Request, snapshot: &Snapshot) -> Option<String> {
     } else {
         host.to_string()
     };
-    let port = snapshot
+    let port = policy
         .config
         .server
         .tls_listen
@@ -488,6 +494,7 @@ const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetc
 mod tests {
     use super::*;
     use crate::keys::testing::KEY1;
+    use crate::snapshot::Snapshot;
     use crate::state::State;
 
     /// A snapshot of `rooms_and_rules` behind one origin, with the test key ring.
@@ -547,7 +554,7 @@ mod tests {
             client: client_address(&sent.headers, &snapshot.config.identity, peer),
             tls: sent.tls,
         };
-        decide(&request, snapshot, at)
+        decide(&request, &snapshot.policy(), at)
     }
 
     const HELD_ROOM: &str = "[[room]]\nname = \"sale\"\npaths = [\"/\"]\nbypass_paths = [\"/static/\"]\nadmission = \"fifo\"\nnew_users_per_minute = 1\nqueue_all = true\n";

@@ -49,6 +49,16 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Snapshot {
+    /// What a request's decision reads from this generation.
+    pub fn policy(&self) -> crate::decide::Policy<'_> {
+        crate::decide::Policy {
+            config: &self.config,
+            keys: self.keys.as_ref(),
+            rooms: &self.rooms,
+            rules: &self.rules,
+        }
+    }
+
     /// Loads `path` and everything it names. `previous` is the snapshot in service, whose
     /// upstream pool (and its health) is kept when unchanged; `state` holds the counters that
     /// unchanged rules and rooms keep.

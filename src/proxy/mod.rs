@@ -144,7 +144,7 @@ impl ProxyHttp for Proxy {
             client,
             tls,
         };
-        let answer = decide::decide_into(&request, &snapshot, now, &mut ctx.notes);
+        let answer = decide::decide_into(&request, &snapshot.policy(), now, &mut ctx.notes);
         drop(request);
         self.record(&snapshot, &ctx.notes);
         match answer {
