@@ -41,4 +41,6 @@ pub mod tls;
 pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
-pub use vestibule_core::{challenge, identity, invite, path, thread_cache, time, token};
+pub use vestibule_core::{
+    challenge, identity, inflight, invite, path, sketch, thread_cache, time, token,
+};
