@@ -151,7 +151,7 @@ pub struct Notes {
     /// Each rule checked, with its verdict (for the metrics and the access log).
     pub rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
     /// Concurrency slots, given back when dropped.
-    pub slots: SmallVec<[pingora_limits::inflight::Guard; 2]>,
+    pub slots: SmallVec<[crate::inflight::Guard; 2]>,
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     pub quotas: SmallVec<[(usize, u64, u64); 2]>,

@@ -39,5 +39,6 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, challenge, cookie, identity, invite, path, shard, thread_cache, time, token,
+    autopilot, challenge, cookie, identity, inflight, invite, path, shard, sketch, thread_cache,
+    time, token,
 };

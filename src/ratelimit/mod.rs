@@ -21,10 +21,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, Weak};
 
-use pingora_limits::inflight::{Guard, Inflight};
-
 use crate::config::{Action, Algorithm, KeyPart, RuleConfig, Scope};
 use crate::identity::Identity;
+use crate::inflight::{Guard, Inflight};
 use crate::store::{CounterStore, Mark, MarkKind, WindowCounter, WindowSpec};
 use crate::time::{ceil_secs, Timestamp};
 

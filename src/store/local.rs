@@ -2,10 +2,10 @@
 //!
 //! ## Windows
 //!
-//! Each window counter is two pingora-limits count-min sketches ([`Estimator`]), one for the
-//! current interval and one for the previous, like pingora's `Rate`, but driven by the clock the
-//! caller passes in (so unit tests and the simulator control time) and with intervals aligned
-//! on multiples of the interval since the epoch (like Fastly's buckets). Memory is fixed when
+//! Each window counter is two count-min sketches ([`Sketch`], from the core), one for the
+//! current interval and one for the previous, like pingora's `Rate`, but driven by the clock
+//! the caller passes in (so unit tests and the simulator control time) and with intervals
+//! aligned on multiples of the interval since the epoch (like Fastly's buckets). Memory is fixed when
 //! the counter is made: `2 × 4 rows × slots × 8 bytes`, with `slots` the power of two at or
 //! above `2 × max_keys` (at least 1024): 128 bytes per key. For the default `max_keys = 16384` that is 2 MiB per
 //! rule, whatever the traffic.
@@ -38,13 +38,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use pingora_limits::estimator::Estimator;
-
 use super::marks::Marks;
 use super::{
     CounterKey, CounterKind, CounterStore, Counters, InUse, Invited, Mark, Ticket, WindowCounter,
     WindowSample, WindowSpec,
 };
+use crate::sketch::Sketch;
 use crate::time::Timestamp;
 
 const HASHES: usize = 4;
@@ -66,7 +65,7 @@ pub fn window_bytes(max_keys: usize) -> usize {
 /// Two sketches taking turns as the current and the previous interval.
 pub struct LocalWindow {
     interval_ms: u64,
-    sketches: [Estimator; 2],
+    sketches: [Sketch; 2],
     /// Interval index + 1 that each sketch holds (0: none yet).
     holds: [AtomicU64; 2],
     rotating: Mutex<()>,
@@ -77,14 +76,14 @@ impl LocalWindow {
         let slots = slots_for(max_keys);
         LocalWindow {
             interval_ms: interval_ms.max(1),
-            sketches: [Estimator::new(HASHES, slots), Estimator::new(HASHES, slots)],
+            sketches: [Sketch::new(HASHES, slots), Sketch::new(HASHES, slots)],
             holds: [AtomicU64::new(0), AtomicU64::new(0)],
             rotating: Mutex::new(()),
         }
     }
 
     /// The sketch for interval `index`, cleared first if it still holds an older interval.
-    fn current(&self, index: u64) -> &Estimator {
+    fn current(&self, index: u64) -> &Sketch {
         let s = (index % 2) as usize;
         let tag = index + 1;
         if self.holds[s].load(Ordering::SeqCst) < tag {
@@ -98,7 +97,7 @@ impl LocalWindow {
     }
 
     /// The sketch holding interval `index`, if one does.
-    fn holding(&self, index: u64) -> Option<&Estimator> {
+    fn holding(&self, index: u64) -> Option<&Sketch> {
         let s = (index % 2) as usize;
         (self.holds[s].load(Ordering::SeqCst) == index + 1).then(|| &self.sketches[s])
     }

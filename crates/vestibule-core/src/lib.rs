@@ -14,6 +14,8 @@
 //! - [`invite`]: invitations to presale and members' rooms.
 //! - [`autopilot`]: the law that steers a capacity room's pace by its origin's health.
 //! - [`store`]: the counter store's interface (the stores themselves are the edge's).
+//! - [`sketch`], [`inflight`]: count-min counts of many keys in fixed memory, and the
+//!   concurrency slots of rate-limit rules built on them.
 //! - [`path`]: request paths, normalized once, and the origins of a path.
 //! - [`config`]: what a configuration problem is and where (file, line, key).
 //! - [`time`], [`thread_cache`]: the clock's type, per-thread caches.
@@ -23,11 +25,13 @@ pub mod challenge;
 pub mod config;
 pub mod cookie;
 pub mod identity;
+pub mod inflight;
 pub mod invite;
 pub mod keys;
 pub mod path;
 pub mod shard;
 pub mod sign;
+pub mod sketch;
 pub mod store;
 pub mod thread_cache;
 pub mod time;
