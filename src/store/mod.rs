@@ -1,5 +1,6 @@
-//! Counters behind one interface, so a shared store can back a cluster. The interface is the
-//! core's ([`vestibule_core::store`], re-exported here); the stores are here.
+//! Counters behind one interface, so a shared store can back a cluster. The interface and the
+//! in-process store are the core's ([`vestibule_core::store`], re-exported here); the stores
+//! that talk to other nodes are here.
 //!
 //! Everything the decision core counts over time goes through [`CounterStore`]: the sliding
 //! windows of rate-limit rules and the accounting of capacity rooms (active users per minute,
@@ -14,10 +15,7 @@
 //!
 //! Time is always passed in; a store never reads a clock.
 
-mod counters;
-pub mod local;
 pub mod redis;
 pub mod shared;
 
-pub use counters::Counters;
 pub use vestibule_core::store::*;

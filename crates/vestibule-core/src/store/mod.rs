@@ -13,7 +13,11 @@
 //!
 //! Time is always passed in; a store never reads a clock.
 
+mod counters;
+pub mod local;
 pub mod marks;
+
+pub use counters::Counters;
 
 use std::sync::Arc;
 

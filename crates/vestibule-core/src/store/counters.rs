@@ -64,7 +64,7 @@ impl<V> Entry<'_, V> {
 }
 
 /// The counters of one scope and kind.
-pub(crate) struct CounterGroup<'a, V> {
+pub struct CounterGroup<'a, V> {
     slots: &'a Slots<V>,
 }
 
@@ -90,7 +90,7 @@ impl<V> Default for Counters<V> {
 
 impl<V> Counters<V> {
     /// The counter of `scope` and `kind` at (`slot`, `id`).
-    pub(crate) fn get_in(&self, scope: &str, kind: CounterKind, slot: u64, id: u64) -> Option<&V> {
+    pub fn get_in(&self, scope: &str, kind: CounterKind, slot: u64, id: u64) -> Option<&V> {
         self.groups.get(&GroupRef { scope, kind })?.get(&(slot, id))
     }
 
@@ -98,7 +98,7 @@ impl<V> Counters<V> {
         self.get_in(&key.scope, key.kind, key.slot, key.id)
     }
 
-    pub(crate) fn get_mut(&mut self, key: &CounterKey) -> Option<&mut V> {
+    pub fn get_mut(&mut self, key: &CounterKey) -> Option<&mut V> {
         let scope = &*key.scope;
         self.groups
             .get_mut(&GroupRef {
@@ -110,7 +110,7 @@ impl<V> Counters<V> {
 
     /// The counter of `scope` and `kind` at (`slot`, `id`), made with `new` when missing (the
     /// scope's name is copied only for a new group).
-    pub(crate) fn get_or_insert_with_in(
+    pub fn get_or_insert_with_in(
         &mut self,
         scope: &str,
         kind: CounterKind,
@@ -130,7 +130,7 @@ impl<V> Counters<V> {
     }
 
     /// The counters of `scope` and `kind`, if it has any: looked up once for several reads.
-    pub(crate) fn group(&self, scope: &str, kind: CounterKind) -> Option<CounterGroup<'_, V>> {
+    pub fn group(&self, scope: &str, kind: CounterKind) -> Option<CounterGroup<'_, V>> {
         self.groups
             .get(&GroupRef { scope, kind })
             .map(|slots| CounterGroup { slots })
@@ -156,7 +156,7 @@ impl<V> Counters<V> {
     }
 
     /// Keeps the counters `keep` says to keep (and drops groups left empty).
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
         self.groups.retain(|_, slots| {
             slots.retain(|_, v| keep(v));
             !slots.is_empty()
