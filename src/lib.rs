@@ -24,7 +24,6 @@ pub mod pages;
 pub mod plot;
 pub mod probe;
 pub mod proxy;
-pub mod ratelimit;
 pub mod reload;
 pub mod resets;
 pub mod room;
@@ -39,6 +38,6 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, challenge, cookie, identity, inflight, invite, path, shard, sketch, thread_cache,
-    time, token,
+    autopilot, challenge, cookie, identity, inflight, invite, path, ratelimit, shard, sketch,
+    thread_cache, time, token,
 };

@@ -29,6 +29,7 @@ pub mod inflight;
 pub mod invite;
 pub mod keys;
 pub mod path;
+pub mod ratelimit;
 pub mod shard;
 pub mod sign;
 pub mod sketch;

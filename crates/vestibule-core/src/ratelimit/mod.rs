@@ -115,7 +115,7 @@ pub struct RequestView<'a> {
 }
 
 /// The state of a rule that outlives config snapshots.
-pub(crate) struct RuleState {
+pub struct RuleState {
     penalty: PenaltyBox,
     counter: Counter,
 }
@@ -386,12 +386,12 @@ impl Rule {
     }
 
     /// Keys in this rule's penalty box now.
-    pub(crate) fn penalty_box_len(&self, now: Timestamp) -> usize {
+    pub fn penalty_box_len(&self, now: Timestamp) -> usize {
         self.state.penalty.len(now)
     }
 
     /// Keys this rule's penalty box holds at most (about `max_keys`).
-    pub(crate) fn penalty_box_capacity(&self) -> usize {
+    pub fn penalty_box_capacity(&self) -> usize {
         self.state.penalty.capacity()
     }
 
@@ -401,7 +401,7 @@ impl Rule {
     }
 
     /// The same item as a header value (this thread's copy).
-    pub(crate) fn policy_value(&self) -> http::HeaderValue {
+    pub fn policy_value(&self) -> http::HeaderValue {
         self.policy_value
             .get_or(|| {
                 // Rule names are validated labels, so the item is always a valid header value.
@@ -413,7 +413,7 @@ impl Rule {
 
     /// The `RateLimit` item, `"<rule>";r=<remaining>;t=<seconds>`, in a buffer of exactly its
     /// length: `Bytes` takes such a buffer as it is, so the header value costs one allocation.
-    pub(crate) fn ratelimit_item(&self, remaining: u64, reset: u64) -> Vec<u8> {
+    pub fn ratelimit_item(&self, remaining: u64, reset: u64) -> Vec<u8> {
         let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
         let parts = self.item_parts(&mut r, &mut t, remaining, reset);
         let mut item = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
@@ -424,7 +424,7 @@ impl Rule {
     }
 
     /// Appends the `RateLimit` item to `out` (a list of several buckets' items).
-    pub(crate) fn write_ratelimit_item(&self, out: &mut String, remaining: u64, reset: u64) {
+    pub fn write_ratelimit_item(&self, out: &mut String, remaining: u64, reset: u64) {
         let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
         // Plain appends, no formatter.
         for part in self.item_parts(&mut r, &mut t, remaining, reset) {
@@ -448,7 +448,7 @@ impl Rule {
         ]
     }
 
-    pub(crate) fn is_token_bucket(&self) -> bool {
+    pub fn is_token_bucket(&self) -> bool {
         matches!(self.config.algorithm, Algorithm::TokenBucket { .. })
     }
 }
@@ -465,7 +465,7 @@ fn penalty_mark(key: u64) -> Mark {
 /// which keeps the store's traffic bounded by the hot keys however many keys there are. The
 /// cost: a client spread over N nodes may go unseen by the others for up to N × 5 % of the
 /// quota (docs/src/concepts/cluster.md).
-pub(crate) fn exchange_above(algorithm: &Algorithm) -> u64 {
+pub fn exchange_above(algorithm: &Algorithm) -> u64 {
     match algorithm {
         Algorithm::Window { quota, .. } => (quota / 20).max(1),
         _ => 1,
@@ -511,7 +511,7 @@ impl RuleSet {
     }
 
     /// Whether any rule runs in `scope`.
-    pub(crate) fn has_scope(&self, scope: Scope) -> bool {
+    pub fn has_scope(&self, scope: Scope) -> bool {
         self.scopes[scope as usize]
     }
 
