@@ -30,7 +30,7 @@ fn rooms_in(store: &std::sync::Arc<dyn vestibule::store::CounterStore>, toml: &s
         config
             .rooms
             .into_iter()
-            .map(|r| Room::new(r, Pages::builtin(), store))
+            .map(|r| Room::new(r, store))
             .collect(),
     )
 }

@@ -212,9 +212,9 @@ fn describe_changes(old: &Snapshot, new: &Snapshot) -> Vec<String> {
         (Some(_), None) => changes.push("keys: no longer needed (no rooms)".into()),
         (None, None) => {}
     }
-    for room in new.rooms.iter() {
-        let before = old.rooms.iter().find(|r| r.name() == room.name());
-        if before.is_some_and(|b| b.pages.fingerprint() != room.pages.fingerprint()) {
+    for (room, pages) in new.rooms.iter().zip(&new.room_pages) {
+        let before = old.room_named(room.name()).map(|(_, p)| p.own());
+        if before.is_some_and(|b| b.fingerprint() != pages.own().fingerprint()) {
             changes.push(format!("room {}: pages changed", room.name()));
         }
     }

@@ -146,7 +146,7 @@ pub fn files(opts: &InitOptions, key_id: &str) -> Vec<(PathBuf, String)> {
     for kind in PageKind::ALL {
         out.push((
             Path::new("pages").join(kind.file_name()),
-            kind.builtin_source().to_owned(),
+            crate::pages::builtin_source(kind).to_owned(),
         ));
     }
     for (tag, text) in crate::i18n::BUILTIN {

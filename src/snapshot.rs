@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, ConfigError, ConfigErrors};
 use crate::keys::KeyRing;
-use crate::pages::Pages;
+use crate::pages::{Pages, RoomPages};
 use crate::ratelimit::{Rule, RuleSet};
 use crate::room::{Room, RoomSet};
 use crate::state::State;
@@ -32,6 +32,8 @@ pub struct Snapshot {
     /// The certificates of the TLS listeners, when `[tls]` names any.
     pub tls: Option<Arc<crate::tls::Tls>>,
     pub rooms: RoomSet,
+    /// The pages of each room, in the order of `rooms` (see [`Snapshot::pages_of`]).
+    pub room_pages: Vec<RoomPages>,
     pub rules: RuleSet,
     /// Problems worth a look that do not stop loading.
     pub warnings: Vec<String>,
@@ -78,7 +80,8 @@ impl Snapshot {
         let pages = load.server_pages(&config);
         let keys = load.keys(&config);
         let tls = load.tls(&config, previous);
-        let rooms = load.rooms(&config, state);
+        let (rooms, room_pages): (Vec<Room>, Vec<RoomPages>) =
+            load.rooms(&config, state).into_iter().unzip();
         let rules = RuleSet::new(
             config
                 .rate_limits
@@ -100,12 +103,27 @@ impl Snapshot {
                 keys,
                 tls,
                 rooms: RoomSet::new(rooms),
+                room_pages,
                 rules,
                 warnings,
                 pending_restart,
             }),
             _ => Err(ConfigErrors(errors)),
         }
+    }
+
+    /// The pages of the room at `index` in [`Snapshot::rooms`] (a [`crate::room::Route`]'s
+    /// index).
+    pub fn pages_of(&self, index: usize) -> Option<&RoomPages> {
+        self.room_pages.get(index)
+    }
+
+    /// The room named `name`, with its pages.
+    pub fn room_named(&self, name: &str) -> Option<(&Room, &RoomPages)> {
+        self.rooms
+            .iter()
+            .zip(&self.room_pages)
+            .find(|(r, _)| r.name() == name)
     }
 }
 
@@ -208,8 +226,9 @@ impl Loading {
         }
     }
 
-    /// Every room, with its pages, language, operator controls, autopilot and events' pages.
-    fn rooms(&mut self, config: &Config, state: &State) -> Vec<Room> {
+    /// Every room, with its operator controls and autopilot, beside its pages (its own and its
+    /// events', each with the room's language).
+    fn rooms(&mut self, config: &Config, state: &State) -> Vec<(Room, RoomPages)> {
         let mut rooms = Vec::new();
         let mut built_in = Vec::new();
         for (i, room) in config.rooms.iter().enumerate() {
@@ -245,11 +264,11 @@ impl Loading {
                 ));
                 continue;
             };
-            let built = Room::new(room.clone(), pages, &state.store)
+            let built = Room::new(room.clone(), &state.store)
                 .with_controls(state.controls.cell(&room.name))
-                .with_pilot(state.pilots.cell(&room.name))
-                .with_language(language);
-            rooms.push(self.event_pages(config, i, built));
+                .with_pilot(state.pilots.cell(&room.name));
+            let pages = RoomPages::new(pages, language, room.events.len());
+            rooms.push((built, self.event_pages(config, i, pages)));
         }
         // Said once (a reload logs only new warnings), so an operator who meant to serve their
         // own pages learns where vestibule looked.
@@ -266,7 +285,7 @@ impl Loading {
     }
 
     /// Room `i`'s events' own page folders, compiled once like the rooms'.
-    fn event_pages(&mut self, config: &Config, i: usize, mut built: Room) -> Room {
+    fn event_pages(&mut self, config: &Config, i: usize, mut built: RoomPages) -> RoomPages {
         let room = &config.rooms[i];
         for (j, event) in room.events.iter().enumerate() {
             let Some(dir) = &event.pages else { continue };
@@ -286,7 +305,7 @@ impl Loading {
                 ));
                 continue;
             };
-            built = built.with_event_pages(j, pages, language);
+            built = built.with_event(j, pages, language);
         }
         built
     }

@@ -34,7 +34,7 @@ pub(crate) fn render_page(
         eprintln!("vestibule pages render: {m}");
         ExitCode::FAILURE
     };
-    let Some(room) = snapshot.rooms.iter().find(|r| r.name() == room) else {
+    let Some((room, pages)) = snapshot.room_named(room) else {
         let names: Vec<&str> = snapshot.rooms.iter().map(|r| r.name()).collect();
         return fail(format!(
             "no room is named \"{room}\" (rooms: {})",
@@ -46,9 +46,9 @@ pub(crate) fn render_page(
         Err(m) => return fail(m),
     };
     let now = preview_time(room, kind, state);
-    let catalogs = room.pages_at(now).catalogs();
+    let catalogs = pages.at(room, now).catalogs();
     let language = match lang {
-        None => room.language_for(None, now),
+        None => pages.language_for(room, None, now),
         Some(tag) => {
             let index = catalogs.negotiate(Some(tag.as_bytes()), usize::MAX);
             if index == usize::MAX {
@@ -65,7 +65,7 @@ pub(crate) fn render_page(
         Ok(outcome) => outcome,
         Err(m) => return fail(m),
     };
-    let mut ctx = room.page_context(&outcome, language, now);
+    let mut ctx = vestibule::pages::room_context(room, pages, &outcome, language, now);
     if ctx.event.is_none() && kind == PageKind::PreQueue {
         let start = now.secs() + 1234;
         ctx = ctx.with_event(
@@ -89,7 +89,7 @@ pub(crate) fn render_page(
         ctx.rule = "per-ip";
         ctx.status = if kind == PageKind::Error { 502 } else { 429 };
     }
-    let html = room.pages_at(now).render(kind, &ctx);
+    let html = pages.at(room, now).render(kind, &ctx);
     print!("{}", String::from_utf8_lossy(&html));
     ExitCode::SUCCESS
 }

@@ -1,70 +1,27 @@
-//! The page data: which pages a set has ([`PageKind`], with the built-in templates), the
-//! variables a template may use ([`PageContext`], [`Estimates`]), and the challenge value's
-//! place holder in a rendered page ([`CHALLENGE_MARK`], [`splice_challenge`]).
+//! The page data: the built-in templates ([`builtin_source`]), the variables a template may use
+//! ([`PageContext`]), and the challenge value spliced into a rendered page ([`splice_challenge`]).
+//! The page data rooms produce ([`PageKind`], [`Estimates`], [`CHALLENGE_MARK`]) lives in
+//! `crate::room::page`, re-exported here.
 
 use bytes::Bytes;
 use serde::Serialize;
 
 use crate::i18n::Catalogs;
+pub use crate::room::page::{Estimates, PageKind, CHALLENGE_MARK};
 
-/// The pages a set must have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PageKind {
-    StartWaiting,
-    KeepWaiting,
-    Deny,
-    RateLimited,
-    Error,
-    SoldOut,
-    QueueFull,
-    PreQueue,
-    Challenge,
-    Invite,
-}
-
-impl PageKind {
-    pub const ALL: [PageKind; 10] = [
-        PageKind::StartWaiting,
-        PageKind::KeepWaiting,
-        PageKind::Deny,
-        PageKind::RateLimited,
-        PageKind::Error,
-        PageKind::SoldOut,
-        PageKind::QueueFull,
-        PageKind::PreQueue,
-        PageKind::Challenge,
-        PageKind::Invite,
-    ];
-
-    pub fn file_name(self) -> &'static str {
-        match self {
-            PageKind::StartWaiting => "startwaiting.html",
-            PageKind::KeepWaiting => "keepwaiting.html",
-            PageKind::Deny => "deny.html",
-            PageKind::RateLimited => "ratelimited.html",
-            PageKind::Error => "error.html",
-            PageKind::SoldOut => "soldout.html",
-            PageKind::QueueFull => "queuefull.html",
-            PageKind::PreQueue => "prequeue.html",
-            PageKind::Challenge => "challenge.html",
-            PageKind::Invite => "invite.html",
-        }
-    }
-
-    /// The template compiled into the binary (`vestibule init` writes it out for editing).
-    pub(crate) fn builtin_source(self) -> &'static str {
-        match self {
-            PageKind::StartWaiting => include_str!("../../pages/startwaiting.html"),
-            PageKind::KeepWaiting => include_str!("../../pages/keepwaiting.html"),
-            PageKind::Deny => include_str!("../../pages/deny.html"),
-            PageKind::RateLimited => include_str!("../../pages/ratelimited.html"),
-            PageKind::Error => include_str!("../../pages/error.html"),
-            PageKind::SoldOut => include_str!("../../pages/soldout.html"),
-            PageKind::QueueFull => include_str!("../../pages/queuefull.html"),
-            PageKind::PreQueue => include_str!("../../pages/prequeue.html"),
-            PageKind::Challenge => include_str!("../../pages/challenge.html"),
-            PageKind::Invite => include_str!("../../pages/invite.html"),
-        }
+/// The template compiled into the binary (`vestibule init` writes it out for editing).
+pub(crate) fn builtin_source(kind: PageKind) -> &'static str {
+    match kind {
+        PageKind::StartWaiting => include_str!("../../pages/startwaiting.html"),
+        PageKind::KeepWaiting => include_str!("../../pages/keepwaiting.html"),
+        PageKind::Deny => include_str!("../../pages/deny.html"),
+        PageKind::RateLimited => include_str!("../../pages/ratelimited.html"),
+        PageKind::Error => include_str!("../../pages/error.html"),
+        PageKind::SoldOut => include_str!("../../pages/soldout.html"),
+        PageKind::QueueFull => include_str!("../../pages/queuefull.html"),
+        PageKind::PreQueue => include_str!("../../pages/prequeue.html"),
+        PageKind::Challenge => include_str!("../../pages/challenge.html"),
+        PageKind::Invite => include_str!("../../pages/invite.html"),
     }
 }
 
@@ -74,14 +31,6 @@ pub(crate) const BASE_FILE: &str = "base.html";
 
 /// The built-in [`BASE_FILE`] (`vestibule init` writes it out beside the pages).
 pub(crate) const BUILTIN_BASE: &str = include_str!("../../pages/base.html");
-
-/// Wait estimates in minutes; `None` when unknown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Estimates {
-    pub p25: Option<f64>,
-    pub p50: Option<f64>,
-    pub p75: Option<f64>,
-}
 
 /// Every variable a template may use.
 #[derive(Clone, Debug, Serialize)]
@@ -147,11 +96,6 @@ pub struct PageContext<'a> {
     /// Invitation pages: the visitor presented an invitation, and it was refused.
     pub invitation_refused: bool,
 }
-
-/// Stands for the challenge value in a rendered challenge page: it appears where the template
-/// writes `challenge_value` and nowhere else. Values are made of `[A-Za-z0-9._~-]`, which
-/// neither HTML nor a script string escapes.
-pub const CHALLENGE_MARK: &str = "__VESTIBULE_CHALLENGE__";
 
 /// A rendered challenge page with `value` in place of [`CHALLENGE_MARK`]. The last page made
 /// on each thread is kept: one identity is given the same challenge value for a few seconds

@@ -7,21 +7,24 @@
 //! are built into the binary for requests outside every room.
 //!
 //! `context` holds the page data, `render` loads, compiles and renders a set (with the render
-//! cache in `cache`), `json` the JSON answers and `wants` which answer a request gets.
+//! cache in `cache`), `room` which set a room shows and its pages' variables, `json` the JSON
+//! answers and `wants` which answer a request gets.
 
 mod cache;
 mod context;
 mod json;
 mod render;
+mod room;
 mod wants;
 
 #[cfg(test)]
 mod tests;
 
-pub(crate) use context::{splice_challenge, BASE_FILE, BUILTIN_BASE};
+pub(crate) use context::{builtin_source, splice_challenge, BASE_FILE, BUILTIN_BASE};
 pub use context::{Estimates, PageContext, PageKind, CHALLENGE_MARK};
 pub use json::json;
 pub(crate) use json::{ChallengeJson, WaitingJson};
 pub use render::Pages;
+pub use room::{room_context, RoomPages};
 pub(crate) use wants::wants_json;
 pub use wants::{wants, Wants};

@@ -87,7 +87,7 @@ impl Pages {
         static BUILTIN: OnceLock<Arc<Pages>> = OnceLock::new();
         BUILTIN
             .get_or_init(|| {
-                let sources = PageKind::ALL.map(|k| (k, k.builtin_source().to_owned()));
+                let sources = PageKind::ALL.map(|k| (k, super::builtin_source(k).to_owned()));
                 // The shipped pages are tested (see tests below), so this cannot fail at runtime.
                 let pages = Pages::compile(
                     None,
@@ -114,7 +114,7 @@ impl Pages {
                 Ok(text) => sources.push((kind, text)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     missing.push(kind.file_name());
-                    sources.push((kind, kind.builtin_source().to_owned()))
+                    sources.push((kind, super::builtin_source(kind).to_owned()))
                 }
                 Err(e) => errors.push(ConfigError::new(
                     &file,

@@ -266,12 +266,11 @@ fn folder_pages_extend_the_folders_base_or_the_built_in_one() {
 fn builtin_pages_share_one_base() {
     for kind in PageKind::ALL {
         assert!(
-            kind.builtin_source()
-                .starts_with("{% extends \"base.html\" %}\n"),
+            super::builtin_source(kind).starts_with("{% extends \"base.html\" %}\n"),
             "{}",
             kind.file_name()
         );
-        assert!(!kind.builtin_source().contains("<style>"));
+        assert!(!super::builtin_source(kind).contains("<style>"));
     }
     assert!(BUILTIN_BASE.contains("<!doctype html>"));
 }
@@ -377,4 +376,35 @@ fn wait_words_never_say_zero() {
         (unknown.wait_soon, unknown.wait_low, unknown.wait_high),
         (false, None, None)
     );
+}
+
+/// A room's pages: an `invite` room refuses with 403 and says when an invitation was refused;
+/// its title, queueing and language come from the room.
+#[test]
+fn room_context_follows_the_room() {
+    use crate::invite::Refusal;
+    use crate::room::{CookieAction, Decision, Outcome};
+    let set = crate::room::tests::rooms(
+        "[[room]]\nname = \"presale\"\ntitle = \"Presale\"\naccess = \"invite\"\nallow_percentage = 0\n",
+    );
+    let room = set.get(0).unwrap();
+    let pages = RoomPages::builtin(room);
+    let now = crate::time::Timestamp::from_secs(1_000);
+    let mut o = Outcome::new(Decision::Uninvited, CookieAction::Keep);
+    let ctx = room_context(room, &pages, &o, 0, now);
+    assert_eq!(
+        (ctx.status, ctx.title, ctx.decision),
+        (403, "Presale", "uninvited")
+    );
+    assert_eq!(ctx.queueing, "lottery");
+    assert!(!ctx.invitation_refused);
+    o.invitation = Some(Err(Refusal::UsedUp));
+    assert!(room_context(room, &pages, &o, 0, now).invitation_refused);
+    let o = Outcome::new(Decision::Wait, CookieAction::Keep);
+    assert_eq!(
+        room_context(room, &pages, &o, 0, now).status,
+        room.config.wait_status
+    );
+    assert_eq!(pages.language_for(room, None, now), 0);
+    assert!(std::sync::Arc::ptr_eq(pages.at(room, now), pages.own()));
 }

@@ -9,7 +9,7 @@ use pingora::proxy::Session;
 
 use crate::decide::{set_cookie_value, Limited};
 use crate::invite;
-use crate::pages::{self, PageContext, PageKind, WaitingJson};
+use crate::pages::{self, PageContext, PageKind, RoomPages, WaitingJson};
 use crate::room::{Decision, Outcome, Room};
 use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
@@ -29,7 +29,7 @@ pub(super) struct PageAnswer {
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
 pub(super) async fn write_room_page(
     session: &mut Session,
-    room: &Room,
+    (room, pages): (&Room, &RoomPages),
     outcome: &Outcome,
     answer: PageAnswer,
     now: Timestamp,
@@ -66,9 +66,9 @@ pub(super) async fn write_room_page(
     let language = if json {
         0
     } else {
-        room.language_for(accept_language(session), now)
+        pages.language_for(room, accept_language(session), now)
     };
-    let page = room.page_context(outcome, language, now);
+    let page = pages::room_context(room, pages, outcome, language, now);
     let (content_type, body) = if json {
         let mut answer = WaitingJson::from(&page);
         answer.challenge = outcome.challenge.as_ref().map(|c| pages::ChallengeJson {
@@ -84,7 +84,7 @@ pub(super) async fn write_room_page(
         ("application/json", pages::json(&answer))
     } else {
         language_headers(&mut extra, &page);
-        let body = room.pages_at(now).render(outcome.decision.page(), &page);
+        let body = pages.at(room, now).render(outcome.decision.page(), &page);
         let body = match &outcome.challenge {
             Some(c) => pages::splice_challenge(&body, &c.value),
             None => body,
@@ -164,18 +164,18 @@ pub(super) async fn write_rate_limited(
         }));
         ("application/json", body)
     } else {
-        let room = room.and_then(|i| snapshot.rooms.get(i));
-        let pages = room.map_or(&snapshot.pages, |r| &r.pages);
+        let room = room.and_then(|i| snapshot.rooms.get(i).zip(snapshot.pages_of(i)));
+        let pages = room.map_or(&snapshot.pages, |(_, p)| p.own());
         let mut ctx = PageContext::plain(
-            room.map_or("this site", Room::name),
+            room.map_or("this site", |(r, _)| r.name()),
             "ratelimited",
             limited.retry_after,
             429,
         );
-        ctx.title = room.map_or("this site", |r| r.config.title.as_str());
-        ctx.queueing = room.map_or("", |r| r.config.admission.method());
+        ctx.title = room.map_or("this site", |(r, _)| r.config.title.as_str());
+        ctx.queueing = room.map_or("", |(r, _)| r.config.admission.method());
         ctx.rule = &limited.rule;
-        let default = room.map_or(0, |r| r.language_for(None, Timestamp::now()));
+        let default = room.map_or(0, |(r, p)| p.language_for(r, None, Timestamp::now()));
         let language = pages
             .catalogs()
             .negotiate(accept_language(session), default);

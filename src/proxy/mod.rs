@@ -162,7 +162,8 @@ impl ProxyHttp for Proxy {
             }
             Answer::RoomPage(room, outcome) => {
                 ctx.notes.slots.clear();
-                let room = snapshot.rooms.get(room).ok_or_else(|| {
+                let room = snapshot.rooms.get(room).zip(snapshot.pages_of(room));
+                let room = room.ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
                 })?;
                 let clear = ctx.notes.clear_solution.take();

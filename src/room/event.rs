@@ -251,7 +251,6 @@ mod tests {
 
     // Rooms with events, deciding as the proxy asks them to.
     use crate::config::Config;
-    use crate::pages::Pages;
     use crate::room::{CookieAction, Decision, Room};
     use std::path::Path;
     use std::sync::Arc;
@@ -268,7 +267,7 @@ mod tests {
         .unwrap();
         let store: Arc<dyn crate::store::CounterStore> =
             Arc::new(crate::store::local::LocalStore::new());
-        Room::new(config.rooms[0].clone(), Pages::builtin(), &store)
+        Room::new(config.rooms[0].clone(), &store)
     }
 
     fn visitor(n: u32) -> Identity {

@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod event;
 pub mod lottery;
 mod outcome;
+pub mod page;
 mod routes;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -24,17 +25,17 @@ use std::sync::Arc;
 use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
 use crate::challenge::{self, Failure};
 use crate::config::{Access, Admission, ChallengeConfig, OnChallengeFailure, RoomConfig};
-use crate::controls::RoomCell;
+use crate::controls::cell::{Held, RoomCell};
 use crate::identity::Identity;
 use crate::invite::{self, Refusal};
 use crate::keys::KeyRing;
-use crate::pages::{Estimates, PageContext, Pages};
 use crate::store::{CounterStore, Invited, Mark, MarkKind, Ticket};
 use crate::time::Timestamp;
 use crate::token::Token;
 
 use capacity::{Capacity, Figures};
 use lottery::Lottery;
+use page::Estimates;
 
 /// How a room admits people.
 #[derive(Debug)]
@@ -46,16 +47,12 @@ enum Policy {
 /// One `[[room]]`, ready to decide.
 pub struct Room {
     pub config: RoomConfig,
-    pub pages: Arc<Pages>,
     policy: Policy,
-    /// Per event (as `config.events`): its policy, the room's settings with its overrides, and
-    /// its pages.
-    events: Vec<(Policy, Arc<Pages>, usize)>,
+    /// Per event (as `config.events`): its policy, the room's settings with its overrides.
+    events: Vec<Policy>,
     store: Arc<dyn CounterStore>,
     /// Operator overrides; the same cell across reloads.
     controls: Arc<RoomCell>,
-    /// The catalog of `default_language` among the room's pages.
-    language: usize,
     /// The autopilot; the same cell across reloads.
     pilot: Arc<PilotCell>,
     /// `pow` rooms: the cookie a solution may come back in (`<cookie_name>_pow`).
@@ -74,7 +71,7 @@ impl std::fmt::Debug for Room {
 impl Room {
     /// Builds a room. Capacity rooms keep their counters in `store` (under the room's name), so
     /// a rebuilt room with the same name carries on counting.
-    pub fn new(config: RoomConfig, pages: Arc<Pages>, store: &Arc<dyn CounterStore>) -> Room {
+    pub fn new(config: RoomConfig, store: &Arc<dyn CounterStore>) -> Room {
         let policy_of = |admission: &Admission| match admission {
             Admission::Lottery {
                 allow_percentage,
@@ -100,15 +97,13 @@ impl Room {
         let events = config
             .events
             .iter()
-            .map(|e| (policy_of(&e.admission(&config.admission)), pages.clone(), 0))
+            .map(|e| policy_of(&e.admission(&config.admission)))
             .collect();
         let mut room = Room {
-            pages,
             policy,
             events,
             store: store.clone(),
             controls: Arc::default(),
-            language: 0,
             pilot: Arc::default(),
             solution_cookie: config
                 .challenge
@@ -122,74 +117,25 @@ impl Room {
         room
     }
 
-    /// Pages speak catalog `language` unless the visitor asks for another.
-    pub(crate) fn with_language(mut self, language: usize) -> Room {
-        self.language = language;
-        for e in &mut self.events {
-            if Arc::ptr_eq(&e.1, &self.pages) {
-                e.2 = language;
-            }
-        }
-        self
-    }
-
-    /// Event `index` shows the pages of `pages` (its own folder), which speak catalog
-    /// `language` unless the visitor asks for another.
-    pub(crate) fn with_event_pages(
-        mut self,
-        index: usize,
-        pages: Arc<Pages>,
-        language: usize,
-    ) -> Room {
-        if let Some(e) = self.events.get_mut(index) {
-            e.1 = pages;
-            e.2 = language;
-        }
-        self
-    }
-
-    /// The default language's catalog among the pages shown now.
-    fn language_at(&self, now: Timestamp) -> usize {
-        match self.event_now(now) {
-            Some(p) => self.events[p.index].2,
-            None => self.language,
-        }
-    }
-
     /// The event in force now (pre-queue or running), if any.
-    pub(crate) fn event_now(&self, now: Timestamp) -> Option<event::Phase<'_>> {
+    pub fn event_now(&self, now: Timestamp) -> Option<event::Phase<'_>> {
         event::in_force(&self.config.events, now)
     }
 
     /// The policy deciding now: a running event's, else the room's.
     fn policy_at(&self, now: Timestamp) -> &Policy {
         match self.event_now(now) {
-            Some(p) if p.state == event::EventState::Running => &self.events[p.index].0,
+            Some(p) if p.state == event::EventState::Running => &self.events[p.index],
             _ => &self.policy,
-        }
-    }
-
-    /// The pages shown now: the event's in force, else the room's.
-    pub fn pages_at(&self, now: Timestamp) -> &Arc<Pages> {
-        match self.event_now(now) {
-            Some(p) => &self.events[p.index].1,
-            None => &self.pages,
         }
     }
 
     /// What visitors are told they wait for now: the title of the event in force, else the
     /// room's.
-    pub(crate) fn title_at(&self, now: Timestamp) -> &str {
+    pub fn title_at(&self, now: Timestamp) -> &str {
         self.event_now(now)
             .and_then(|p| p.event.overrides.title.as_deref())
             .unwrap_or(&self.config.title)
-    }
-
-    /// The language of a page shown at `now` for a visitor who sent `accept_language`.
-    pub fn language_for(&self, accept_language: Option<&[u8]>, now: Timestamp) -> usize {
-        self.pages_at(now)
-            .catalogs()
-            .negotiate(accept_language, self.language_at(now))
     }
 
     /// This room decides under `controls` (the operator overrides kept for its name).
@@ -202,8 +148,7 @@ impl Room {
     /// runs: the pace of a capacity room, the percentage of a lottery.
     pub(crate) fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
         let handle = PilotHandle(Some(pilot.clone()));
-        let policies =
-            std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
+        let policies = std::iter::once(&mut self.policy).chain(self.events.iter_mut());
         for policy in policies {
             match policy {
                 Policy::Capacity(c) => c.steer_by(handle.clone()),
@@ -222,8 +167,7 @@ impl Room {
     /// who may join, and every room of a set of several (see [`RoomSet::new`]).
     fn bind_tokens(&mut self) {
         let room: Arc<str> = Arc::from(self.config.name.as_str());
-        let policies =
-            std::iter::once(&mut self.policy).chain(self.events.iter_mut().map(|e| &mut e.0));
+        let policies = std::iter::once(&mut self.policy).chain(self.events.iter_mut());
         for policy in policies {
             match policy {
                 Policy::Lottery(l) => l.bound = Some(room.clone()),
@@ -281,7 +225,7 @@ impl Room {
         self.sold_out_under(self.controls.held())
     }
 
-    fn sold_out_under(&self, held: crate::controls::Held) -> bool {
+    fn sold_out_under(&self, held: Held) -> bool {
         held.sold_out.unwrap_or(self.config.sold_out)
     }
 
@@ -366,7 +310,7 @@ impl Room {
             lane,
         };
         let policy = match running {
-            Some(p) => &self.events[p.index].0,
+            Some(p) => &self.events[p.index],
             None => &self.policy,
         };
         let mut outcome = match (policy, phase) {
@@ -578,54 +522,5 @@ impl Room {
         if let (Policy::Capacity(c), Some(place)) = (self.policy_at(now), place) {
             c.revoke(place, now);
         }
-    }
-
-    /// The template variables for a waiting, deny or rate-limit page of this room, at `now`
-    /// (its event, and the title in force).
-    pub fn page_context<'a>(
-        &'a self,
-        outcome: &'a Outcome,
-        language: usize,
-        now: Timestamp,
-    ) -> PageContext<'a> {
-        let mut ctx = PageContext::plain(
-            &self.config.name,
-            outcome.decision.as_str(),
-            outcome.refresh_secs,
-            // Nobody without an invitation may join: a refusal, not a wait.
-            if outcome.decision == Decision::Uninvited {
-                403
-            } else {
-                self.config.wait_status
-            },
-        )
-        .with_wait(outcome.estimates)
-        .in_language(
-            self.pages_at(now).catalogs(),
-            language,
-            self.language_at(now),
-        );
-        ctx.title = self.title_at(now);
-        ctx.queueing = self.config.admission.method();
-        ctx.queue_all = self.config.queue_all;
-        ctx.users_ahead = outcome.users_ahead;
-        ctx.paused = outcome.paused;
-        ctx.message = outcome.message.as_deref().map(String::as_str);
-        ctx.invitation_refused = matches!(outcome.invitation, Some(Err(_)));
-        if let (Some(c), Some(cookie)) = (&outcome.challenge, &self.solution_cookie) {
-            ctx.challenge_value = crate::pages::CHALLENGE_MARK;
-            ctx.challenge_difficulty = c.difficulty;
-            ctx.solution_cookie = cookie;
-        }
-        if let Some(p) = event::current(&self.config.events, now) {
-            ctx = ctx.with_event(
-                &p.event.name,
-                p.state.as_str(),
-                (p.event.start, p.event.end),
-                p.event.shuffle_at_start,
-                now.secs(),
-            );
-        }
-        ctx
     }
 }

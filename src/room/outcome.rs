@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
+use super::page::{Estimates, PageKind};
 use crate::challenge::Challenge;
 use crate::identity::Identity;
 use crate::invite::Refusal;
 use crate::keys::KeyRing;
-use crate::pages::{Estimates, PageKind};
 use crate::time::Timestamp;
 use crate::token::{Reject, Token};
 

@@ -25,7 +25,6 @@ use rand_chacha::ChaCha8Rng;
 
 use super::kendall_tau_b;
 use crate::identity::Identity;
-use crate::pages::Pages;
 use crate::room::{CookieAction, Decision, Room};
 use crate::store::local::LocalStore;
 use crate::store::CounterStore;
@@ -171,7 +170,7 @@ fn room(opts: &EventOptions, shuffle: bool, store: &Arc<dyn CounterStore>) -> Re
     let config =
         crate::config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
     let room = config.rooms.into_iter().next().ok_or("no room")?;
-    Ok(Room::new(room, Pages::builtin(), store))
+    Ok(Room::new(room, store))
 }
 
 /// Runs the event once.

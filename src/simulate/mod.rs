@@ -55,7 +55,6 @@ use crate::config::OnStoreFailure;
 use crate::config::{Admission, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
-use crate::pages::Pages;
 use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
 use crate::store::local::LocalStore;
 use crate::store::shared::{MemoryHub, SharedStore};

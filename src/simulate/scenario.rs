@@ -30,7 +30,7 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
         crate::config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
     let room = config.rooms.into_iter().next().ok_or("no room")?;
     debug_assert!(matches!(room.admission, Admission::Capacity(_)));
-    Ok(Room::new(room, Pages::builtin(), store))
+    Ok(Room::new(room, store))
 }
 
 /// A key ring of one key derived from `seed`: the key shapes every draw and jitter, so a run

@@ -92,7 +92,7 @@ use crate::autopilot::pilot::PilotHandle;
 use crate::config::{CapacityConfig, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
-use crate::pages::Estimates;
+use crate::room::page::Estimates;
 use crate::store::{
     Allotment, CounterKey, CounterKind, CounterStore, Mark, MarkKind, WindowCounter, WindowSpec,
 };
