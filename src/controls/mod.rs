@@ -15,7 +15,7 @@
 //! The pure part (the cell, the overrides, the actions and the grants) is [`cell`]; this module
 //! adds [`Controls`], which keeps every room's cell and persists the overrides.
 
-pub mod cell;
+pub use vestibule_core::controls as cell;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

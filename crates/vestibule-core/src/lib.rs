@@ -23,6 +23,7 @@
 pub mod autopilot;
 pub mod challenge;
 pub mod config;
+pub mod controls;
 pub mod cookie;
 pub mod identity;
 pub mod inflight;

@@ -14,11 +14,11 @@ use crate::store::{CounterKey, CounterKind, CounterStore};
 use crate::time::Timestamp;
 
 /// Longest notice, in characters.
-pub(crate) const MAX_MESSAGE_CHARS: usize = 500;
+pub const MAX_MESSAGE_CHARS: usize = 500;
 /// Most admissions one `admit` may grant.
-pub(crate) const MAX_ADMIT: u64 = 100_000;
+pub const MAX_ADMIT: u64 = 100_000;
 /// How long an `admit` grant may wait to be taken.
-pub(crate) const GRANT_TTL_SECS: u64 = 600;
+pub const GRANT_TTL_SECS: u64 = 600;
 /// How often a room looks for grants in its store, at most.
 const GRANT_SCAN_MS: u64 = 1_000;
 
@@ -111,7 +111,7 @@ impl Action {
         }
     }
 
-    pub(crate) const LABELS: [&'static str; 8] = [
+    pub const LABELS: [&'static str; 8] = [
         "pause",
         "resume",
         "admit",
@@ -187,7 +187,7 @@ impl RoomCell {
     }
 
     /// Puts `o` in force.
-    pub(crate) fn set(&self, o: &RoomOverrides) {
+    pub fn set(&self, o: &RoomOverrides) {
         self.paused.store(o.paused.is_some(), Ordering::Relaxed);
         let sold_out = match &o.sold_out {
             None => 0,
@@ -204,7 +204,7 @@ impl RoomCell {
     /// Takes one admission from an `admit` grant of `scope`, if one has any left. The store is
     /// scanned at most once a second while there is nothing to take, so a room without grants
     /// pays one atomic load.
-    pub(crate) fn take_grant(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+    pub fn take_grant(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
         let scanned = self.grants_scanned_ms.load(Ordering::Relaxed);
         if !self.grants_left.load(Ordering::Relaxed)
             && now.millis().saturating_sub(scanned) < GRANT_SCAN_MS
@@ -220,7 +220,7 @@ impl RoomCell {
     }
 
     /// A new grant was made here: look at once.
-    pub(crate) fn grant_made(&self) {
+    pub fn grant_made(&self) {
         self.grants_left.store(true, Ordering::Relaxed);
     }
 }
@@ -246,7 +246,7 @@ pub fn grant(store: &dyn CounterStore, scope: &str, count: u64, now: Timestamp) 
 }
 
 /// Admissions granted and not taken yet in `scope`.
-pub(crate) fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp) -> u64 {
+pub fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp) -> u64 {
     store
         .scan(scope, CounterKind::Granted, now)
         .into_iter()
@@ -260,7 +260,7 @@ pub(crate) fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp)
 /// Takes one admission from the oldest grant with some left. The use is counted first and undone
 /// if it went past the grant, so concurrent takers can only under-use a grant, never overrun it
 /// (in a cluster, by at most what other nodes took since the last sync).
-pub(crate) fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+pub fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
     for (slot, _, granted) in store.scan(scope, CounterKind::Granted, now) {
         let used_key = grant_key(scope, CounterKind::GrantUsed, slot);
         if store.get(&used_key, now) >= granted {
@@ -275,7 +275,7 @@ pub(crate) fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) 
 }
 
 /// Uses up every grant of `scope` (`DELETE /rooms/<room>/overrides`).
-pub(crate) fn withdraw_grants(store: &dyn CounterStore, scope: &str, now: Timestamp) {
+pub fn withdraw_grants(store: &dyn CounterStore, scope: &str, now: Timestamp) {
     for (slot, _, granted) in store.scan(scope, CounterKind::Granted, now) {
         let used_key = grant_key(scope, CounterKind::GrantUsed, slot);
         let used = store.get(&used_key, now);
