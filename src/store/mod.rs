@@ -16,6 +16,5 @@
 //! Time is always passed in; a store never reads a clock.
 
 pub mod redis;
-pub mod shared;
 
 pub use vestibule_core::store::*;

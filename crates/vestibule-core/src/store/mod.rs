@@ -16,6 +16,7 @@
 mod counters;
 pub mod local;
 pub mod marks;
+pub mod shared;
 
 pub use counters::Counters;
 

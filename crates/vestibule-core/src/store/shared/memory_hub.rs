@@ -3,7 +3,7 @@
 use super::*;
 
 /// The exchange run in memory, with the same semantics as the Redis script
-/// (`src/store/sync.lua`): for `vestibule simulate --nodes` and tests.
+/// (the edge's `sync.lua`): for `vestibule simulate --nodes` and tests.
 #[derive(Default)]
 pub struct MemoryHub {
     pub(super) inner: Mutex<Hub>,
@@ -137,7 +137,7 @@ impl MemoryHub {
 
     /// One sync of `store` through this hub at `now`: the payload bytes (sent, received), or
     /// `None` when the hub is down.
-    pub(crate) fn sync_bytes(&self, store: &SharedStore, now: Timestamp) -> Option<(usize, usize)> {
+    pub fn sync_bytes(&self, store: &SharedStore, now: Timestamp) -> Option<(usize, usize)> {
         let req = store.prepare(now);
         match self.exchange(&req) {
             Ok(reply) => {
