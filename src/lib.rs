@@ -26,7 +26,6 @@ pub mod probe;
 pub mod proxy;
 pub mod reload;
 pub mod resets;
-pub mod room;
 pub mod server;
 #[cfg(feature = "tools")]
 pub mod simulate;
@@ -38,6 +37,6 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, challenge, cookie, identity, inflight, invite, path, ratelimit, shard, sketch,
+    autopilot, challenge, cookie, identity, inflight, invite, path, ratelimit, room, shard, sketch,
     thread_cache, time, token,
 };

@@ -384,7 +384,7 @@ fn wait_words_never_say_zero() {
 fn room_context_follows_the_room() {
     use crate::invite::Refusal;
     use crate::room::{CookieAction, Decision, Outcome};
-    let set = crate::room::tests::rooms(
+    let set = crate::room::testing::rooms(
         "[[room]]\nname = \"presale\"\ntitle = \"Presale\"\naccess = \"invite\"\nallow_percentage = 0\n",
     );
     let room = set.get(0).unwrap();

@@ -31,6 +31,7 @@ pub mod invite;
 pub mod keys;
 pub mod path;
 pub mod ratelimit;
+pub mod room;
 pub mod shard;
 pub mod sign;
 pub mod sketch;

@@ -1,9 +1,7 @@
 //! The room's unit tests: routing, cookies, invitations; and helpers the rooms' tests share.
 
 use super::*;
-use crate::config::Config;
 use crate::token::Reject;
-use std::path::Path;
 
 pub use crate::keys::testing::ring;
 
@@ -24,21 +22,7 @@ pub fn presented(ring: &KeyRing, uid: &Identity, value: Option<&str>, now: Times
     Presented::check(ring, uid, &values, Binding::ANY, now)
 }
 
-pub fn rooms(toml: &str) -> RoomSet {
-    let config = Config::parse(
-        &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
-        Path::new("/tmp/x.toml"),
-        &crate::config::testing::Bare,
-    )
-    .unwrap();
-    RoomSet::new(
-        config
-            .rooms
-            .into_iter()
-            .map(|r| Room::new(r, &store()))
-            .collect(),
-    )
-}
+pub use super::testing::rooms;
 
 fn routed(set: &RoomSet, host: &str, path: &str, ip: &str) -> Option<(String, bool)> {
     let path = crate::path::normalize(path).unwrap();

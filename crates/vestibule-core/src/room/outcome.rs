@@ -77,7 +77,7 @@ impl Decision {
     }
 
     /// Whether the request goes on to the origin.
-    pub(crate) fn forwards(self) -> bool {
+    pub fn forwards(self) -> bool {
         matches!(self, Decision::Allow | Decision::Bypass)
     }
 
@@ -166,7 +166,7 @@ pub struct Hold<'a> {
 
 impl Hold<'_> {
     /// Nothing holds the room.
-    pub(crate) const NONE: Hold<'static> = Hold {
+    pub const NONE: Hold<'static> = Hold {
         held: false,
         grant: &|| false,
         event: None,

@@ -31,7 +31,7 @@ use crate::config::EventConfig;
 
 /// A lottery room's settings, in whole seconds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Lottery {
+pub struct Lottery {
     pub allow_percentage: u8,
     pub wait_period: u64,
     pub allow_period: u64,
@@ -120,7 +120,7 @@ impl Lottery {
     }
 
     /// Decides under what holds the room beyond its settings (operator actions).
-    pub(crate) fn decide_held(
+    pub fn decide_held(
         &self,
         ring: &KeyRing,
         uid: &Identity,

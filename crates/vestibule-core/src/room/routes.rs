@@ -108,7 +108,7 @@ impl RoomSet {
     }
 
     /// Every room cookie name: all of them are removed before the origin sees a request.
-    pub(crate) fn cookie_names(&self) -> &[String] {
+    pub fn cookie_names(&self) -> &[String] {
         &self.cookie_names
     }
 

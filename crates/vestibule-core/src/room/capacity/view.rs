@@ -86,7 +86,7 @@ impl Capacity {
 
     /// Every lane's queue as of at most a second ago (recomputed in a new minute straight
     /// away), each with its share of the slots.
-    pub(crate) fn views(&self, now: Timestamp) -> Arc<Views> {
+    pub fn views(&self, now: Timestamp) -> Arc<Views> {
         let mut cached = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = cached.as_ref() {
             let fresh = now.millis().saturating_sub(v.at_ms) < VIEW_TTL_MS

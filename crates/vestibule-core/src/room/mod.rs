@@ -13,7 +13,35 @@ mod outcome;
 pub mod page;
 mod routes;
 #[cfg(test)]
-pub(crate) mod tests;
+pub mod tests;
+
+/// Rooms for tests and benches.
+#[doc(hidden)]
+pub mod testing {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::{Room, RoomSet};
+    use crate::config::{testing::Bare, Config};
+    use crate::store::local::LocalStore;
+
+    /// The rooms of the `[[room]]` tables in `toml`, each on a fresh in-process store.
+    pub fn rooms(toml: &str) -> RoomSet {
+        let config = Config::parse(
+            &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
+            Path::new("/tmp/x.toml"),
+            &Bare,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        RoomSet::new(
+            config
+                .rooms
+                .into_iter()
+                .map(|r| Room::new(r, &(Arc::new(LocalStore::new()) as _)))
+                .collect(),
+        )
+    }
+}
 
 pub use outcome::{
     Binding, Brought, CookieAction, Decision, Hold, Outcome, Place, PowCount, Presented,
@@ -25,7 +53,7 @@ use std::sync::Arc;
 use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
 use crate::challenge::{self, Failure};
 use crate::config::{Access, Admission, ChallengeConfig, OnChallengeFailure, RoomConfig};
-use crate::controls::cell::{Held, RoomCell};
+use crate::controls::{Held, RoomCell};
 use crate::identity::Identity;
 use crate::invite::{self, Refusal};
 use crate::keys::KeyRing;
@@ -139,14 +167,14 @@ impl Room {
     }
 
     /// This room decides under `controls` (the operator overrides kept for its name).
-    pub(crate) fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
+    pub fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
         self.controls = controls;
         self
     }
 
     /// This room (and each of its events) admits at what `pilot` sets while its autopilot
     /// runs: the pace of a capacity room, the percentage of a lottery.
-    pub(crate) fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
+    pub fn with_pilot(mut self, pilot: Arc<PilotCell>) -> Room {
         let handle = PilotHandle(Some(pilot.clone()));
         let policies = std::iter::once(&mut self.policy).chain(self.events.iter_mut());
         for policy in policies {
@@ -159,7 +187,7 @@ impl Room {
         self
     }
 
-    pub(crate) fn pilot(&self) -> &PilotCell {
+    pub fn pilot(&self) -> &PilotCell {
         &self.pilot
     }
 
@@ -192,7 +220,7 @@ impl Room {
     /// What the autopilot steers from now: the configured `new_users_per_minute` and session in
     /// force (a running event's, else the room's), what is active and what waits. `None` for
     /// lottery rooms.
-    pub(crate) fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
+    pub fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
         let autopilot = self.config.autopilot.as_ref()?;
         Some(match self.policy_at(now) {
             Policy::Capacity(c) => {
@@ -474,7 +502,7 @@ impl Room {
 
     /// Capacity rooms: the `new_users_per_minute` in force now (the autopilot's while it runs, a
     /// running event's, else the room's; 0 = no limit).
-    pub(crate) fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
+    pub fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
         match self.policy_at(now) {
             Policy::Capacity(c) => Some(c.new_per_minute()),
             Policy::Lottery(_) => None,
