@@ -59,7 +59,7 @@ impl Admin {
             Ok(action) => action,
             Err((status, message)) => return problem(status, &message),
         };
-        let now = crate::time::Timestamp::now();
+        let now = crate::time::now();
         let store = &*self.app.state.store;
         let (overrides, written) =
             self.app
@@ -103,7 +103,7 @@ impl Admin {
     }
 
     fn status(&self, snapshot: &Snapshot) -> Value {
-        let now = crate::time::Timestamp::now();
+        let now = crate::time::now();
         let config = &snapshot.config;
         let upstream = &snapshot.upstream;
         json!({

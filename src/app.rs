@@ -59,7 +59,7 @@ pub struct App {
 impl App {
     /// Loads the first snapshot. Fails, listing every problem, when the config is not valid.
     pub fn start(config_path: &Path) -> Result<Arc<App>, ConfigErrors> {
-        let now = Timestamp::now();
+        let now = crate::time::now();
         let state = State::for_config(&crate::config::load(config_path)?);
         let snapshot = Snapshot::load(config_path, None, &state, now)?;
         let metrics = Metrics::new();

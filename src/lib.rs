@@ -10,7 +10,6 @@ pub mod alloc;
 pub mod app;
 pub mod config;
 pub mod controls;
-pub mod decide;
 pub mod demo;
 pub mod i18n;
 pub mod init;
@@ -32,11 +31,12 @@ pub mod simulate;
 pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod time;
 pub mod tls;
 pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, challenge, cookie, identity, inflight, invite, path, ratelimit, room, shard, sketch,
-    thread_cache, time, token,
+    autopilot, challenge, cookie, decide, identity, inflight, invite, path, ratelimit, room, shard,
+    sketch, thread_cache, token,
 };

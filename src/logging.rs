@@ -153,7 +153,7 @@ impl log::Log for Logger {
             format!("{}\n", record.args())
         } else if self.json.load(Ordering::Relaxed) {
             let line = serde_json::json!({
-                "ts": Timestamp::now().rfc3339(),
+                "ts": crate::time::now().rfc3339(),
                 "level": record.level().as_str(),
                 "target": record.target(),
                 "msg": record.args().to_string(),
@@ -162,7 +162,7 @@ impl log::Log for Logger {
         } else {
             format!(
                 "{} {:<5} {}: {}\n",
-                Timestamp::now().rfc3339(),
+                crate::time::now().rfc3339(),
                 record.level(),
                 record.target(),
                 record.args()
@@ -400,7 +400,7 @@ thread_local! {
 const TIMESTAMP_LEN: usize = 20;
 
 fn write_timestamp(out: &mut Vec<u8>) {
-    let now = Timestamp::now();
+    let now = crate::time::now();
     let secs = now.secs();
     let (cached, mut text) = SECOND.get();
     if cached != secs {
@@ -513,7 +513,7 @@ mod tests {
                 .map(|(r, o)| ((*r).to_owned(), serde_json::Value::from(*o)))
                 .collect();
             serde_json::json!({
-                "ts": Timestamp::now().rfc3339(),
+                "ts": crate::time::now().rfc3339(),
                 "level": "INFO",
                 "target": ACCESS_TARGET,
                 "client": client,
@@ -532,7 +532,7 @@ mod tests {
             let rules: Vec<String> = line.rules.iter().map(|(r, o)| format!("{r}:{o}")).collect();
             format!(
                 "{} access {} \"{} {}\" {} room={} decision={} rules={} upstream={} upstream_ms={} ms={:.1}",
-                Timestamp::now().rfc3339(),
+                crate::time::now().rfc3339(),
                 client,
                 line.method,
                 line.path.escape_debug(),
@@ -684,10 +684,10 @@ mod tests {
     #[test]
     fn the_timestamp_is_the_current_second() {
         let mut out = Vec::new();
-        let before = Timestamp::now().secs();
+        let before = crate::time::now().secs();
         write_timestamp(&mut out);
         write_timestamp(&mut out);
-        let after = Timestamp::now().secs();
+        let after = crate::time::now().secs();
         let text = String::from_utf8(out).unwrap();
         let (a, b) = text.split_at(TIMESTAMP_LEN);
         for t in [a, b] {

@@ -178,7 +178,7 @@ impl Reloader {
     async fn reload(&self, trigger: &'static str) {
         let app = self.app.clone();
         let outcome =
-            tokio::task::spawn_blocking(move || app.reload(trigger, Timestamp::now())).await;
+            tokio::task::spawn_blocking(move || app.reload(trigger, crate::time::now())).await;
         if let Err(e) = outcome {
             log::error!("reload ({trigger}) did not finish: {e}");
         }

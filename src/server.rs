@@ -188,7 +188,7 @@ impl StoreSync {
 
     async fn sync_once(&self, was_up: &mut Option<bool>) {
         let metrics = &self.app.metrics;
-        let req = self.store.prepare(crate::time::Timestamp::now());
+        let req = self.store.prepare(crate::time::now());
         let started = Instant::now();
         // A round trip may take up to the interval (at least 250 ms), never longer.
         let timeout = self.interval.max(Duration::from_millis(250));
@@ -205,7 +205,7 @@ impl StoreSync {
                     .store_bytes
                     .with_label_values(&["received"])
                     .inc_by(traffic.received as u64);
-                let figures = self.store.apply(req, reply, crate::time::Timestamp::now());
+                let figures = self.store.apply(req, reply, crate::time::now());
                 // Operator actions taken on other nodes.
                 self.app
                     .state
@@ -279,11 +279,11 @@ impl BackgroundService for Housekeeping {
                     return;
                 }
                 _ = sweep.tick() => {
-                    self.app.state.store.sweep(crate::time::Timestamp::now());
+                    self.app.state.store.sweep(crate::time::now());
                     crate::alloc::collect();
                 }
                 _ = flush.tick() => crate::logging::flush(),
-                _ = steer.tick() => self.app.steer(crate::time::Timestamp::now()),
+                _ = steer.tick() => self.app.steer(crate::time::now()),
             }
         }
     }

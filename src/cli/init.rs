@@ -5,7 +5,6 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use vestibule::snapshot::Snapshot;
-use vestibule::time::Timestamp;
 
 use crate::InitArgs;
 
@@ -20,7 +19,7 @@ pub(crate) fn init(args: &InitArgs) -> ExitCode {
         force: args.force,
     };
     // The key's id says when it was made, which helps when rotating later.
-    let date = Timestamp::now().rfc3339();
+    let date = vestibule::time::now().rfc3339();
     let key_id = format!("k{}", date.get(..10).unwrap_or("1").replace('-', ""));
     match vestibule::init::init(&opts, &key_id) {
         Ok(config) => {
@@ -54,7 +53,7 @@ pub fn check(path: &Path) -> ExitCode {
         path,
         None,
         &vestibule::state::State::local(),
-        Timestamp::now(),
+        vestibule::time::now(),
     ) {
         Ok(snapshot) => {
             for w in &snapshot.warnings {

@@ -14,7 +14,7 @@ pub fn invite(path: &Path, args: &InviteArgs) -> ExitCode {
         eprintln!("vestibule invite: {m}");
         ExitCode::FAILURE
     };
-    let now = Timestamp::now();
+    let now = vestibule::time::now();
     let snapshot = match Snapshot::load(path, None, &vestibule::state::State::local(), now) {
         Ok(s) => s,
         Err(errors) => {

@@ -20,7 +20,7 @@ pub(crate) fn render_page(
         path,
         None,
         &vestibule::state::State::local(),
-        Timestamp::now(),
+        vestibule::time::now(),
     ) {
         Ok(s) => s,
         Err(errors) => {
@@ -116,7 +116,7 @@ fn page_kind(page: &str) -> Result<PageKind, String> {
 fn preview_time(room: &Room, kind: PageKind, state: &str) -> Timestamp {
     // A pre-queue is shown as a visitor 1234 s before the start of the room's next event (or its
     // first) would see it; a room without events gets a sample one.
-    let mut now = Timestamp::now();
+    let mut now = vestibule::time::now();
     let prequeue = room
         .config
         .events

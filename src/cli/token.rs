@@ -3,8 +3,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use vestibule::time::Timestamp;
-
 pub(crate) fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> ExitCode {
     let loaded = vestibule::config::load(path)
         .and_then(|config| vestibule::keys::load(&config.keys_file).map(|ring| (config, ring)));
@@ -21,7 +19,8 @@ pub(crate) fn inspect_token(path: &Path, value: &str, uid: Option<&str>) -> Exit
         Ok(ip) => vestibule::identity::Identity::of_ip(ip, config.identity.ipv6_prefix),
         Err(_) => vestibule::identity::Identity::from_encoded(u),
     });
-    let (report, valid) = vestibule::inspect::inspect(value, &ring, uid.as_ref(), Timestamp::now());
+    let (report, valid) =
+        vestibule::inspect::inspect(value, &ring, uid.as_ref(), vestibule::time::now());
     print!("{report}");
     if valid {
         ExitCode::SUCCESS

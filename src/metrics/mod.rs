@@ -444,7 +444,7 @@ impl Metrics {
     /// Creates every labelled series of a snapshot's rooms and rules, so dashboards show zeros
     /// rather than gaps, and refreshes the gauges that are read rather than counted.
     pub fn refresh(&self, snapshot: &Snapshot, store: &dyn CounterStore) {
-        let now = crate::time::Timestamp::now();
+        let now = crate::time::now();
         match store.cluster() {
             Some(c) => {
                 self.store_up.set(i64::from(c.up));

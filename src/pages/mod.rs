@@ -8,14 +8,13 @@
 //!
 //! `context` holds the page data, `render` loads, compiles and renders a set (with the render
 //! cache in `cache`), `room` which set a room shows and its pages' variables, `json` the JSON
-//! answers and `wants` which answer a request gets.
+//! answers; which answer a request gets is the core's (`vestibule_core::wants`).
 
 mod cache;
 mod context;
 mod json;
 mod render;
 mod room;
-mod wants;
 
 #[cfg(test)]
 mod tests;
@@ -26,5 +25,4 @@ pub use json::json;
 pub(crate) use json::{ChallengeJson, WaitingJson};
 pub use render::Pages;
 pub use room::{room_context, RoomPages};
-pub(crate) use wants::wants_json;
-pub use wants::{wants, Wants};
+pub use vestibule_core::wants::{wants, wants_json, Wants};

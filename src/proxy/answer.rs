@@ -175,7 +175,7 @@ pub(super) async fn write_rate_limited(
         ctx.title = room.map_or("this site", |(r, _)| r.config.title.as_str());
         ctx.queueing = room.map_or("", |(r, _)| r.config.admission.method());
         ctx.rule = &limited.rule;
-        let default = room.map_or(0, |(r, p)| p.language_for(r, None, Timestamp::now()));
+        let default = room.map_or(0, |(r, p)| p.language_for(r, None, crate::time::now()));
         let language = pages
             .catalogs()
             .negotiate(accept_language(session), default);

@@ -110,7 +110,7 @@ impl ProxyHttp for Proxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        let now = Timestamp::now();
+        let now = crate::time::now();
         let snapshot = ctx.snapshot.clone();
         let peer = session
             .client_addr()
@@ -300,7 +300,7 @@ impl ProxyHttp for Proxy {
                 revoke,
                 ctx.notes.room.and_then(|i| ctx.snapshot.rooms.get(i)),
             ) {
-                room.revoke(ctx.notes.place.take(), Timestamp::now());
+                room.revoke(ctx.notes.place.take(), crate::time::now());
                 ctx.notes.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.notes.secure));
             }
         }
@@ -599,7 +599,7 @@ impl Proxy {
             self.app
                 .state
                 .resets
-                .premature(key, budget, Timestamp::now())
+                .premature(key, budget, crate::time::now())
         });
         if ctx.reset_direct && (connection_spent || client_spent) {
             connection.go_away(GoAway::EnhanceYourCalm);

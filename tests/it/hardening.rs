@@ -306,7 +306,7 @@ fn a_user_let_in_is_counted_once_and_keeps_access_on_an_error_page() {
     let mut capacity = User::new(1);
     let mut lottery = User::new(2).with_cookie_name("wr_shop");
     let uid = vestibule::identity::Identity::of_ip("10.1.0.2".parse().unwrap(), 64);
-    let now = vestibule::time::Timestamp::now().secs();
+    let now = vestibule::time::now().secs();
     // A lottery wait token that has come due: at 100 % it wins.
     lottery.cookie = Some(mint(vestibule::token::Dec::Wait, now - 1, &uid));
     for _ in 0..4 {

@@ -75,7 +75,7 @@ fn wait_allow_deny_bypass_and_json() {
         .extra("[[room]]\nname = \"queue\"\npaths = [\"/queue\"]\npages = \"pages\"\ncookie_name = \"wr_queue\"\n")
         .start();
     let c = client();
-    let now = Timestamp::now().secs();
+    let now = vestibule::time::now().secs();
     // wait: a valid wait token not yet eligible; no new cookie.
     let waiting = mint(Dec::Wait, now + 120, &localhost());
     let resp = c
@@ -181,7 +181,11 @@ closed_refresh = \"45s\"",
     assert_eq!(resp.status(), 503);
     assert!(set_cookies(&resp).is_empty(), "{:?}", set_cookies(&resp));
     // Admitted users keep access.
-    let allow = mint(Dec::Allow, Timestamp::now().secs() + 3600, &localhost());
+    let allow = mint(
+        Dec::Allow,
+        vestibule::time::now().secs() + 3600,
+        &localhost(),
+    );
     let resp = client()
         .get(v.url("/__echo"))
         .header("Cookie", format!("waiting_room={allow}"))
@@ -198,7 +202,7 @@ fn forged_and_malformed_cookies_are_anon_and_counted() {
         .extra(&room("allow_percentage = 100\nwait_status = 503"))
         .start();
     let c = client();
-    let now = Timestamp::now().secs();
+    let now = vestibule::time::now().secs();
     let good = mint(Dec::Allow, now + 3600, &localhost());
     let other_ring = KeyRing::from_entries("key9", &[("key9", KEY2)]).unwrap();
     let unknown =
@@ -258,7 +262,11 @@ fn room_cookies_never_reach_the_origin() {
         .extra(&room("allow_percentage = 100"))
         .extra("[[room]]\nname = \"api\"\npaths = [\"/api\"]\ncookie_name = \"wr_api\"\npages = \"pages\"\nallow_percentage = 100\n")
         .start();
-    let allow = mint(Dec::Allow, Timestamp::now().secs() + 3600, &localhost());
+    let allow = mint(
+        Dec::Allow,
+        vestibule::time::now().secs() + 3600,
+        &localhost(),
+    );
     let resp = client()
         .get(v.url("/__echo"))
         .header(
@@ -442,7 +450,7 @@ fn admission_rate_matches_the_percentage() {
     let ip = |i: usize| format!("10.{}.{}.{}", i >> 16 & 255, i >> 8 & 255, i & 255);
     // Tokens as the proxy issues them (signed with the ring's key), due a second ago: each is
     // drawn for a whole wait period from now.
-    let due = Timestamp::now().secs() - 1;
+    let due = vestibule::time::now().secs() - 1;
     let token = |i: usize| {
         let uid = Identity::of_ip(ip(i).parse().unwrap(), 64);
         mint(Dec::Wait, due, &uid)

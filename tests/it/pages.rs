@@ -65,7 +65,7 @@ fn subresources_of_held_pages_get_a_short_503() {
     // An admitted visitor's subresources go on to the origin.
     let allow = mint(
         vestibule::token::Dec::Allow,
-        vestibule::time::Timestamp::now().secs() + 3600,
+        vestibule::time::now().secs() + 3600,
         &localhost(),
     );
     let resp = client()

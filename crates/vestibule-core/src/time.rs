@@ -1,24 +1,16 @@
 //! Wall-clock time as the decision core sees it.
 //!
 //! The core never reads a clock: every decision takes a [`Timestamp`] argument, so tests and the
-//! simulator drive it with any clock they like. Only the edges (`proxy.rs`, `reload.rs`,
-//! `admin.rs`) call [`Timestamp::now`].
+//! simulator drive it with any clock they like. The edge reads the system clock
+//! (`vestibule::time::now`) and hands the time in.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(u64);
 
 impl Timestamp {
-    /// The system clock, read once. Times before the epoch read as the epoch.
-    pub fn now() -> Self {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        Timestamp(since.as_millis() as u64)
-    }
-
     pub const fn from_millis(ms: u64) -> Self {
         Timestamp(ms)
     }

@@ -42,6 +42,6 @@ pub fn wants(accept: Option<&[u8]>, sec_fetch_mode: Option<&[u8]>) -> Wants {
 }
 
 /// Whether a request asked for JSON rather than a page.
-pub(crate) fn wants_json(accept: Option<&[u8]>) -> bool {
+pub fn wants_json(accept: Option<&[u8]>) -> bool {
     wants(accept, None) == Wants::Json
 }

@@ -42,12 +42,12 @@ use crate::cookie;
 use crate::identity::IdentityPolicy;
 use crate::invite;
 use crate::keys::KeyRing;
-use crate::pages::{self, Wants};
 use crate::path::RequestPath;
 use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView, RuleSet};
 use crate::room::{Brought, CookieAction, Decision, Outcome, Place, PowCount, Room, RoomSet};
 use crate::time::Timestamp;
 use crate::token::{Dec, Reject};
+use crate::wants::{self, Wants};
 
 /// A request as the proxy read it: everything the decision looks at, read once.
 pub struct Request<'a> {
@@ -76,7 +76,7 @@ pub struct ClientAddress {
 
 /// The client behind `peer`: `X-Forwarded-For` is looked up only when the peer is one whose
 /// word counts.
-pub(crate) fn client_address(
+pub fn client_address(
     headers: &http::HeaderMap,
     policy: &IdentityPolicy,
     peer: IpAddr,
@@ -299,7 +299,7 @@ fn room_admission(
             .map(|v| v.as_bytes()),
         &room.config.cookie.name,
     );
-    let wants = pages::wants(
+    let wants = wants::wants(
         req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
         req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
     );
@@ -431,7 +431,7 @@ fn forwarded_https(headers: &http::HeaderMap) -> bool {
 }
 
 /// The `Set-Cookie` value of a room's cookie action.
-pub(crate) fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
+pub fn set_cookie_value(room: &Room, action: &CookieAction, secure: bool) -> Option<String> {
     match action {
         CookieAction::Keep => None,
         CookieAction::Set(value) => Some(cookie::set(&room.config.cookie, value, secure)),
@@ -478,7 +478,7 @@ fn invitation_free_target(uri: &http::Uri) -> Option<String> {
 
 /// The request's target without the invitation link parameter, when it had one: the origin
 /// never sees an invitation.
-pub(crate) fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
+pub fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
     let mut parts = uri.clone().into_parts();
     parts.path_and_query = Some(invitation_free_target(uri)?.parse().ok()?);
     http::Uri::from_parts(parts).ok()
@@ -493,26 +493,63 @@ const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::testing::KEY1;
-    use crate::snapshot::Snapshot;
-    use crate::state::State;
+    use crate::config::{testing::Bare, Config};
+    use crate::keys::testing::ring;
+    use crate::keys::KeyRing;
+    use crate::ratelimit::{Rule, RuleStates};
+    use crate::room::Room;
+    use crate::store::{local::LocalStore, CounterStore};
+    use std::sync::Arc;
 
-    /// A snapshot of `rooms_and_rules` behind one origin, with the test key ring.
-    fn snapshot(server: &str, rooms_and_rules: &str) -> (tempfile::TempDir, Snapshot) {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("keys.toml"),
-            format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
-        )
-        .unwrap();
-        let config = format!(
+    /// One generation of configuration, built as the edge's snapshot builds it (without pages,
+    /// which the decision never reads).
+    struct Built {
+        config: Config,
+        keys: KeyRing,
+        rooms: RoomSet,
+        rules: RuleSet,
+    }
+
+    impl Built {
+        fn policy(&self) -> Policy<'_> {
+            Policy {
+                config: &self.config,
+                keys: Some(&self.keys),
+                rooms: &self.rooms,
+                rules: &self.rules,
+            }
+        }
+    }
+
+    /// `rooms_and_rules` behind one origin, with the test key ring.
+    fn snapshot(server: &str, rooms_and_rules: &str) -> Built {
+        let text = format!(
             "[server]\nlisten = [\"127.0.0.1:1\"]\n{server}\n[upstream]\npeers = [\"127.0.0.1:2\"]\nhealth_check = \"0s\"\n{rooms_and_rules}"
         );
-        let path = dir.path().join("vestibule.toml");
-        std::fs::write(&path, config).unwrap();
-        let snapshot =
-            Snapshot::load(&path, None, &State::local(), now()).unwrap_or_else(|e| panic!("{e}"));
-        (dir, snapshot)
+        let config = Config::parse(&text, std::path::Path::new("/etc/v/vestibule.toml"), &Bare)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
+        let states = RuleStates::default();
+        let rooms = RoomSet::new(
+            config
+                .rooms
+                .iter()
+                .map(|r| Room::new(r.clone(), &store))
+                .collect(),
+        );
+        let rules = RuleSet::new(
+            config
+                .rate_limits
+                .iter()
+                .map(|r| Rule::new(r.clone(), &states, &store))
+                .collect(),
+        );
+        Built {
+            config,
+            keys: ring(),
+            rooms,
+            rules,
+        }
     }
 
     fn now() -> Timestamp {
@@ -543,7 +580,7 @@ mod tests {
         }
     }
 
-    fn run(sent: &Sent, snapshot: &Snapshot, at: Timestamp) -> Verdict {
+    fn run(sent: &Sent, snapshot: &Built, at: Timestamp) -> Verdict {
         let peer: IpAddr = "192.0.2.10".parse().unwrap();
         let request = Request {
             method: &sent.method,
@@ -561,7 +598,7 @@ mod tests {
 
     #[test]
     fn a_held_page_shows_the_room_and_a_held_subresource_gets_a_short_503() {
-        let (_dir, snap) = snapshot("", HELD_ROOM);
+        let snap = snapshot("", HELD_ROOM);
         let page = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
         let Answer::RoomPage(0, outcome) = &page.answer else {
             panic!("{:?}", page.answer);
@@ -597,7 +634,7 @@ mod tests {
 
     #[test]
     fn a_bypass_path_forwards_and_counts_as_bypass() {
-        let (_dir, snap) = snapshot("", HELD_ROOM);
+        let snap = snapshot("", HELD_ROOM);
         let v = run(&get("/static/app.css", &[]), &snap, now());
         assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
         assert_eq!(v.notes.decision, Some(Decision::Bypass));
@@ -607,7 +644,7 @@ mod tests {
     #[test]
     fn a_shadow_room_decides_sets_its_cookie_and_forwards() {
         let shadow = format!("{HELD_ROOM}mode = \"shadow\"\n");
-        let (_dir, snap) = snapshot("", &shadow);
+        let snap = snapshot("", &shadow);
         let v = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
         assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
         let decision = v.notes.decision.unwrap();
@@ -628,7 +665,7 @@ mod tests {
     #[test]
     fn a_rule_of_scope_all_blocks_before_the_room_and_origin_rules_after_it() {
         let rules = "[[rate_limit]]\nname = \"burst\"\nkey = [\"client_ip\"]\nalgorithm = \"token_bucket\"\nlimit = 1\nperiod = \"60s\"\npenalty = \"0s\"\nscope = \"all\"\n";
-        let (_dir, snap) = snapshot("", &format!("{HELD_ROOM}{rules}"));
+        let snap = snapshot("", &format!("{HELD_ROOM}{rules}"));
         let first = run(&get("/static/a.css", &[]), &snap, now());
         assert!(
             matches!(first.answer, Answer::Forward),
@@ -651,7 +688,7 @@ mod tests {
 
         // Scope `origin`: only what would be forwarded is counted, after the room.
         let origin = rules.replace("scope = \"all\"", "scope = \"origin\"");
-        let (_dir, snap) = snapshot("", &format!("{HELD_ROOM}{origin}"));
+        let snap = snapshot("", &format!("{HELD_ROOM}{origin}"));
         for _ in 0..3 {
             let held = run(&get("/tickets", &[]), &snap, now());
             assert!(
@@ -677,19 +714,11 @@ mod tests {
 
     #[test]
     fn plain_requests_go_to_https_except_acme_challenges() {
-        let cert = rcgen::generate_simple_self_signed(vec!["shop.example".into()]).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let (c, k) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
-        std::fs::write(&c, cert.cert.pem()).unwrap();
-        std::fs::write(&k, cert.key_pair.serialize_pem()).unwrap();
-        let tls = format!(
-            "[tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n",
-            c.display(),
-            k.display()
-        );
-        let (_dir, snap) = snapshot(
+        // The decision reads only the listeners; the certificates are the edge's to load.
+        let tls = "[tls]\ncertificates = [{ cert = \"c.pem\", key = \"k.pem\" }]\n";
+        let snap = snapshot(
             "redirect_to_https = true\ntls_listen = [\"127.0.0.1:3\"]\n",
-            &tls,
+            tls,
         );
         let v = run(&get("/a?b=1", &[]), &snap, now());
         let Answer::Redirect(location) = &v.answer else {
@@ -710,7 +739,7 @@ mod tests {
         let open = HELD_ROOM
             .replace("queue_all = true\n", "")
             .replace("new_users_per_minute = 1", "new_users_per_minute = 100");
-        let (_dir, snap) = snapshot("", &open);
+        let snap = snapshot("", &open);
         let first = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
         assert!(
             matches!(first.answer, Answer::Forward),
