@@ -1,9 +1,11 @@
 //! vestibule: an edge waiting room and rate limiter on Pingora.
 //!
-//! The decision core ([`token`], [`keys`], [`identity`], [`time`]) is pure: it takes the clock
-//! as an argument and knows nothing of sockets. [`proxy`] translates HTTP to the core's inputs
-//! and its decisions back to HTTP; [`snapshot`] holds one validated generation of
-//! configuration; [`app`] what lives as long as the process.
+//! This crate is the edge. The decision core is the `vestibule-core` crate, re-exported here
+//! under the paths the edge has always used ([`decide`], [`room`], [`ratelimit`], [`token`],
+//! …): it is pure, takes the clock as an argument and knows nothing of sockets. [`proxy`]
+//! reads a request into the core's [`decide::Request`], asks [`decide::decide`], and writes the
+//! verdict back as HTTP; [`snapshot`] holds one validated generation of configuration and lends
+//! the decision its [`decide::Policy`]; [`app`] holds what lives as long as the process.
 
 pub mod admin;
 pub mod alloc;

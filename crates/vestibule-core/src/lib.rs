@@ -2,22 +2,36 @@
 //!
 //! Everything here is pure. It takes the clock as an argument ([`time::Timestamp`]), reads no
 //! file and opens no socket, and knows nothing of Pingora or tokio; the edge (the `vestibule`
-//! crate) reads requests and files, asks the core, and writes the answers.
+//! crate) reads requests and files, asks the core, and writes the answers. What a config names
+//! on the machine (its files, a peer's addresses) the core asks of a [`config::Host`].
 //!
+//! The entry point is [`decide::decide`]: one request in ([`decide::Request`]), the policy in
+//! service ([`decide::Policy`]: the config, key ring, rooms and rules of a generation) and the
+//! time, and a [`decide::Verdict`] out.
+//!
+//! - [`decide`]: the decision pipeline, step by step; [`wants`]: which answer a request wants.
+//! - [`room`]: rooms (lottery and capacity admission, lanes, events and their schedule), routed
+//!   by host and path.
+//! - [`ratelimit`]: rate-limit rules (windows, buckets, the penalty box, concurrency slots).
 //! - [`token`]: the signed room cookie: claims, signing, checking, and the caches of checked
-//!   and signed values.
+//!   and signed values; [`cookie`]: the cookie on the wire.
 //! - [`sign`]: one signing key, and how a signed value finds its key.
 //! - [`keys`]: the key ring that signs tokens, challenges and invitations (parsed from text; the
 //!   edge reads the file).
 //! - [`identity`]: who a visitor is for the room (IP prefix, a header, a cookie).
 //! - [`challenge`]: proof-of-work before a place in line.
 //! - [`invite`]: invitations to presale and members' rooms.
-//! - [`autopilot`]: the law that steers a capacity room's pace by its origin's health.
-//! - [`store`]: the counter store's interface (the stores themselves are the edge's).
+//! - [`autopilot`]: the law that steers a capacity room's pace by its origin's health, and the
+//!   per-room cell it runs in.
+//! - [`controls`]: operators' live overrides of a room (pause, sold out, notice, grants).
+//! - [`config`]: the configuration's schema and checks, and what a problem is and where (file,
+//!   line, key).
+//! - [`store`]: the counter store's interface, the in-process store, and a cluster node's
+//!   state (the Redis client is the edge's).
 //! - [`sketch`], [`inflight`]: count-min counts of many keys in fixed memory, and the
-//!   concurrency slots of rate-limit rules built on them.
+//!   concurrency slots of rate-limit rules built on them; [`shard`]: a lock with a count
+//!   readable without it.
 //! - [`path`]: request paths, normalized once, and the origins of a path.
-//! - [`config`]: what a configuration problem is and where (file, line, key).
 //! - [`time`], [`thread_cache`]: the clock's type, per-thread caches.
 
 pub mod autopilot;

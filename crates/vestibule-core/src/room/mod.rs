@@ -6,6 +6,7 @@
 //! Nothing here sees HTTP: the proxy hands in the host, the normalised path, the client address,
 //! the identity and the raw cookie values, and gets an [`Outcome`] back.
 
+mod admission;
 pub mod capacity;
 pub mod event;
 pub mod lottery;
@@ -50,9 +51,11 @@ pub use routes::{RoomSet, Route};
 
 use std::sync::Arc;
 
-use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow, Steered};
+use crate::autopilot::pilot::{PilotCell, PilotHandle, RoomNow};
 use crate::challenge::{self, Failure};
-use crate::config::{Access, Admission, ChallengeConfig, OnChallengeFailure, RoomConfig};
+use crate::config::{
+    Access, Admission as AdmissionConfig, ChallengeConfig, OnChallengeFailure, RoomConfig,
+};
 use crate::controls::{Held, RoomCell};
 use crate::identity::Identity;
 use crate::invite::{self, Refusal};
@@ -61,16 +64,13 @@ use crate::store::{CounterStore, Invited, Mark, MarkKind, Ticket};
 use crate::time::Timestamp;
 use crate::token::Token;
 
+use admission::Admission;
 use capacity::{Capacity, Figures};
 use lottery::Lottery;
 use page::Estimates;
 
-/// How a room admits people.
-#[derive(Debug)]
-enum Policy {
-    Lottery(Lottery),
-    Capacity(Capacity),
-}
+/// How a room admits people: a lottery or a capacity room.
+type Policy = Box<dyn Admission>;
 
 /// One `[[room]]`, ready to decide.
 pub struct Room {
@@ -100,21 +100,21 @@ impl Room {
     /// Builds a room. Capacity rooms keep their counters in `store` (under the room's name), so
     /// a rebuilt room with the same name carries on counting.
     pub fn new(config: RoomConfig, store: &Arc<dyn CounterStore>) -> Room {
-        let policy_of = |admission: &Admission| match admission {
-            Admission::Lottery {
+        let policy_of = |admission: &AdmissionConfig| match admission {
+            AdmissionConfig::Lottery {
                 allow_percentage,
                 wait_period,
                 allow_period,
                 closed_refresh,
-            } => Policy::Lottery(Lottery::new(
+            } => Box::new(Lottery::new(
                 *allow_percentage,
                 *wait_period,
                 *allow_period,
                 *closed_refresh,
                 config.queue_all,
-            )),
+            )) as Policy,
             // An event's policy counts in the room's counters: the same people, other limits.
-            Admission::Capacity(c) => Policy::Capacity(Capacity::new(
+            AdmissionConfig::Capacity(c) => Box::new(Capacity::new(
                 &config.name,
                 c,
                 config.queue_all,
@@ -178,10 +178,7 @@ impl Room {
         let handle = PilotHandle(Some(pilot.clone()));
         let policies = std::iter::once(&mut self.policy).chain(self.events.iter_mut());
         for policy in policies {
-            match policy {
-                Policy::Capacity(c) => c.steer_by(handle.clone()),
-                Policy::Lottery(l) => l.pilot = handle.clone(),
-            }
+            policy.steer_by(handle.clone());
         }
         self.pilot = pilot;
         self
@@ -197,10 +194,7 @@ impl Room {
         let room: Arc<str> = Arc::from(self.config.name.as_str());
         let policies = std::iter::once(&mut self.policy).chain(self.events.iter_mut());
         for policy in policies {
-            match policy {
-                Policy::Lottery(l) => l.bound = Some(room.clone()),
-                Policy::Capacity(c) => c.bind_to(room.clone()),
-            }
+            policy.bind_to(room.clone());
         }
     }
 
@@ -222,26 +216,7 @@ impl Room {
     /// lottery rooms.
     pub fn pilot_now(&self, now: Timestamp) -> Option<RoomNow> {
         let autopilot = self.config.autopilot.as_ref()?;
-        Some(match self.policy_at(now) {
-            Policy::Capacity(c) => {
-                let figures = c.figures(now);
-                RoomNow {
-                    steered: Steered::Pace,
-                    configured: f64::from(c.configured_new_per_minute()),
-                    session_minutes: c.session_minutes() as f64,
-                    active: figures.active,
-                    waiting: figures.waiting,
-                }
-            }
-            // The autopilot counts a lottery's draws and wins itself.
-            Policy::Lottery(l) => RoomNow {
-                steered: Steered::Percentage,
-                configured: f64::from(l.allow_percentage),
-                session_minutes: autopilot.session.as_secs().div_ceil(60).max(1) as f64,
-                active: 0,
-                waiting: 0,
-            },
-        })
+        Some(self.policy_at(now).pilot_now(autopilot, now))
     }
 
     pub fn controls(&self) -> &RoomCell {
@@ -341,15 +316,11 @@ impl Room {
             Some(p) => &self.events[p.index],
             None => &self.policy,
         };
-        let mut outcome = match (policy, phase) {
-            (Policy::Lottery(l), Some(p)) if p.state == event::EventState::PreQueue => {
-                l.prequeue(ring, uid, &presented, p.event, now)
+        let mut outcome = match phase {
+            Some(p) if p.state == event::EventState::PreQueue => {
+                policy.prequeue(ring, uid, &presented, p.event, lane, now)
             }
-            (Policy::Capacity(c), Some(p)) if p.state == event::EventState::PreQueue => {
-                c.prequeue(ring, uid, &presented, (p.event, lane), now)
-            }
-            (Policy::Lottery(l), _) => l.decide_held(ring, uid, &presented, &hold, now),
-            (Policy::Capacity(c), _) => c.decide_held(ring, uid, &presented, &hold, now),
+            _ => policy.decide_held(ring, uid, &presented, &hold, now),
         };
         if !outcome.decision.forwards() {
             if sold_out && outcome.decision != Decision::QueueFull {
@@ -365,12 +336,14 @@ impl Room {
         outcome.rejected = outcome.rejected.or(presented.rejected);
         outcome.pow = pow;
         outcome.invitation = invitation;
-        if let (Policy::Lottery(l), true, Some(t)) = (policy, outcome.admitted, &presented.valid) {
-            outcome.admitted = self.first_win(l, t, now);
+        if let (true, Some(t)) = (outcome.admitted, &presented.valid) {
+            if let Some(until) = policy.wins_until(t) {
+                outcome.admitted = self.first_win(t, until, now);
+            }
         }
         // A lottery's autopilot counts draws: a lost one, or a visitor let in (from the line, or
         // straight in at 100 %).
-        if let (Policy::Lottery(_), Some(_)) = (policy, &self.config.autopilot) {
+        if policy.draws() && self.config.autopilot.is_some() {
             if outcome.decision == Decision::Lost {
                 self.pilot.count_draw(false);
             } else if outcome.decision == Decision::Allow
@@ -449,14 +422,13 @@ impl Room {
 
     /// A winning wait token may be presented again (a second tab, a double reload) within its
     /// window and win again: it is one admission, counted once.
-    fn first_win(&self, lottery: &Lottery, token: &Token, now: Timestamp) -> bool {
+    fn first_win(&self, token: &Token, until: Timestamp, now: Timestamp) -> bool {
         let mut id = [0u8; 8];
         id.copy_from_slice(&token.signature()[..8]);
         let mark = Mark {
             kind: MarkKind::Admitted,
             id: u64::from_le_bytes(id),
         };
-        let until = Timestamp::from_secs(token.claims.exp.saturating_add(lottery.wait_period));
         self.store.mark(&self.config.name, mark, until, now)
     }
 
@@ -471,12 +443,10 @@ impl Room {
         now: Timestamp,
     ) -> Option<crate::token::Dec> {
         let token = Presented::check(ring, uid, cookies, self.binding(), now).valid?;
-        if let (Policy::Capacity(c), crate::token::Dec::Allow) =
-            (self.policy_at(now), token.claims.dec)
+        if token.claims.dec == crate::token::Dec::Allow
+            && self.policy_at(now).is_revoked(&token.claims, now)
         {
-            if c.is_revoked(&token.claims, now) {
-                return None;
-            }
+            return None;
         }
         Some(token.claims.dec)
     }
@@ -484,29 +454,19 @@ impl Room {
     /// How often a closed or sold-out page checks again: `closed_refresh` of a lottery room,
     /// `refresh` of a capacity room.
     fn closed_refresh(&self) -> u64 {
-        match &self.policy {
-            Policy::Lottery(l) => l.closed_refresh,
-            Policy::Capacity(c) => c.refresh_secs(),
-        }
+        self.policy.closed_refresh()
     }
 
     /// How long a held visitor should wait before asking again: the refresh of a capacity
     /// room, the wait period of a lottery room (or its `closed_refresh` when closed).
     pub fn retry_after(&self) -> u64 {
-        match &self.policy {
-            Policy::Lottery(l) if l.allow_percentage == 0 => l.closed_refresh,
-            Policy::Lottery(l) => l.wait_period,
-            Policy::Capacity(c) => c.refresh_secs(),
-        }
+        self.policy.retry_after()
     }
 
     /// Capacity rooms: the `new_users_per_minute` in force now (the autopilot's while it runs, a
     /// running event's, else the room's; 0 = no limit).
     pub fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
-        match self.policy_at(now) {
-            Policy::Capacity(c) => Some(c.new_per_minute()),
-            Policy::Lottery(_) => None,
-        }
+        self.policy_at(now).new_users_per_minute()
     }
 
     /// The chance, in percent, that an eligible waiting user gets in right now.
@@ -523,11 +483,7 @@ impl Room {
         {
             return 0.0;
         }
-        match self.policy_at(now) {
-            Policy::Lottery(_) if self.config.queue_all => 0.0,
-            Policy::Lottery(l) => l.percentage(),
-            Policy::Capacity(c) => 100.0 * c.figures(now).admit_chance,
-        }
+        self.policy_at(now).admit_chance(now)
     }
 
     /// How many invitations are remembered as in use in this room now (against
@@ -538,17 +494,14 @@ impl Room {
 
     /// Live figures of a capacity room (`None` for lottery rooms, which keep no counts).
     pub fn figures(&self, now: Timestamp) -> Option<Figures> {
-        match self.policy_at(now) {
-            Policy::Capacity(c) => Some(c.figures(now)),
-            Policy::Lottery(_) => None,
-        }
+        self.policy_at(now).figures(now)
     }
 
     /// Ends an admitted user's session: capacity rooms stop counting them, once, and refuse the
     /// session's tokens from then on.
     pub fn revoke(&self, place: Option<Place>, now: Timestamp) {
-        if let (Policy::Capacity(c), Some(place)) = (self.policy_at(now), place) {
-            c.revoke(place, now);
+        if let Some(place) = place {
+            self.policy_at(now).revoke(place, now);
         }
     }
 }
