@@ -24,10 +24,10 @@ use crate::time::Timestamp;
 
 /// Fewest and most leading zero bits a room may ask for (`challenge_difficulty`).
 pub const MIN_DIFFICULTY: u8 = 8;
-pub const MAX_DIFFICULTY: u8 = 28;
+pub(crate) const MAX_DIFFICULTY: u8 = 28;
 /// Solutions longer than this are refused before any parsing work. A value is at most
 /// `3 + 64 + 20 + 2 + 16 + 32` bytes and separators; a nonce at most 20 digits.
-pub const MAX_SOLUTION_LEN: usize = 200;
+pub(crate) const MAX_SOLUTION_LEN: usize = 200;
 const PREFIX: &str = "p1";
 const SALT_BYTES: usize = 8;
 const MAC_BYTES: usize = 16;
@@ -64,10 +64,10 @@ impl Failure {
 /// tenth of `challenge_ttl`, from 1 s up to this many seconds: a challenge may be answered for
 /// `challenge_ttl` and at most a tenth more (`expires_in` is 10 for a 10 s ttl, 300 to 309 for
 /// 5 minutes), where one coarse step would let a short ttl live nearly twice as long.
-pub const EXPIRY_STEP: u64 = 10;
+pub(crate) const EXPIRY_STEP: u64 = 10;
 
 /// The rounding step of expiries for `ttl_secs` (see [`EXPIRY_STEP`]).
-pub fn expiry_step(ttl_secs: u64) -> u64 {
+pub(crate) fn expiry_step(ttl_secs: u64) -> u64 {
     (ttl_secs / 10).clamp(1, EXPIRY_STEP)
 }
 

@@ -204,7 +204,7 @@ impl RoomCell {
     /// Takes one admission from an `admit` grant of `scope`, if one has any left. The store is
     /// scanned at most once a second while there is nothing to take, so a room without grants
     /// pays one atomic load.
-    pub fn take_grant(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+    pub(crate) fn take_grant(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
         let scanned = self.grants_scanned_ms.load(Ordering::Relaxed);
         if !self.grants_left.load(Ordering::Relaxed)
             && now.millis().saturating_sub(scanned) < GRANT_SCAN_MS
@@ -260,7 +260,7 @@ pub fn grants_left(store: &dyn CounterStore, scope: &str, now: Timestamp) -> u64
 /// Takes one admission from the oldest grant with some left. The use is counted first and undone
 /// if it went past the grant, so concurrent takers can only under-use a grant, never overrun it
 /// (in a cluster, by at most what other nodes took since the last sync).
-pub fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+pub(crate) fn take_grant(store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
     for (slot, _, granted) in store.scan(scope, CounterKind::Granted, now) {
         let used_key = grant_key(scope, CounterKind::GrantUsed, slot);
         if store.get(&used_key, now) >= granted {

@@ -154,7 +154,7 @@ pub fn delete(config: &CookieConfig, secure: bool) -> String {
 }
 
 /// Removes a `pow` room's solution cookie, as its challenge page set it.
-pub fn delete_solution(name: &str) -> String {
+pub(crate) fn delete_solution(name: &str) -> String {
     format!("{name}=; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; SameSite=Lax")
 }
 

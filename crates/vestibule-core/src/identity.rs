@@ -157,7 +157,7 @@ impl IdentityPolicy {
     }
 
     /// The header to read for `identify`, if any.
-    pub fn header_name(&self) -> Option<&http::HeaderName> {
+    pub(crate) fn header_name(&self) -> Option<&http::HeaderName> {
         match &self.source {
             Source::Header(name) => Some(name),
             Source::ClientIp => None,
@@ -192,7 +192,7 @@ pub fn write_ipv4(ip: std::net::Ipv4Addr, buf: &mut [u8; IPV4_TEXT_MAX]) -> &[u8
 }
 
 /// Dotted-quad text of an IPv4 address, without the formatting machinery (on every request).
-pub fn ipv4_text(ip: std::net::Ipv4Addr) -> String {
+pub(crate) fn ipv4_text(ip: std::net::Ipv4Addr) -> String {
     // ASCII digits and dots: always UTF-8.
     String::from(std::str::from_utf8(write_ipv4(ip, &mut [0; IPV4_TEXT_MAX])).unwrap_or_default())
 }
@@ -232,7 +232,7 @@ fn trim_ascii(bytes: &[u8]) -> &[u8] {
 
 /// Percent-encodes every byte outside `[A-Za-z0-9.:_/-]` (uppercase hex), so a uid never
 /// breaks the `&`/`=` framing or the cookie syntax.
-pub fn encode_uid(raw: &[u8]) -> String {
+pub(crate) fn encode_uid(raw: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len());
     for &b in raw {
         if is_uid_byte(b) {

@@ -20,7 +20,7 @@ const SLOTS: usize = 8192;
 
 /// In-flight counts of many keys (keys are already hashes, like a rule's key).
 #[derive(Debug)]
-pub struct Inflight {
+pub(crate) struct Inflight {
     counts: Arc<Sketch>,
 }
 
@@ -37,7 +37,7 @@ impl Inflight {
     }
 
     /// Empty counts in a sketch of `rows × slots` cells (see [`Sketch::new`]).
-    pub fn with_size(rows: usize, slots: usize) -> Inflight {
+    pub(crate) fn with_size(rows: usize, slots: usize) -> Inflight {
         Inflight {
             counts: Arc::new(Sketch::new(rows, slots)),
         }
@@ -47,7 +47,7 @@ impl Inflight {
     /// after taking them (them included). Dropping the guard gives the slots back.
     #[must_use = "dropping the guard gives the slots back at once"]
     #[inline]
-    pub fn incr(&self, key: u64, n: isize) -> (Guard, isize) {
+    pub(crate) fn incr(&self, key: u64, n: isize) -> (Guard, isize) {
         let count = self.counts.incr(key, n);
         let guard = Guard {
             counts: Arc::clone(&self.counts),
@@ -58,6 +58,7 @@ impl Inflight {
     }
 
     /// The count of `key` in flight now.
+    #[cfg(test)]
     pub fn get(&self, key: u64) -> isize {
         self.counts.get(key)
     }

@@ -31,7 +31,7 @@ use crate::time::Timestamp;
 
 /// Codes longer than this are refused before any parsing: `i1`, a 64-byte key id, 16 + 20 + 7
 /// digits, a 32-byte lane, 32 hex digits and six separators make 179.
-pub const MAX_CODE_LEN: usize = 200;
+pub(crate) const MAX_CODE_LEN: usize = 200;
 /// Most identities one invitation may admit.
 pub const MAX_USES: u32 = 1_000_000;
 /// The lane of visitors without an invitation, and of invitations that name none.
@@ -148,7 +148,7 @@ fn mac(key: &SigningKey, room: &str, id: &str, exp: u64, uses: u32, lane: &str) 
 
 /// The invitation id an operator names: its 16 hex digits, or a whole code (whose third field
 /// it is). Nothing is checked but the form: a revocation needs no signature.
-pub fn id_of(entry: &str) -> Option<u64> {
+pub(crate) fn id_of(entry: &str) -> Option<u64> {
     let entry = entry.trim();
     let hex = match crate::keys::split_exact::<7>(entry, '~') {
         Some([PREFIX, _, id, ..]) => id,

@@ -18,11 +18,11 @@ use crate::config::locate::Locator;
 pub use crate::sign::{is_valid_key_id, split_exact, HmacSha512, Keys, SigningKey};
 
 /// Shortest accepted key, decoded.
-pub const MIN_KEY_BYTES: usize = 32;
+pub(crate) const MIN_KEY_BYTES: usize = 32;
 const MAX_KEY_BYTES: usize = 1024;
 
 /// The key that ships in `conf/keys.toml` for the demo. `--check` warns when it is in use.
-pub const SAMPLE_KEY: &str =
+pub(crate) const SAMPLE_KEY: &str =
     "ZGVtby1vbmx5LWtleS1yZXBsYWNlLW1lLXdpdGgtdmVzdGlidWxlLWtleWdlbi1vdXRwdXQtMDAwMDAwMA==";
 
 /// Values remembered as verified (and tokens remembered as signed), per ring and worker thread.
@@ -163,12 +163,12 @@ impl KeyRing {
 
     /// Signs `claims` with the active key (their `kid` must be its id), reusing the value when
     /// the same claims were signed before.
-    pub fn sign_cached(&self, claims: crate::token::Claims) -> std::sync::Arc<str> {
+    pub(crate) fn sign_cached(&self, claims: crate::token::Claims) -> std::sync::Arc<str> {
         self.signed.sign(claims, self.active())
     }
 
     /// Challenges this ring issued recently (see [`crate::challenge::issue`]).
-    pub fn issued_challenges(&self) -> &crate::token::IssuedCache {
+    pub(crate) fn issued_challenges(&self) -> &crate::token::IssuedCache {
         &self.issued
     }
 

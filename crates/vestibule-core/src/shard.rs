@@ -18,7 +18,7 @@ pub trait Held {
 
 #[repr(align(128))]
 #[derive(Default)]
-pub struct CountedShard<T> {
+pub(crate) struct CountedShard<T> {
     /// Equal to `inner.held()`; written only under the lock, and only when it changed.
     held: AtomicUsize,
     inner: Mutex<T>,

@@ -50,7 +50,7 @@ impl SigningKey {
 
     /// The seed of the draws of a token this key signed: HMAC-SHA256 of its signature under the
     /// derived draw key.
-    pub fn draw_seed(&self, signature: &[u8]) -> [u8; 32] {
+    pub(crate) fn draw_seed(&self, signature: &[u8]) -> [u8; 32] {
         let mut mac = self.draw_mac.clone();
         mac.update(signature);
         mac.finalize().into_bytes().into()
@@ -66,14 +66,14 @@ impl SigningKey {
     }
 
     /// A fresh MAC keyed with this key.
-    pub fn mac(&self) -> HmacSha512 {
+    pub(crate) fn mac(&self) -> HmacSha512 {
         self.mac.clone()
     }
 
     /// The first 16 bytes of HMAC-SHA512 over `domain` and then each of `parts` prefixed with
     /// its length (4 bytes, big-endian): the signature of challenges and invitations,
     /// where every field is a part and no two messages can be spelled alike.
-    pub fn short_mac(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 16] {
+    pub(crate) fn short_mac(&self, domain: &[u8], parts: &[&[u8]]) -> [u8; 16] {
         use hmac::Mac;
         let mut m = self.mac.clone();
         m.update(domain);

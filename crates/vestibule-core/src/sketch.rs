@@ -19,7 +19,7 @@ use ahash::RandomState;
 
 /// A count-min sketch over keys of any hashable type. Memory is fixed when it is made:
 /// `rows × slots` counters of `isize`.
-pub struct Sketch {
+pub(crate) struct Sketch {
     /// Row `r` is `cells[r * slots .. (r + 1) * slots]`.
     cells: Box<[AtomicIsize]>,
     /// One hasher per row.
@@ -45,11 +45,6 @@ impl Sketch {
         self.hashers.len()
     }
 
-    /// Cells per row.
-    pub fn slots(&self) -> usize {
-        self.slots
-    }
-
     /// The cell of `key` in each row.
     #[inline]
     fn cells<'a, K: Hash>(&'a self, key: &'a K) -> impl Iterator<Item = &'a AtomicIsize> + 'a {
@@ -66,7 +61,7 @@ impl Sketch {
     /// Adds `n` to the count of `key` and returns the key's count after it (the smallest of its
     /// cells).
     #[inline]
-    pub fn incr<K: Hash>(&self, key: K, n: isize) -> isize {
+    pub(crate) fn incr<K: Hash>(&self, key: K, n: isize) -> isize {
         self.cells(&key).fold(isize::MAX, |least, cell| {
             least.min(cell.fetch_add(n, Ordering::Relaxed).wrapping_add(n))
         })
@@ -74,7 +69,7 @@ impl Sketch {
 
     /// Takes `n` from the count of `key`: undoes an [`incr`](Sketch::incr) of `n`.
     #[inline]
-    pub fn decr<K: Hash>(&self, key: K, n: isize) {
+    pub(crate) fn decr<K: Hash>(&self, key: K, n: isize) {
         for cell in self.cells(&key) {
             cell.fetch_sub(n, Ordering::Relaxed);
         }
@@ -157,7 +152,7 @@ mod tests {
     #[test]
     fn zero_size_is_one_cell() {
         let s = Sketch::new(0, 0);
-        assert_eq!((s.rows(), s.slots()), (1, 1));
+        assert_eq!((s.rows(), s.slots), (1, 1));
         // One cell: every key shares it.
         s.incr("a", 2);
         assert_eq!(s.incr("b", 3), 5);

@@ -33,7 +33,7 @@ use crate::thread_cache::PerThreadLru;
 use crate::time::Timestamp;
 
 /// Cookie values longer than this are refused before any parsing work.
-pub const MAX_TOKEN_LEN: usize = 1024;
+pub(crate) const MAX_TOKEN_LEN: usize = 1024;
 const MAX_UID_LEN: usize = 400;
 const SIG_BYTES: usize = 64;
 
@@ -143,7 +143,7 @@ impl Claims {
     }
 
     /// These claims, bound to `room` when it is `Some`.
-    pub fn in_room(mut self, room: Option<&std::sync::Arc<str>>) -> Claims {
+    pub(crate) fn in_room(mut self, room: Option<&std::sync::Arc<str>>) -> Claims {
         self.room = room.cloned();
         self
     }
@@ -370,7 +370,7 @@ impl<V: Send> KeyedLru<V> {
 /// Recently signed lottery tokens, by their claims. One identity gets the same token for a whole
 /// bucket by design, so a client that keeps asking without its cookie (a refresh storm, a bot)
 /// is answered without another HMAC.
-pub struct SignedCache(KeyedLru<(Claims, std::sync::Arc<str>)>);
+pub(crate) struct SignedCache(KeyedLru<(Claims, std::sync::Arc<str>)>);
 
 impl SignedCache {
     /// Up to `capacity` values per thread.
@@ -400,7 +400,7 @@ impl SignedCache {
 /// challenge for a few seconds, like the same lottery token for a bucket: a client that keeps
 /// asking without solving is answered without another HMAC. A solution works for its identity
 /// and room either way, so answering with the same value gives nothing away.
-pub struct IssuedCache(KeyedLru<(IssuedKey, std::sync::Arc<str>)>);
+pub(crate) struct IssuedCache(KeyedLru<(IssuedKey, std::sync::Arc<str>)>);
 
 impl IssuedCache {
     pub fn new(capacity: usize) -> IssuedCache {
@@ -409,7 +409,7 @@ impl IssuedCache {
 
     /// The challenge issued for this room, identity, expiry and difficulty, or a new one from
     /// `issue`.
-    pub fn get_or_issue(
+    pub(crate) fn get_or_issue(
         &self,
         room: &str,
         uid: &str,
@@ -437,7 +437,7 @@ impl IssuedCache {
 
 /// Presented values whose signature checked out: keyed hash of the bytes -> (those bytes, the
 /// parsed token).
-pub struct VerifiedCache(KeyedLru<Verified>);
+pub(crate) struct VerifiedCache(KeyedLru<Verified>);
 
 impl VerifiedCache {
     /// A cache of up to `capacity` values per thread (each holds the value and its parsed
@@ -489,7 +489,7 @@ impl Token {
 /// lengths, which are public, are compared early). The comparison is `subtle`'s, the one the
 /// admin token uses too, made 8 bytes at a time: its byte-wise slice compare pays an optimiser
 /// barrier per byte, about five times the cost on a 140-byte token, on every cached check.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     if a.len() != b.len() {
         return false;
@@ -506,7 +506,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Maps 64 random bits to [0, 1) using the top 53 bits (exactly representable).
-pub fn unit_interval(bits: u64) -> f64 {
+pub(crate) fn unit_interval(bits: u64) -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 

@@ -59,26 +59,26 @@
 pub mod pilot;
 
 /// Answers an interval must have before they say anything.
-pub const MIN_RESPONSES: u64 = 20;
+pub(crate) const MIN_RESPONSES: u64 = 20;
 /// Below this share of the target latency the origin has room to spare.
-pub const DEADBAND: f64 = 0.8;
+pub(crate) const DEADBAND: f64 = 0.8;
 /// An interval with errors over the limit sets the ceiling to half the active users.
-pub const ERROR_FACTOR: f64 = 0.5;
+pub(crate) const ERROR_FACTOR: f64 = 0.5;
 /// A slow interval sets the ceiling to the active users × `target / p95`, but not below this.
-pub const SLOW_FACTOR_FLOOR: f64 = 0.5;
+pub(crate) const SLOW_FACTOR_FLOOR: f64 = 0.5;
 /// The ceiling's additive step is the range of paces over this many steps.
-pub const STEPS: u32 = 200;
+pub(crate) const STEPS: u32 = 200;
 /// The pace closes the gap between the active users and the ceiling over this many minutes.
-pub const FILL_MINUTES: f64 = 3.0;
+pub(crate) const FILL_MINUTES: f64 = 3.0;
 /// A ceiling reached: the active users are at least this share of it.
-pub const REACHED: f64 = 0.9;
+pub(crate) const REACHED: f64 = 0.9;
 /// Below this share of the target latency the origin is far from its limit...
-pub const FAR: f64 = 0.25;
+pub(crate) const FAR: f64 = 0.25;
 /// ...and a ceiling counts as reached from this share of it: the ceiling may run ahead of the
 /// active users, who fill it a session later, by up to twice.
-pub const FAR_REACHED: f64 = 0.5;
+pub(crate) const FAR_REACHED: f64 = 0.5;
 /// Lottery rooms: the ceiling's step, as a share of itself.
-pub const LOTTERY_STEP: f64 = 0.02;
+pub(crate) const LOTTERY_STEP: f64 = 0.02;
 
 /// What the autopilot steers toward and within.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,7 +103,7 @@ impl Settings {
 
     /// The ceiling for which the law's pace is `pace` with `active` users: solves
     /// `pace = ceiling / session + (ceiling − active) / FILL_MINUTES` for the ceiling.
-    pub fn ceiling_for(&self, pace: u32, active: f64) -> f64 {
+    pub(crate) fn ceiling_for(&self, pace: u32, active: f64) -> f64 {
         let session = self.session_minutes.max(1.0);
         (f64::from(pace) * FILL_MINUTES + active) * session / (FILL_MINUTES + session)
     }

@@ -27,7 +27,7 @@ const BUCKETS: usize = 17 * PER_OCTAVE as usize + 2;
 
 /// A latency histogram of log-spaced buckets, filled by any thread without a lock and drained
 /// once per interval.
-pub struct Sketch {
+pub(crate) struct Sketch {
     buckets: Box<[AtomicU32]>,
     responses: AtomicU64,
     errors: AtomicU64,
@@ -348,7 +348,7 @@ impl PilotCell {
 
     /// Lottery rooms: one draw (a waiting visitor's token decided, or a visitor let straight
     /// in), and whether it let the visitor in.
-    pub fn count_draw(&self, win: bool) {
+    pub(crate) fn count_draw(&self, win: bool) {
         self.draws.fetch_add(1, Ordering::Relaxed);
         if win {
             self.wins.fetch_add(1, Ordering::Relaxed);

@@ -80,7 +80,12 @@ impl From<ConfigError> for ConfigErrors {
 
 /// Converts a TOML parse error. `redact` hides quoted values from the message, for files that
 /// hold secrets: the line number is enough to find the problem.
-pub fn from_toml(file: &Path, text: &str, err: &toml::de::Error, redact: bool) -> ConfigError {
+pub(crate) fn from_toml(
+    file: &Path,
+    text: &str,
+    err: &toml::de::Error,
+    redact: bool,
+) -> ConfigError {
     let line = err.span().map(|span| line_of(text, span.start));
     let mut message = err.message().trim().replace('\n', "; ");
     if redact {

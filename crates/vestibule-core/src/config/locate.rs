@@ -6,13 +6,13 @@ use toml_edit::{ImDocument, Item};
 use super::error::line_of;
 
 /// The 1-based line where `path` is written, or where its nearest written parent is.
-pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
+pub(crate) fn line_of_key(text: &str, path: &str) -> Option<usize> {
     Locator::new(text).line(path)
 }
 
 /// A text parsed once, to locate many keys in it (a file with many problems is not parsed once
 /// per problem).
-pub struct Locator<'a> {
+pub(crate) struct Locator<'a> {
     text: &'a str,
     doc: Option<ImDocument<&'a str>>,
 }
@@ -34,7 +34,7 @@ impl<'a> Locator<'a> {
 
 /// The dotted key path (`room[0].session_duration`) whose value is written at byte `offset`: the
 /// innermost one, so a parser error that only knows where it stopped can name the key.
-pub fn key_at(text: &str, offset: usize) -> Option<String> {
+pub(crate) fn key_at(text: &str, offset: usize) -> Option<String> {
     let doc = ImDocument::parse(text).ok()?;
     let mut path = String::new();
     find_key(doc.as_item(), offset, &mut path).then_some(path)

@@ -11,7 +11,7 @@ pub mod diff;
 pub mod error;
 pub mod event;
 mod file;
-pub mod locate;
+pub(crate) mod locate;
 mod suggest;
 mod validate;
 
@@ -150,7 +150,7 @@ pub fn window_limit_text(window: Duration, quota: u64) -> String {
     }
 }
 
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
         _ => url.to_owned(),
@@ -660,7 +660,7 @@ pub mod testing {
 
     /// A machine with no files and no resolver: literal peer addresses only, and any
     /// `redis://` or `rediss://` URL.
-    pub struct Bare;
+    pub(crate) struct Bare;
 
     impl Host for Bare {
         fn read(&self, path: &Path) -> std::io::Result<String> {

@@ -115,7 +115,7 @@ pub struct RequestView<'a> {
 }
 
 /// The state of a rule that outlives config snapshots.
-pub struct RuleState {
+pub(crate) struct RuleState {
     penalty: PenaltyBox,
     counter: Counter,
 }
@@ -448,7 +448,7 @@ impl Rule {
         ]
     }
 
-    pub fn is_token_bucket(&self) -> bool {
+    pub(crate) fn is_token_bucket(&self) -> bool {
         matches!(self.config.algorithm, Algorithm::TokenBucket { .. })
     }
 }
@@ -465,7 +465,7 @@ fn penalty_mark(key: u64) -> Mark {
 /// which keeps the store's traffic bounded by the hot keys however many keys there are. The
 /// cost: a client spread over N nodes may go unseen by the others for up to N × 5 % of the
 /// quota (docs/src/concepts/cluster.md).
-pub fn exchange_above(algorithm: &Algorithm) -> u64 {
+pub(crate) fn exchange_above(algorithm: &Algorithm) -> u64 {
     match algorithm {
         Algorithm::Window { quota, .. } => (quota / 20).max(1),
         _ => 1,
@@ -511,7 +511,7 @@ impl RuleSet {
     }
 
     /// Whether any rule runs in `scope`.
-    pub fn has_scope(&self, scope: Scope) -> bool {
+    pub(crate) fn has_scope(&self, scope: Scope) -> bool {
         self.scopes[scope as usize]
     }
 

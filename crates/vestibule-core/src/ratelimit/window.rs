@@ -15,7 +15,7 @@ pub fn rate(sample: &WindowSample, window: Duration) -> f64 {
 ///
 /// Within the current interval only `prev`'s weight decays; if `curr` alone is over the quota,
 /// the wait runs into the next interval, where `curr` becomes the decaying `prev`.
-pub fn time_to_recover(sample: &WindowSample, window: Duration, quota: u64) -> Duration {
+pub(crate) fn time_to_recover(sample: &WindowSample, window: Duration, quota: u64) -> Duration {
     let w = window.as_secs_f64();
     let quota = quota as f64;
     let (prev, curr, f) = (sample.prev as f64, sample.curr as f64, sample.fraction);

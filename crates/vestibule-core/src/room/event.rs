@@ -27,7 +27,7 @@ use crate::token::unit_interval;
 
 /// The longest a pre-queue page waits before asking again (it asks at its token's due time
 /// when that comes sooner), so a moved start reaches pre-queued visitors.
-pub const PREQUEUE_REFRESH_MAX: u64 = 300;
+pub(crate) const PREQUEUE_REFRESH_MAX: u64 = 300;
 
 /// Where an event stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -148,7 +148,12 @@ pub fn draw(key: &SigningKey, event: &EventConfig, uid: &Identity) -> f64 {
 /// who were already waiting when it opened first). Pre-queue tokens come due at
 /// `start + place × one check-in interval`, so visitors come back at the start in the order of
 /// their places, and are let in in that order.
-pub fn prequeue_place(key: &SigningKey, event: &EventConfig, uid: &Identity, arrival: u64) -> f64 {
+pub(crate) fn prequeue_place(
+    key: &SigningKey,
+    event: &EventConfig,
+    uid: &Identity,
+    arrival: u64,
+) -> f64 {
     if event.shuffle_at_start {
         return draw(key, event, uid);
     }

@@ -120,7 +120,7 @@ impl Lottery {
     }
 
     /// Decides under what holds the room beyond its settings (operator actions).
-    pub fn decide_held(
+    pub(crate) fn decide_held(
         &self,
         ring: &KeyRing,
         uid: &Identity,

@@ -166,7 +166,7 @@ pub struct Hold<'a> {
 
 impl Hold<'_> {
     /// Nothing holds the room.
-    pub const NONE: Hold<'static> = Hold {
+    pub(crate) const NONE: Hold<'static> = Hold {
         held: false,
         grant: &|| false,
         event: None,

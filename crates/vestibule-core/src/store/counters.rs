@@ -90,7 +90,7 @@ impl<V> Default for Counters<V> {
 
 impl<V> Counters<V> {
     /// The counter of `scope` and `kind` at (`slot`, `id`).
-    pub fn get_in(&self, scope: &str, kind: CounterKind, slot: u64, id: u64) -> Option<&V> {
+    pub(crate) fn get_in(&self, scope: &str, kind: CounterKind, slot: u64, id: u64) -> Option<&V> {
         self.groups.get(&GroupRef { scope, kind })?.get(&(slot, id))
     }
 
@@ -110,7 +110,7 @@ impl<V> Counters<V> {
 
     /// The counter of `scope` and `kind` at (`slot`, `id`), made with `new` when missing (the
     /// scope's name is copied only for a new group).
-    pub fn get_or_insert_with_in(
+    pub(crate) fn get_or_insert_with_in(
         &mut self,
         scope: &str,
         kind: CounterKind,

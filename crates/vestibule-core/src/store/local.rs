@@ -50,7 +50,7 @@ const HASHES: usize = 4;
 const MIN_SLOTS: usize = 1024;
 
 /// Cells per sketch row for `max_keys`.
-pub fn slots_for(max_keys: usize) -> usize {
+pub(crate) fn slots_for(max_keys: usize) -> usize {
     max_keys
         .saturating_mul(2)
         .next_power_of_two()
@@ -165,7 +165,7 @@ impl LocalStore {
 
     /// Notes that `holder` joined with `invite` of `scope` on another node: it counts here too,
     /// whatever its uses and the cap (that node checked them).
-    pub fn remember_invite(
+    pub(crate) fn remember_invite(
         &self,
         scope: &str,
         invite: u64,

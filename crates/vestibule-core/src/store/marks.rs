@@ -168,7 +168,7 @@ impl Marks {
     }
 
     /// Forgets every mark expired at `now`.
-    pub fn forget_expired(&self, now: Timestamp) {
+    pub(crate) fn forget_expired(&self, now: Timestamp) {
         for shard in self.shards.iter() {
             if shard.held() == 0 {
                 continue;

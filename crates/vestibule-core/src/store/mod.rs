@@ -36,7 +36,7 @@ pub struct WindowSample {
 
 impl WindowSample {
     /// Events in the last full interval, estimated: `prev·(1−f) + curr`.
-    pub fn weighted(&self) -> f64 {
+    pub(crate) fn weighted(&self) -> f64 {
         self.prev as f64 * (1.0 - self.fraction) + self.curr as f64
     }
 }

@@ -99,7 +99,7 @@ impl Capacity {
     }
 
     /// Decides under what holds the room beyond its settings (operator actions).
-    pub fn decide_held(
+    pub(crate) fn decide_held(
         &self,
         ring: &KeyRing,
         uid: &Identity,

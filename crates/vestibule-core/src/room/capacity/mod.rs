@@ -108,7 +108,7 @@ const CHECKIN_WINDOW: Duration = Duration::from_secs(10);
 /// The aggregate view of the queue is recomputed at most this often.
 const VIEW_TTL_MS: u64 = 1_000;
 /// Waiting users are counted by the tick of their last check-in.
-pub const TICK_SECS: u64 = 5;
+pub(crate) const TICK_SECS: u64 = 5;
 /// What a browser may add to a check-in's interval (reload, network, a busy tab).
 const CHECKIN_SLACK_SECS: f64 = 3.0;
 /// Token times below this are minutes (written by earlier versions), not seconds.
@@ -179,25 +179,25 @@ impl Default for QueueView {
 
 impl QueueView {
     /// Users waiting (and checking in) in buckets older than `bucket`.
-    pub fn ahead_of(&self, bucket: u64) -> u64 {
+    pub(crate) fn ahead_of(&self, bucket: u64) -> u64 {
         self.waiting.range(..bucket).map(|(_, n)| n).sum()
     }
 
     /// Users expected ahead of `bucket`: those checking in, and the share of new arrivals that
     /// will come back.
-    pub fn expected_ahead(&self, bucket: u64) -> f64 {
+    pub(crate) fn expected_ahead(&self, bucket: u64) -> f64 {
         let new: u64 = self.arrived.range(..bucket).map(|(_, n)| n).sum();
         self.ahead_of(bucket) as f64 + new as f64 * self.return_rate
     }
 
     /// Users expected in `bucket` itself, counted the same way.
-    pub fn expected_in_bucket(&self, bucket: u64) -> f64 {
+    pub(crate) fn expected_in_bucket(&self, bucket: u64) -> f64 {
         let get = |m: &BTreeMap<u64, u64>| m.get(&bucket).copied().unwrap_or(0) as f64;
         get(&self.waiting) + get(&self.arrived) * self.return_rate
     }
 
     /// Users expected to be waiting, counted the same way.
-    pub fn expected_waiting(&self) -> f64 {
+    pub(crate) fn expected_waiting(&self) -> f64 {
         let new: u64 = self.arrived.values().sum();
         self.waiting_total as f64 + new as f64 * self.return_rate
     }
@@ -213,7 +213,7 @@ pub struct Views {
 
 impl Views {
     /// Visitors expected to be waiting, in every lane.
-    pub fn expected_waiting(&self) -> f64 {
+    pub(crate) fn expected_waiting(&self) -> f64 {
         self.lanes.iter().map(|v| v.expected_waiting()).sum()
     }
 
@@ -359,17 +359,17 @@ impl Capacity {
     }
 
     /// Binds the tokens this room issues to `room`.
-    pub fn bind_to(&mut self, room: Arc<str>) {
+    pub(crate) fn bind_to(&mut self, room: Arc<str>) {
         self.bound = Some(room);
     }
 
     /// Admits at the pace `pilot` sets while it runs.
-    pub fn steer_by(&mut self, pilot: PilotHandle) {
+    pub(crate) fn steer_by(&mut self, pilot: PilotHandle) {
         self.pilot = pilot;
     }
 
     /// `new_users_per_minute` in force: the autopilot's while it runs, else the configured one.
-    pub fn new_per_minute(&self) -> u64 {
+    pub(crate) fn new_per_minute(&self) -> u64 {
         match self.pilot.pace() {
             Some(pace) => u64::from(pace),
             None => self.new_per_minute,
@@ -377,7 +377,7 @@ impl Capacity {
     }
 
     /// `new_users_per_minute` as configured.
-    pub fn configured_new_per_minute(&self) -> u32 {
+    pub(crate) fn configured_new_per_minute(&self) -> u32 {
         self.new_per_minute as u32
     }
 
@@ -396,7 +396,7 @@ impl Capacity {
     }
 
     /// Whether the session of this allow token was revoked.
-    pub fn is_revoked(&self, claims: &Claims, now: Timestamp) -> bool {
+    pub(crate) fn is_revoked(&self, claims: &Claims, now: Timestamp) -> bool {
         self.live_session(claims, now).is_none()
     }
 
@@ -411,7 +411,7 @@ impl Capacity {
     }
 
     /// How long a waiting user stays counted after their last check-in.
-    pub fn live_window(&self) -> Duration {
+    pub(crate) fn live_window(&self) -> Duration {
         Duration::from_secs(self.live_ticks * TICK_SECS)
     }
 
@@ -515,7 +515,7 @@ impl Capacity {
 
 /// The session an allow token belongs to: every token of one admission carries the same
 /// identity, arrival and admission time, whichever minute it was renewed in.
-pub fn session_of(claims: &Claims) -> u64 {
+pub(crate) fn session_of(claims: &Claims) -> u64 {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(claims.uid.as_bytes());

@@ -58,7 +58,7 @@ use crate::config::OnStoreFailure;
 use crate::time::Timestamp;
 
 /// A node that has not synced for this many intervals is no longer live.
-pub const DEAD_AFTER_INTERVALS: u64 = 3;
+pub(crate) const DEAD_AFTER_INTERVALS: u64 = 3;
 /// A node pushes all its counters (not only changed ones) at least this often, so a store that
 /// lost its data (a Redis restart without persistence) is whole again within it.
 const FULL_PUSH_EVERY_MS: u64 = 30_000;

@@ -32,7 +32,7 @@ pub struct SyncRequest {
 
 impl SyncRequest {
     /// Bytes of arguments the Redis script receives (as `redis.rs` counts them).
-    pub fn payload_bytes(&self) -> usize {
+    pub(crate) fn payload_bytes(&self) -> usize {
         let arg = |s: usize| s + 16;
         let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
         arg(self.member.len())
@@ -87,7 +87,7 @@ pub struct SyncReply {
 
 impl SyncReply {
     /// Bytes of strings in the script's reply (as `redis.rs` counts them).
-    pub fn payload_bytes(&self) -> usize {
+    pub(crate) fn payload_bytes(&self) -> usize {
         let bulk = |s: usize| s + 8;
         self.members.iter().map(|m| bulk(m.len())).sum::<usize>()
             + self
