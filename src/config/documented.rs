@@ -125,7 +125,7 @@ fn every_top_level_key_is_a_table() {
                 assert!(
                     tables.contains(*key),
                     "`{key}` is a top-level key but no table the suggester knows: add it to \
-                     known_keys in src/config/suggest.rs"
+                     known_keys in crates/vestibule-core/src/config/suggest.rs"
                 );
             }
         }
