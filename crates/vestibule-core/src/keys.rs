@@ -13,8 +13,8 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use serde::Deserialize;
 
-use crate::config::error::{from_toml, ConfigError, ConfigErrors};
-use crate::config::locate::Locator;
+use crate::problem::error::{from_toml, ConfigError, ConfigErrors};
+use crate::problem::locate::Locator;
 pub use crate::sign::{is_valid_key_id, split_exact, HmacSha512, Keys, SigningKey};
 
 /// Shortest accepted key, decoded.

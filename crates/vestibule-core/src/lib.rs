@@ -24,8 +24,8 @@
 //! - [`autopilot`]: the law that steers a capacity room's pace by its origin's health, and the
 //!   per-room cell it runs in.
 //! - [`controls`]: operators' live overrides of a room (pause, sold out, notice, grants).
-//! - [`config`]: the configuration's schema and checks, and what a problem is and where (file,
-//!   line, key).
+//! - [`config`]: the configuration's schema and checks; [`problem`]: what a problem in a file
+//!   is and where (file, line, key).
 //! - [`store`]: the counter store's interface, the in-process store, and a cluster node's
 //!   state (the Redis client is the edge's).
 //! - [`sketch`], [`inflight`]: count-min counts of many keys in fixed memory, and the
@@ -45,6 +45,7 @@ pub mod inflight;
 pub mod invite;
 pub mod keys;
 pub mod path;
+pub mod problem;
 pub mod ratelimit;
 pub mod room;
 pub mod shard;

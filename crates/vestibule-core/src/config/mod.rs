@@ -8,13 +8,12 @@
 //! Paths inside a config file are relative to that file's folder.
 
 pub mod diff;
-pub mod error;
 pub mod event;
 mod file;
-pub(crate) mod locate;
 mod suggest;
 mod validate;
 
+pub use crate::problem::{error, locate};
 pub use suggest::schema;
 
 use std::net::SocketAddr;
