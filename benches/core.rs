@@ -61,6 +61,51 @@ fn tokens(c: &mut Criterion) {
     });
 }
 
+/// JWTs for an API gateway: signing one when a visitor is let through, and verifying one a
+/// visitor presents, the first time (the signature) and again (a cache hit: the claims only).
+fn jwts(c: &mut Criterion) {
+    use vestibule::jwt::testing::{claims, expect, ring, NOW};
+    use vestibule::jwt::Algorithm;
+    let now = Timestamp::from_secs(NOW);
+    let mut g = c.benchmark_group("jwt");
+    let es = ring(Algorithm::Es256);
+    let ed = ring(Algorithm::EdDsa);
+    let claims = claims();
+    g.bench_function("sign_es256", |b| {
+        b.iter(|| black_box(es.sign(black_box(&claims))))
+    });
+    // Uncached: each iteration gets a ring built anew (outside the measurement), whose cache is
+    // empty, so it checks the signature.
+    for (name, keys) in [
+        ("verify_es256_uncached", &es),
+        ("verify_eddsa_uncached", &ed),
+    ] {
+        let token = keys.sign(&claims);
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let fresh = vestibule::jwt::JwtKeys::new(keys.keys().to_vec());
+                    // Makes this thread's (empty) cache map, so that is not measured either.
+                    let _ = fresh.verify("-", &expect(), now);
+                    fresh
+                },
+                // The ring is returned, so it is dropped outside the measurement.
+                |fresh| {
+                    let claims = fresh.verify(black_box(&token), &expect(), now);
+                    (claims.expect("valid"), fresh)
+                },
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
+    let token = es.sign(&claims);
+    es.verify(&token, &expect(), now).expect("valid");
+    g.bench_function("verify_es256_cached", |b| {
+        b.iter(|| es.verify(black_box(&token), &expect(), now).expect("valid"))
+    });
+    g.finish();
+}
+
 /// Proof-of-work: what the server pays per challenge, against what a visitor pays
 /// per solve (`benches/challenge.sh`).
 fn challenges(c: &mut Criterion) {
@@ -889,6 +934,7 @@ fn origin_reuse(c: &mut Criterion) {
 criterion_group!(
     benches,
     tokens,
+    jwts,
     challenges,
     invitations,
     decisions,

@@ -39,6 +39,6 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, challenge, cookie, decide, identity, inflight, invite, path, ratelimit, room, shard,
-    sketch, thread_cache, token,
+    autopilot, challenge, cookie, decide, identity, inflight, invite, jwt, path, ratelimit, room,
+    shard, sketch, thread_cache, token,
 };

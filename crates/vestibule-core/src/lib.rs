@@ -15,6 +15,9 @@
 //! - [`ratelimit`]: rate-limit rules (windows, buckets, the penalty box, concurrency slots).
 //! - [`token`]: the signed room cookie: claims, signing, checking, and the caches of checked
 //!   and signed values; [`cookie`]: the cookie on the wire.
+//! - [`jwt`]: JWTs for an API gateway (ES256, EdDSA): the key ring that signs them and
+//!   publishes its public keys (JWKS), verification against the caller's clock, and the cache
+//!   of verified tokens.
 //! - [`sign`]: one signing key, and how a signed value finds its key.
 //! - [`keys`]: the key ring that signs tokens, challenges and invitations (parsed from text; the
 //!   edge reads the file).
@@ -43,6 +46,7 @@ pub mod decide;
 pub mod identity;
 pub mod inflight;
 pub mod invite;
+pub mod jwt;
 pub mod keys;
 pub mod path;
 pub mod problem;
