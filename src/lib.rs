@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod alloc;
+pub mod api;
 pub mod app;
 pub mod config;
 pub mod controls;
@@ -39,6 +40,6 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, challenge, cookie, decide, identity, inflight, invite, jwt, path, ratelimit, room,
-    shard, sketch, thread_cache, token,
+    autopilot, bearer, challenge, cookie, decide, identity, inflight, invite, jwt, path, ratelimit,
+    room, shard, sketch, thread_cache, token,
 };

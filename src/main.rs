@@ -4,7 +4,7 @@
 //! is in `cli/`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -61,8 +61,16 @@ enum Command {
     /// Write a working config, a fresh key ring (0600) and editable pages into DIR, then print
     /// the command that runs it. Existing files are kept unless --force.
     Init(InitArgs),
-    /// Print a fresh random 64-byte key, base64, for the key ring.
-    Keygen,
+    /// Print a fresh random 64-byte key, base64, for the key ring; with --jwt, write a JWT
+    /// signing key (PKCS#8 PEM, 0600) to --out and print its [[jwt_key]] entry.
+    Keygen {
+        /// The JWT algorithm: ES256 or EdDSA.
+        #[arg(long, value_name = "ALGORITHM", requires = "out")]
+        jwt: Option<String>,
+        /// Where the JWT key goes (a new file; an existing one is never overwritten).
+        #[arg(long, value_name = "FILE", requires = "jwt")]
+        out: Option<PathBuf>,
+    },
     /// Run with the config, starting the built-in demo origin if the configured one is not
     /// reachable, and print the URL to open.
     Demo,
@@ -329,10 +337,14 @@ fn main() -> ExitCode {
             print_bytes(&out)
         }
         Some(Command::Man { command }) => man(&command),
-        Some(Command::Keygen) => {
+        Some(Command::Keygen { jwt: None, .. }) => {
             println!("{}", vestibule::keys::generate());
             ExitCode::SUCCESS
         }
+        Some(Command::Keygen {
+            jwt: Some(algorithm),
+            out,
+        }) => jwt_keygen(&algorithm, out.as_deref()),
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Probe { path, wait }) => probe(&cli.config, &path, wait),
         Some(Command::Invite(args)) => invite(&cli.config, &args),
@@ -382,6 +394,28 @@ fn main() -> ExitCode {
                 demo_origin: None,
             },
         ),
+    }
+}
+
+/// `keygen --jwt`: a new JWT signing key in `out`, and the ring entry that uses it.
+fn jwt_keygen(algorithm: &str, out: Option<&Path>) -> ExitCode {
+    let (Some(algorithm), Some(out)) = (vestibule::jwt::Algorithm::parse(algorithm), out) else {
+        eprintln!("vestibule: --jwt takes ES256 or EdDSA, with --out FILE");
+        return ExitCode::from(2);
+    };
+    match vestibule::keys::write_jwt_key(out, algorithm) {
+        Ok(kid) => {
+            println!(
+                "[[jwt_key]]\nkid = \"{kid}\"\nalgorithm = \"{}\"\nprivate_key = \"{}\"",
+                algorithm.as_str(),
+                out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vestibule: {}: {e}", out.display());
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -46,8 +46,11 @@ impl WatchSet {
     fn of(snapshot: &Snapshot, config_path: &Path) -> WatchSet {
         let mut set = WatchSet::default();
         set.add(config_path);
-        if snapshot.keys.is_some() {
+        if let Some(ring) = &snapshot.keys {
             set.add(&snapshot.config.keys_file);
+            for file in ring.jwt_files() {
+                set.add(file);
+            }
         }
         if let Some(file) = &snapshot.config.admin.token_file {
             set.add(file);

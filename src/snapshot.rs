@@ -169,11 +169,38 @@ impl Loading {
         match crate::keys::load(&config.keys_file) {
             Ok(ring) => {
                 warn_about_keys(&config.keys_file, &ring, &mut self.warnings);
+                self.jwt_keys_for(config, &ring);
                 Some(ring)
             }
             Err(e) => {
                 self.errors.extend(e.0);
                 None
+            }
+        }
+    }
+
+    /// A room with `jwt = true` needs a `[[jwt_key]]` in the ring to sign with.
+    fn jwt_keys_for(&mut self, config: &Config, ring: &KeyRing) {
+        if !ring.jwt().is_empty() {
+            return;
+        }
+        let text = std::fs::read_to_string(&config.path).unwrap_or_default();
+        for (i, room) in config.rooms.iter().enumerate() {
+            if room.jwt.is_some() {
+                let key = format!("room[{i}].jwt");
+                let line = crate::config::locate::line_of_key(&text, &key);
+                self.errors.push(
+                    ConfigError::new(
+                        &config.path,
+                        Some(key),
+                        format!(
+                            "needs a [[jwt_key]] in the key ring ({}) to sign with; make one with \
+                             `vestibule keygen --jwt ES256 --out jwt.pem`",
+                            config.keys_file.display()
+                        ),
+                    )
+                    .at_line(line),
+                );
             }
         }
     }
@@ -384,4 +411,66 @@ fn missing_folder(key: &str, dir: &Path) -> String {
         "{key}: there is no folder {}: serving the built-in pages",
         dir.display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::{client_address, decide, Answer, Request};
+    use crate::keys::testing::KEY1;
+    use std::borrow::Cow;
+
+    /// A snapshot of the config `text` (behind one origin), loaded from files as the server
+    /// loads it, with the test key ring.
+    fn loaded(text: &str) -> (tempfile::TempDir, Snapshot) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("keys.toml"),
+            format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
+        )
+        .unwrap();
+        let path = dir.path().join("vestibule.toml");
+        std::fs::write(
+            &path,
+            format!("[upstream]\npeers = [\"127.0.0.1:2\"]\nhealth_check = \"0s\"\n{text}"),
+        )
+        .unwrap();
+        let now = Timestamp::from_secs(1_800_000_000);
+        let snapshot = Snapshot::load(&path, None, &State::local(), now).unwrap();
+        (dir, snapshot)
+    }
+
+    fn answer(snapshot: &Snapshot, target: &str) -> Answer {
+        let (method, headers) = (http::Method::GET, http::HeaderMap::new());
+        let uri: http::Uri = target.parse().unwrap();
+        let peer = "192.0.2.10".parse().unwrap();
+        let request = Request {
+            method: &method,
+            uri: &uri,
+            headers: &headers,
+            host: Cow::Borrowed("shop.example"),
+            path: crate::path::normalize(uri.path()).unwrap(),
+            client: client_address(&headers, &snapshot.config.identity, peer),
+            tls: false,
+        };
+        decide(
+            &request,
+            &snapshot.policy(),
+            Timestamp::from_secs(1_800_000_000),
+        )
+        .answer
+    }
+
+    /// The policy a loaded snapshot lends holds its rooms, its API prefix and its key ring, or
+    /// no ring when no room needs one.
+    #[test]
+    fn a_loaded_snapshot_lends_its_policy_to_the_decision() {
+        let (_dir, held) = loaded("[[room]]\nname = \"sale\"\nqueue_all = true\n");
+        assert!(held.policy().keys.is_some());
+        assert!(matches!(answer(&held, "/"), Answer::RoomPage(0, _)));
+        assert!(matches!(answer(&held, "/.vestibule/x"), Answer::Api(_)));
+        let (_dir, open) = loaded("");
+        assert!(open.policy().keys.is_none());
+        assert!(matches!(answer(&open, "/"), Answer::Forward));
+    }
 }

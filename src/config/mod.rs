@@ -143,4 +143,36 @@ mod tests {
         let c = parse_offline(&format!("{MINIMAL}[server]\ngraceful_shutdown = \"0s\"\n")).unwrap();
         assert_eq!(pingora_conf(&c).grace_period_seconds, Some(0));
     }
+
+    /// The machine's own answers: the system resolver, and the Redis client's word on a URL.
+    #[test]
+    fn the_system_host_resolves_names_and_asks_the_redis_client() {
+        let path = Path::new("/etc/vestibule/vestibule.toml");
+        let e = parse("[upstream]\npeers = [\"no-such-host.invalid:80\"]\n", path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("upstream.peers[0]: cannot resolve \"no-such-host.invalid:80\""),
+            "{e}"
+        );
+        let cluster = |url: &str| {
+            parse(
+                &format!("{MINIMAL}[cluster]\nstore = \"redis\"\nredis = [\"{url}\"]\n"),
+                path,
+            )
+        };
+        let e = cluster("http://x").unwrap_err().to_string();
+        assert!(
+            e.contains("cluster.redis[0]: is not a Redis URL like"),
+            "{e}"
+        );
+        for url in ["redis://10.0.0.5:6379/1", "valkey://a:6379"] {
+            assert!(cluster(url).is_ok(), "{url}");
+        }
+        // An offline parse still asks the Redis client, and refuses names.
+        let e = parse_offline("[upstream]\npeers = [\"origin.example:80\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host names are not resolved offline"), "{e}");
+    }
 }

@@ -143,6 +143,12 @@ pub struct Metrics {
     /// target.
     pub room_autopilot_p95: GaugeVec,
     pub room_autopilot_target: GaugeVec,
+    /// API requests, by room (empty for the JWKS), endpoint and status class.
+    pub api_requests: IntCounterVec,
+    /// JWTs signed, by room.
+    pub jwt_issued: IntCounterVec,
+    /// JWTs refused, by room and reason (`vestibule_core::jwt::Refusal`).
+    pub jwt_rejected: IntCounterVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -201,6 +207,21 @@ impl Metrics {
                 "vestibule_tls_certificate_expiry_timestamp_seconds",
                 "notAfter of each certificate in service (Unix time), by DNS name.",
                 &["name"],
+            ),
+            api_requests: counter_vec(
+                "vestibule_api_requests_total",
+                "Requests for the API's reserved path, by room (empty for the JWKS), endpoint and status class.",
+                &["room", "endpoint", "status_class"],
+            ),
+            jwt_issued: counter_vec(
+                "vestibule_jwt_issued_total",
+                "JWTs signed for admitted visitors, by room.",
+                &["room"],
+            ),
+            jwt_rejected: counter_vec(
+                "vestibule_jwt_rejected_total",
+                "JWTs presented and refused, by room and reason: malformed, unknown_key, bad_signature, bad_algorithm, expired, not_yet_valid, wrong_issuer, wrong_audience, reset.",
+                &["room", "reason"],
             ),
             admin_actions: counter_vec(
                 "vestibule_admin_actions_total",
@@ -417,6 +438,9 @@ impl Metrics {
             Box::new(self.downstream_requests_vec.clone()),
             Box::new(self.tls_certificate_expiry.clone()),
             Box::new(self.admin_actions.clone()),
+            Box::new(self.api_requests.clone()),
+            Box::new(self.jwt_issued.clone()),
+            Box::new(self.jwt_rejected.clone()),
             Box::new(self.room_override.clone()),
             Box::new(self.room_admit_grants.clone()),
             Box::new(self.room_event_state.clone()),
@@ -454,6 +478,10 @@ impl Metrics {
                 self.store_up.set(1);
                 self.cluster_nodes.set(1);
             }
+        }
+        // The API's series, so the family shows from the start.
+        for (endpoint, class) in [("jwks", "2xx"), ("unknown", "4xx")] {
+            self.api_requests.with_label_values(&["", endpoint, class]);
         }
         self.tls_certificate_expiry.reset();
         if let Some(tls) = &snapshot.tls {
@@ -510,6 +538,12 @@ impl Metrics {
             self.token_rejected.with_label_values(&[name, r.as_str()]);
         }
         self.room_admitted.with_label_values(&[name]);
+        if room.config.jwt.is_some() {
+            self.jwt_issued.with_label_values(&[name]);
+            for r in crate::jwt::Refusal::ALL {
+                self.jwt_rejected.with_label_values(&[name, r.as_str()]);
+            }
+        }
         for result in INVITATION_RESULTS {
             self.room_invitations.with_label_values(&[name, result]);
         }

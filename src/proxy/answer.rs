@@ -236,7 +236,9 @@ pub(crate) async fn respond(
     headers.reserve(3 + extra.len());
     headers.append(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.append(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    headers.append(header::CACHE_CONTROL, HeaderValue::from_static(NO_STORE));
+    if !extra.iter().any(|(n, _)| n == header::CACHE_CONTROL) {
+        headers.append(header::CACHE_CONTROL, HeaderValue::from_static(NO_STORE));
+    }
     for (name, value) in extra {
         headers.append(name, value);
     }

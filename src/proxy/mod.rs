@@ -49,6 +49,8 @@ const NO_STORE: &str = "no-store, private";
 /// The origin's response header to command vestibule (`Vestibule-Command: revoke`), never
 /// passed on.
 const COMMAND_HEADER: http::HeaderName = http::HeaderName::from_static("vestibule-command");
+/// `jwt` rooms: the admitted visitor's JWT, to the origin.
+const ADMISSION_HEADER: http::HeaderName = http::HeaderName::from_static("vestibule-admission");
 
 pub(crate) struct Proxy {
     app: Arc<App>,
@@ -149,6 +151,10 @@ impl ProxyHttp for Proxy {
         self.record(&snapshot, &ctx.notes);
         match answer {
             Answer::Forward => Ok(false),
+            Answer::Api(endpoint) => {
+                crate::api::answer(session, endpoint, &snapshot, &self.app.metrics).await?;
+                Ok(true)
+            }
             Answer::Redirect(location) => {
                 let extra = vec![(
                     header::LOCATION,
@@ -254,6 +260,14 @@ impl ProxyHttp for Proxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
+        if let Some(jwt) = &ctx.notes.jwt.admission {
+            // Set after the client's copies of internal headers are gone.
+            upstream.insert_header(
+                ADMISSION_HEADER,
+                HeaderValue::from_str(jwt)
+                    .or_err(ErrorType::InternalError, "a JWT that is no header value")?,
+            )?;
+        }
         if let Some(uri) = decide::without_invitation(&upstream.uri) {
             upstream.set_uri(uri);
         }
@@ -322,6 +336,10 @@ impl ProxyHttp for Proxy {
         }
         if let Some(value) = ctx.notes.clear_solution.take() {
             response.append_header(header::SET_COOKIE, value)?;
+        }
+        if let Some(value) = ctx.notes.jwt.set_cookie.take() {
+            response.append_header(header::SET_COOKIE, value)?;
+            response.insert_header("Cache-Control", NO_STORE)?;
         }
         if !ctx.notes.quotas.is_empty() {
             // Appended: `RateLimit` fields are lists, and an origin's own items survive.
@@ -612,6 +630,7 @@ impl Proxy {
 
     /// Counts what the decision did: the room's decision and each rule's verdict.
     fn record(&self, snapshot: &Snapshot, notes: &Notes) {
+        self.record_jwt(snapshot, notes);
         self.app.metrics.with_handles(snapshot, |handles| {
             for (rule, outcome) in &notes.rule_outcomes {
                 if let Some(counters) = handles.rules.get(*rule) {
@@ -643,6 +662,29 @@ impl Proxy {
                 }
             }
         });
+    }
+}
+
+impl Proxy {
+    /// JWTs signed and refused, by room (only `jwt` rooms' requests have any).
+    fn record_jwt(&self, snapshot: &Snapshot, notes: &Notes) {
+        let jwt = &notes.jwt;
+        if jwt.set_cookie.is_none() && jwt.refused.is_none() {
+            return;
+        }
+        let Some(room) = notes.room.and_then(|i| snapshot.rooms.get(i)) else {
+            return;
+        };
+        let metrics = &self.app.metrics;
+        if jwt.set_cookie.is_some() {
+            metrics.jwt_issued.with_label_values(&[room.name()]).inc();
+        }
+        if let Some(reason) = jwt.refused {
+            metrics
+                .jwt_rejected
+                .with_label_values(&[room.name(), reason.as_str()])
+                .inc();
+        }
     }
 }
 

@@ -22,6 +22,7 @@ mod h2_body;
 mod h2_flood;
 mod hardening;
 mod invite;
+mod jwt;
 mod languages;
 mod lottery;
 mod memory;

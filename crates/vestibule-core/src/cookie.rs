@@ -140,6 +140,25 @@ pub fn set(config: &CookieConfig, value: &str, secure: bool) -> String {
     s
 }
 
+/// A `Set-Cookie` value giving cookie `name` (another of the room's, like its JWT's) `value`
+/// for `max_age` seconds, with the room cookie's attributes.
+pub fn set_named(
+    config: &CookieConfig,
+    name: &str,
+    value: &str,
+    max_age: u64,
+    secure: bool,
+) -> String {
+    let mut s = format!(
+        "{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite={}",
+        same_site(config.same_site)
+    );
+    if is_secure(config.secure, secure) {
+        s.push_str("; Secure");
+    }
+    s
+}
+
 /// A `Set-Cookie` value deleting the room cookie.
 pub fn delete(config: &CookieConfig, secure: bool) -> String {
     let mut s = format!(

@@ -12,7 +12,10 @@
 //!    arrived over https.
 //! 2. **Rules of scope `all`**: a rule that blocks answers [`Answer::RateLimited`] before any
 //!    room sees the request.
-//! 3. **The room** the host and path route to, unless the route is a bypass, the room is off,
+//! 3. **The API**: a path under `[server] api_prefix` (or the well-known JWKS path) answers
+//!    [`Answer::Api`] with the endpoint it names ([`api::route`]); no room sees it and it is
+//!    never forwarded.
+//! 4. **The room** the host and path route to, unless the route is a bypass, the room is off,
 //!    the request is an ACME challenge (with `bypass_acme_challenge`), or there is no key ring:
 //!    - a subresource of a held page (its favicon, say) neither joins nor checks in:
 //!      [`Answer::Held`] unless its visitor is admitted;
@@ -22,8 +25,8 @@
 //!      (a `303` to the same target without the code);
 //!    - a decision that does not forward answers [`Answer::RoomPage`];
 //!    - a room in shadow mode decides, sets its cookie and counts like any other, and forwards.
-//! 4. **Rules of scope `origin`**, for what would be forwarded.
-//! 5. Otherwise [`Answer::Forward`], with the room's cookie to set on the origin's response.
+//! 5. **Rules of scope `origin`**, for what would be forwarded.
+//! 6. Otherwise [`Answer::Forward`], with the room's cookie to set on the origin's response.
 //!
 //! # What it may do
 //!
@@ -37,6 +40,8 @@ use std::net::IpAddr;
 use http::header;
 use smallvec::SmallVec;
 
+use crate::api;
+use crate::bearer;
 use crate::config::{Config, RoomMode, Scope};
 use crate::cookie;
 use crate::identity::IdentityPolicy;
@@ -96,6 +101,9 @@ pub fn client_address(
 pub enum Answer {
     /// Forward to the origin.
     Forward,
+    /// A request for the API's reserved path: the edge's API answers it; it is never
+    /// forwarded.
+    Api(api::Endpoint),
     /// `308` to this https URL (`redirect_to_https`).
     Redirect(String),
     /// Show this room's page for this outcome.
@@ -152,6 +160,8 @@ pub struct Notes {
     pub rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
     /// Concurrency slots, given back when dropped.
     pub slots: SmallVec<[crate::inflight::Guard; 2]>,
+    /// `jwt` rooms: the JWT the request brought or got, or why the one it brought was refused.
+    pub jwt: crate::bearer::JwtNote,
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     pub quotas: SmallVec<[(usize, u64, u64); 2]>,
@@ -228,6 +238,12 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         headers: req.headers,
     };
 
+    if let Some(endpoint) = api::route(&req.path, &policy.config.server.api_prefix) {
+        if let Some(limited) = check_rules(policy, Scope::All, &view, now, notes) {
+            return Answer::RateLimited(limited);
+        }
+        return Answer::Api(endpoint);
+    }
     let route = policy.rooms.route(&req.host, &req.path, client_ip);
     notes.room = route.map(|r| r.index);
     if let Some(limited) = check_rules(policy, Scope::All, &view, now, notes) {
@@ -239,6 +255,18 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         // renewals fail: no room, challenge or invitation holds them (rate rules still do).
         let acme = policy.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
         let admission = match (policy.keys, route.bypass || acme || !room.config.enabled) {
+            (Some(ring), false)
+                if bearer::admits(
+                    req.headers,
+                    room,
+                    ring,
+                    &policy.config.jwt,
+                    now,
+                    &mut notes.jwt,
+                ) =>
+            {
+                Admission::Decided(Outcome::new(Decision::Allow, CookieAction::Keep), false)
+            }
             (Some(ring), false) => room_admission(req, room, ring, &identity, now, notes),
             _ => Admission::Decided(Outcome::new(Decision::Bypass, CookieAction::Keep), false),
         };
@@ -267,6 +295,16 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         }
         notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
         notes.place = outcome.place;
+        if let (Decision::Allow, Some(ring)) = (outcome.decision, policy.keys) {
+            bearer::issue(
+                room,
+                ring,
+                &policy.config.jwt,
+                now,
+                notes.secure,
+                &mut notes.jwt,
+            );
+        }
     }
     match check_rules(policy, Scope::Origin, &view, now, notes) {
         Some(limited) => Answer::RateLimited(limited),
@@ -760,5 +798,75 @@ mod tests {
             again.answer
         );
         assert_eq!(again.notes.decision, Some(Decision::Allow));
+    }
+
+    /// A `jwt` room gives a JWT to a visitor it lets in (and the origin gets it), takes a valid
+    /// one as admission, and counts a refused one's reason before deciding as without it.
+    #[test]
+    fn a_jwt_room_gives_jwts_and_takes_valid_ones() {
+        use crate::jwt::testing::ES256_PEM;
+        let mut built = snapshot(
+            "",
+            "[[room]]\nname = \"sale\"\npaths = [\"/\"]\nallow_percentage = 100\njwt = true\n\
+             [[room]]\nname = \"app\"\npaths = [\"/app\"]\ncookie_name = \"app\"\nqueue_all = true\njwt = true\n",
+        );
+        built.keys = KeyRing::parse_with(
+            &format!(
+                "active = \"key1\"\n[ring]\nkey1 = \"{}\"\n[[jwt_key]]\nkid = \"k1\"\nalgorithm = \"ES256\"\nprivate_key = \"k1.pem\"\n",
+                crate::keys::testing::KEY1
+            ),
+            std::path::Path::new("keys.toml"),
+            &|_| Ok(ES256_PEM.to_owned()),
+        )
+        .unwrap();
+        let v = run(&get("/", &[]), &built, now());
+        assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
+        let cookie = v.notes.jwt.set_cookie.clone().expect("a JWT cookie");
+        assert!(cookie.starts_with("waiting_room_jwt=ey"), "{cookie}");
+        let sale_jwt = v.notes.jwt.admission.clone().unwrap();
+        assert!(cookie.contains(&sale_jwt));
+        // Brought back, it is not signed again.
+        let v = run(
+            &get("/", &[("cookie", &format!("waiting_room_jwt={sale_jwt}"))]),
+            &built,
+            now(),
+        );
+        assert_eq!(v.notes.jwt.admission.as_deref(), Some(sale_jwt.as_str()));
+        assert!(v.notes.jwt.set_cookie.is_none());
+
+        // `app` holds everyone: a JWT for it gets in, the sale's does not.
+        let claims = crate::jwt::Claims {
+            iss: "vestibule".into(),
+            aud: "app".into(),
+            sub: "s".into(),
+            iat: now().secs(),
+            nbf: now().secs(),
+            exp: now().secs() + 60,
+            jti: "j".into(),
+            room: "app".into(),
+            queue_number: None,
+            event: None,
+        };
+        let app_jwt = built.keys.jwt().sign(&claims);
+        let bearer = format!("Bearer {app_jwt}");
+        let v = run(&get("/app/x", &[("authorization", &bearer)]), &built, now());
+        assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
+        assert_eq!(v.notes.jwt.admission.as_deref(), Some(app_jwt.as_str()));
+        let bearer = format!("Bearer {sale_jwt}");
+        let v = run(&get("/app/x", &[("authorization", &bearer)]), &built, now());
+        assert!(matches!(v.answer, Answer::RoomPage(..)), "{:?}", v.answer);
+        assert_eq!(
+            v.notes.jwt.refused,
+            Some(crate::jwt::Refusal::WrongAudience)
+        );
+        assert!(v.notes.jwt.admission.is_none());
+        // Expired by the decision's clock.
+        let later = Timestamp::from_secs(now().secs() + 61);
+        let v = run(
+            &get("/app/x", &[("authorization", &format!("Bearer {app_jwt}"))]),
+            &built,
+            later,
+        );
+        assert_eq!(v.notes.jwt.refused, Some(crate::jwt::Refusal::Expired));
     }
 }

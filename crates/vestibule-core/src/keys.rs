@@ -13,6 +13,7 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use crate::jwt::JwtKeys;
 use crate::problem::error::{from_toml, ConfigError, ConfigErrors};
 use crate::problem::locate::Locator;
 pub use crate::sign::{is_valid_key_id, split_exact, HmacSha512, Keys, SigningKey};
@@ -39,6 +40,11 @@ pub struct KeyRing {
     signed: std::sync::Arc<crate::token::SignedCache>,
     /// Proof-of-work challenges this ring's active key issued.
     issued: std::sync::Arc<crate::token::IssuedCache>,
+    /// The JWT keys (`[[jwt_key]]`), and their JWKS when there are any.
+    jwt: std::sync::Arc<JwtKeys>,
+    jwks: Option<std::sync::Arc<str>>,
+    /// The private key files of the JWT keys (watched with the ring).
+    jwt_files: std::sync::Arc<[std::path::PathBuf]>,
 }
 
 impl fmt::Debug for KeyRing {
@@ -46,6 +52,7 @@ impl fmt::Debug for KeyRing {
         f.debug_struct("KeyRing")
             .field("active", &self.active)
             .field("ids", &self.keys.keys().collect::<Vec<_>>())
+            .field("jwt", &self.jwt)
             .finish()
     }
 }
@@ -55,6 +62,71 @@ impl fmt::Debug for KeyRing {
 struct KeyFile {
     active: String,
     ring: BTreeMap<String, String>,
+    /// `[[jwt_key]]`: the keys of the JWTs, the first signing.
+    #[serde(default)]
+    jwt_key: Vec<JwtKeyFile>,
+}
+
+/// One `[[jwt_key]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JwtKeyFile {
+    kid: String,
+    algorithm: String,
+    /// A PKCS#8 PEM private key file, relative to the ring's folder.
+    private_key: String,
+}
+
+/// The `[[jwt_key]]` entries of a ring file, read and checked; problems go to `errors`.
+fn jwt_keys(
+    entries: &[JwtKeyFile],
+    path: &Path,
+    read: &dyn Fn(&Path) -> std::io::Result<String>,
+    err: &dyn Fn(String, String) -> ConfigError,
+    errors: &mut Vec<ConfigError>,
+) -> JwtKeys {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let mut keys: Vec<crate::jwt::JwtKey> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let k = |field: &str| format!("jwt_key[{i}].{field}");
+        if !is_valid_key_id(&entry.kid) {
+            errors.push(err(
+                k("kid"),
+                "key ids may use only letters, digits, '.', '_' and '-' (at most 64)".into(),
+            ));
+            continue;
+        }
+        if entries[..i].iter().any(|e| e.kid == entry.kid) {
+            errors.push(err(k("kid"), format!("\"{}\" is used twice", entry.kid)));
+            continue;
+        }
+        let Some(algorithm) = crate::jwt::Algorithm::parse(&entry.algorithm) else {
+            errors.push(err(
+                k("algorithm"),
+                format!(
+                    "must be \"ES256\" or \"EdDSA\", got \"{}\"",
+                    entry.algorithm
+                ),
+            ));
+            continue;
+        };
+        let file = dir.join(&entry.private_key);
+        let pem = match read(&file) {
+            Ok(pem) => pem,
+            Err(e) => {
+                errors.push(err(
+                    k("private_key"),
+                    format!("cannot read {}: {e}", file.display()),
+                ));
+                continue;
+            }
+        };
+        match crate::jwt::JwtKey::from_pem(&entry.kid, algorithm, &pem) {
+            Ok(key) => keys.push(key),
+            Err(message) => errors.push(err(k("private_key"), message)),
+        }
+    }
+    JwtKeys::new(keys)
 }
 
 /// Base64, standard or URL-safe alphabet, padded or not (the VCL's decoder is as lenient).
@@ -77,8 +149,24 @@ impl Keys for KeyRing {
 }
 
 impl KeyRing {
-    /// Validates a key ring text; `path` only labels errors.
+    /// Validates a key ring text; `path` only labels errors. A ring that names JWT key files
+    /// needs [`KeyRing::parse_with`].
     pub fn parse(text: &str, path: &Path) -> Result<KeyRing, ConfigErrors> {
+        KeyRing::parse_with(text, path, &|p| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("{}: no files are read here", p.display()),
+            ))
+        })
+    }
+
+    /// Validates a key ring text from the file at `path`; `read` reads the files it names (the
+    /// `[[jwt_key]]` private keys, relative to the ring's folder).
+    pub fn parse_with(
+        text: &str,
+        path: &Path,
+        read: &dyn Fn(&Path) -> std::io::Result<String>,
+    ) -> Result<KeyRing, ConfigErrors> {
         let file: KeyFile = toml::from_str(text).map_err(|e| from_toml(path, text, &e, true))?;
         let mut errors = Vec::new();
         let mut keys = BTreeMap::new();
@@ -126,12 +214,23 @@ impl KeyRing {
                 format!("names key \"{}\", which is not in [ring]", file.active),
             ));
         }
+        let jwt = jwt_keys(&file.jwt_key, path, read, &err, &mut errors);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
+        let jwks = (!jwt.is_empty()).then(|| std::sync::Arc::from(jwt.jwks()));
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let jwt_files = file
+            .jwt_key
+            .iter()
+            .map(|e| dir.join(&e.private_key))
+            .collect();
         Ok(KeyRing {
             active: file.active,
             keys,
+            jwt: std::sync::Arc::new(jwt),
+            jwks,
+            jwt_files,
             verified: std::sync::Arc::new(crate::token::VerifiedCache::new(VERIFIED_CACHE)),
             signed: std::sync::Arc::new(crate::token::SignedCache::new(VERIFIED_CACHE)),
             issued: std::sync::Arc::new(crate::token::IssuedCache::new(VERIFIED_CACHE)),
@@ -145,6 +244,21 @@ impl KeyRing {
             text.push_str(&format!("{} = {}\n", toml_string(id), toml_string(value)));
         }
         KeyRing::parse(&text, Path::new("<inline key ring>"))
+    }
+
+    /// The JWT keys (`[[jwt_key]]`; empty when the ring has none).
+    pub fn jwt(&self) -> &JwtKeys {
+        &self.jwt
+    }
+
+    /// The files of the JWT keys' private keys.
+    pub fn jwt_files(&self) -> &[std::path::PathBuf] {
+        &self.jwt_files
+    }
+
+    /// The JWKS (RFC 7517) of the JWT keys, or `None` when the ring has none.
+    pub fn jwks(&self) -> Option<&str> {
+        self.jwks.as_deref()
     }
 
     /// The key that signs new tokens.
@@ -210,6 +324,23 @@ impl KeyRing {
             {
                 parts.push(format!("replaced the secret of {id}"));
             }
+        }
+        let kids = |ring: &KeyRing| -> Vec<String> {
+            ring.jwt.keys().iter().map(|k| k.kid().to_owned()).collect()
+        };
+        let (before, after) = (kids(old), kids(self));
+        if before.first() != after.first() {
+            parts.push(format!(
+                "JWTs signed by {} -> {}",
+                before.first().map_or("none", String::as_str),
+                after.first().map_or("none", String::as_str)
+            ));
+        }
+        for kid in after.iter().filter(|k| !before.contains(k)) {
+            parts.push(format!("published JWT key {kid}"));
+        }
+        for kid in before.iter().filter(|k| !after.contains(k)) {
+            parts.push(format!("withdrew JWT key {kid}"));
         }
         parts
     }
@@ -327,5 +458,68 @@ mod tests {
         assert!(ring.uses_sample_key());
         let ring = parse(&format!("active = \"a\"\n[ring]\na = \"{GOOD}\"\n")).unwrap();
         assert!(!ring.uses_sample_key());
+    }
+
+    /// `[[jwt_key]]` entries: files read relative to the ring, each problem named by its key
+    /// and line, the JWKS published in order.
+    #[test]
+    fn jwt_keys_are_read_and_checked() {
+        use crate::jwt::testing::{ED25519_PEM, ES256_PEM};
+        let read = |p: &Path| match p.to_str() {
+            Some("/etc/v/es.pem") => Ok(ES256_PEM.to_owned()),
+            Some("/etc/v/ed.pem") => Ok(ED25519_PEM.to_owned()),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "not found",
+            )),
+        };
+        let entry = |kid: &str, alg: &str, file: &str| {
+            format!(
+                "[[jwt_key]]\nkid = \"{kid}\"\nalgorithm = \"{alg}\"\nprivate_key = \"{file}\"\n"
+            )
+        };
+        let head = format!("active = \"a\"\n[ring]\na = \"{GOOD}\"\n");
+        let path = Path::new("/etc/v/keys.toml");
+        let text = format!(
+            "{head}{}{}",
+            entry("k1", "EdDSA", "ed.pem"),
+            entry("k2", "ES256", "es.pem")
+        );
+        let ring = KeyRing::parse_with(&text, path, &read).unwrap();
+        let kids: Vec<&str> = ring.jwt().keys().iter().map(|k| k.kid()).collect();
+        assert_eq!(kids, ["k1", "k2"]);
+        assert_eq!(
+            ring.jwt_files(),
+            [Path::new("/etc/v/ed.pem"), Path::new("/etc/v/es.pem")]
+        );
+        let jwks: serde_json::Value = serde_json::from_str(ring.jwks().unwrap()).unwrap();
+        assert_eq!(jwks["keys"][1]["kid"], "k2");
+        assert!(!format!("{ring:?}").contains("PRIVATE"));
+        assert!(parse(&head).unwrap().jwks().is_none());
+
+        let text = format!(
+            "{head}{}{}{}{}",
+            entry("k1", "RS256", "es.pem"),
+            entry("k2", "ES256", "gone.pem"),
+            entry("k3", "ES256", "ed.pem"),
+            entry("k3", "ES256", "es.pem"),
+        );
+        let e = KeyRing::parse_with(&text, path, &read)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("keys.toml:6: jwt_key[0].algorithm: must be \"ES256\" or \"EdDSA\""),
+            "{e}"
+        );
+        assert!(
+            e.contains("keys.toml:11: jwt_key[1].private_key: cannot read /etc/v/gone.pem"),
+            "{e}"
+        );
+        assert!(e.contains("jwt_key[2].private_key"), "{e}");
+        assert!(
+            e.contains("keys.toml:17: jwt_key[3].kid: \"k3\" is used twice"),
+            "{e}"
+        );
+        assert!(!e.contains("BEGIN"), "{e}");
     }
 }

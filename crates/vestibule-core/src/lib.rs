@@ -9,10 +9,13 @@
 //! service ([`decide::Policy`]: the config, key ring, rooms and rules of a generation) and the
 //! time, and a [`decide::Verdict`] out.
 //!
-//! - [`decide`]: the decision pipeline, step by step; [`wants`]: which answer a request wants.
+//! - [`decide`]: the decision pipeline, step by step; [`wants`]: which answer a request wants;
+//!   [`api`]: which endpoint a request for the API's reserved path names.
 //! - [`room`]: rooms (lottery and capacity admission, lanes, events and their schedule), routed
 //!   by host and path.
 //! - [`ratelimit`]: rate-limit rules (windows, buckets, the penalty box, concurrency slots).
+//! - [`jwt`]: JWTs a gateway verifies with published keys; [`bearer`]: a `jwt` room's JWTs on
+//!   the request path (admission by a valid one, one for each visitor let in).
 //! - [`token`]: the signed room cookie: claims, signing, checking, and the caches of checked
 //!   and signed values; [`cookie`]: the cookie on the wire.
 //! - [`jwt`]: JWTs for an API gateway (ES256, EdDSA): the key ring that signs them and
@@ -37,7 +40,9 @@
 //! - [`path`]: request paths, normalized once, and the origins of a path.
 //! - [`time`], [`thread_cache`]: the clock's type, per-thread caches.
 
+pub mod api;
 pub mod autopilot;
+pub mod bearer;
 pub mod challenge;
 pub mod config;
 pub mod controls;

@@ -75,6 +75,17 @@ impl RequestPath<'_> {
         self.normal.starts_with(prefix)
             && self.literal.as_ref().is_none_or(|l| l.starts_with(prefix))
     }
+
+    /// Whether some origin's reading of the path is `folder` or inside it (`folder` itself
+    /// normalised, without a trailing `/`): the test a reserved path must pass, so that nothing
+    /// any origin would read as inside it is ever forwarded.
+    pub fn may_be_in(&self, folder: &str) -> bool {
+        let inside = |p: &str| {
+            p.strip_prefix(folder)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        inside(&self.normal) || self.literal.as_deref().is_some_and(inside)
+    }
 }
 
 /// The normalised form of `path` (the part of the request target before `?`), or why it is

@@ -112,6 +112,12 @@ pub fn describe(old: &Config, new: &Config) -> Vec<String> {
     diff_fields("log", &log_fields(old), &log_fields(new), &mut out);
     diff_fields("server", &server_fields(old), &server_fields(new), &mut out);
     diff_fields("tls", &tls_fields(old), &tls_fields(new), &mut out);
+    diff_fields(
+        "jwt",
+        &vec![("issuer", format!("{:?}", old.jwt.issuer))],
+        &vec![("issuer", format!("{:?}", new.jwt.issuer))],
+        &mut out,
+    );
     if old.admin.token != new.admin.token {
         out.push("admin: token changed".into());
     }
@@ -236,6 +242,8 @@ fn server_fields(c: &Config) -> Fields {
             "bypass_acme_challenge",
             c.server.bypass_acme_challenge.to_string(),
         ),
+        ("api_prefix", c.server.api_prefix.clone()),
+        ("api_cors_origins", list(&c.server.api_cors_origins)),
     ]
 }
 
@@ -335,6 +343,12 @@ fn room_fields(r: &RoomConfig) -> Fields {
         (
             "revoked_invitations",
             format!("{} revoked", r.revoked_invitations.len()),
+        ),
+        (
+            "jwt",
+            r.jwt.as_ref().map_or("false".into(), |j| {
+                format!("audience {:?}, valid {}", j.audience, duration(j.validity))
+            }),
         ),
     ];
     // Method-specific settings line up only when the method is the same; a method change is

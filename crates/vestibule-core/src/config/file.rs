@@ -34,6 +34,23 @@ pub(crate) struct FileConfig {
     pub cluster: ClusterFile,
     #[serde(default)]
     pub tls: TlsFile,
+    #[serde(default)]
+    pub jwt: JwtFile,
+}
+
+/// `[jwt]`: the JWTs admitted visitors get.
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+pub(crate) struct JwtFile {
+    pub issuer: String,
+}
+
+impl Default for JwtFile {
+    fn default() -> Self {
+        JwtFile {
+            issuer: "vestibule".into(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,6 +129,9 @@ pub(crate) struct ServerFile {
     #[serde(with = "humantime_serde")]
     pub h2_reset_within: Duration,
     pub bypass_acme_challenge: bool,
+    /// The API's reserved path on every proxy listener.
+    pub api_prefix: String,
+    pub api_cors_origins: Vec<String>,
 }
 
 impl Default for ServerFile {
@@ -136,6 +156,8 @@ impl Default for ServerFile {
             h2_reset_penalty: ResetBudget::default().penalty,
             h2_reset_within: ResetBudget::default().within,
             bypass_acme_challenge: true,
+            api_prefix: "/.vestibule".into(),
+            api_cors_origins: Vec::new(),
         }
     }
 }
@@ -287,6 +309,11 @@ pub(crate) struct RoomFile {
     pub revoked_invitations: Option<Vec<String>>,
     /// Priority lanes: lane name → weight in the split of the free slots.
     pub lanes: Option<std::collections::BTreeMap<String, i64>>,
+    /// Admitted visitors also get a JWT.
+    pub jwt: Option<bool>,
+    pub jwt_audience: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub jwt_validity: Option<Duration>,
     /// `[[room.event]]`: scheduled events.
     #[serde(default)]
     pub event: Vec<EventFile>,

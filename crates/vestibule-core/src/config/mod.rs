@@ -51,6 +51,24 @@ pub struct Config {
     pub log: LogConfig,
     pub cluster: ClusterConfig,
     pub tls: TlsConfig,
+    /// `[jwt]`: the JWTs of rooms with `jwt = true`.
+    pub jwt: JwtConfig,
+}
+
+/// `[jwt]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JwtConfig {
+    /// The `iss` claim of every JWT vestibule signs, and the only issuer it accepts.
+    pub issuer: String,
+}
+
+/// A room's JWTs (`jwt = true`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomJwt {
+    /// The `aud` claim (`jwt_audience`; the room's name unless set).
+    pub audience: String,
+    /// `exp - iat` (`jwt_validity`).
+    pub validity: Duration,
 }
 
 /// `[tls]`: the certificates of the TLS listeners. The files are loaded and checked
@@ -97,7 +115,7 @@ impl TlsVersion {
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
     pub store: StoreKind,
-    /// The Redis (or Valkey) server as a `redis://` or `rediss://` URL; several: the seed nodes
+    /// The Redis (or Valkey) server as a `redis://` or `valkey://` URL; several: the seed nodes
     /// of a Redis Cluster.
     pub redis: Vec<String>,
     /// This node's name; `None`: the host name and the first listen port.
@@ -239,6 +257,10 @@ pub struct ServerConfig {
     /// and invitation gate (rate limit rules still apply), so that certificate renewals by
     /// HTTP-01 keep working while a room holds the site.
     pub bypass_acme_challenge: bool,
+    /// The API's reserved path (`api_prefix`): never proxied, on every proxy listener.
+    pub api_prefix: String,
+    /// Origins whose pages may call the API from a browser (`"*"`: any).
+    pub api_cors_origins: Vec<String>,
 }
 
 /// The budgets of HTTP/2 clients that reset streams they opened before the answer is complete
@@ -357,6 +379,8 @@ pub struct RoomConfig {
     pub max_invitations: usize,
     /// Invitations refused from now on (a leaked link), by id; their holders keep their places.
     pub revoked_invitations: std::collections::BTreeSet<u64>,
+    /// `jwt = true`: admitted visitors also get a JWT, and a valid one is admission.
+    pub jwt: Option<RoomJwt>,
 }
 
 /// Who may join a room.
@@ -658,7 +682,7 @@ pub mod testing {
     use super::*;
 
     /// A machine with no files and no resolver: literal peer addresses only, and any
-    /// `redis://` or `rediss://` URL.
+    /// `redis://` or `valkey://` URL (as the edge's Redis client, built without TLS).
     pub(crate) struct Bare;
 
     impl Host for Bare {
@@ -678,7 +702,7 @@ pub mod testing {
         }
 
         fn check_store_url(&self, url: &str) -> Result<(), String> {
-            if url.starts_with("redis://") || url.starts_with("rediss://") {
+            if url.starts_with("redis://") || url.starts_with("valkey://") {
                 Ok(())
             } else {
                 Err(format!("{url}: not a redis:// URL"))

@@ -61,6 +61,7 @@ fn known_keys(table: &str) -> Option<&'static [&'static str]> {
         "cluster" => fields::<ClusterFile>(),
         "tls" => fields::<TlsFile>(),
         "tls.certificates" => fields::<CertificateFile>(),
+        "jwt" => fields::<super::file::JwtFile>(),
         _ => return None,
     })
 }

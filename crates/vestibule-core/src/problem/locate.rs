@@ -6,7 +6,7 @@ use toml_edit::{ImDocument, Item};
 use super::error::line_of;
 
 /// The 1-based line where `path` is written, or where its nearest written parent is.
-pub(crate) fn line_of_key(text: &str, path: &str) -> Option<usize> {
+pub fn line_of_key(text: &str, path: &str) -> Option<usize> {
     Locator::new(text).line(path)
 }
 

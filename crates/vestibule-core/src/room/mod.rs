@@ -85,6 +85,8 @@ pub struct Room {
     pilot: Arc<PilotCell>,
     /// `pow` rooms: the cookie a solution may come back in (`<cookie_name>_pow`).
     solution_cookie: Option<String>,
+    /// `jwt` rooms: the cookie their JWT goes in (`<cookie_name>_jwt`).
+    jwt_cookie: Option<String>,
 }
 
 impl std::fmt::Debug for Room {
@@ -136,6 +138,10 @@ impl Room {
             solution_cookie: config
                 .challenge
                 .map(|_| format!("{}_pow", config.cookie.name)),
+            jwt_cookie: config
+                .jwt
+                .as_ref()
+                .map(|_| format!("{}_jwt", config.cookie.name)),
             config,
         };
         // A room that asks who may join takes only the tokens it issued itself.
@@ -209,6 +215,11 @@ impl Room {
     /// `pow` rooms: the name of the cookie a solution may come back in.
     pub fn solution_cookie(&self) -> Option<&str> {
         self.solution_cookie.as_deref()
+    }
+
+    /// `jwt` rooms: the name of the cookie their JWT goes in.
+    pub fn jwt_cookie(&self) -> Option<&str> {
+        self.jwt_cookie.as_deref()
     }
 
     /// What the autopilot steers from now: the configured `new_users_per_minute` and session in

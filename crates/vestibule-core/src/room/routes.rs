@@ -65,11 +65,12 @@ impl RoomSet {
         // Longest prefix first; at equal length a room naming the host beats a catch-all;
         // then file order (the sort is stable).
         routes.sort_by_key(|r| (std::cmp::Reverse(r.prefix.len()), r.host.is_none()));
-        // Solutions of `pow` rooms never reach the origin either.
+        // Solutions of `pow` rooms and JWT cookies never reach the origin either.
         let cookie_names = rooms
             .iter()
             .map(|r| r.config.cookie.name.clone())
             .chain(rooms.iter().filter_map(|r| r.solution_cookie.clone()))
+            .chain(rooms.iter().filter_map(|r| r.jwt_cookie.clone()))
             .collect();
         RoomSet {
             rooms,

@@ -213,3 +213,58 @@ fn h2_reset_budgets_default_parse_and_are_checked() {
     has("vestibule.toml:5: server.h2_reset_penalty: must be between 1s and 1h");
     has("vestibule.toml:6: server.h2_reset_within: must be between 10ms and 1h");
 }
+
+#[test]
+fn the_api_prefix_and_cors_origins_are_checked() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.server.api_prefix, "/.vestibule");
+    assert!(c.server.api_cors_origins.is_empty());
+    let c = parse(&format!(
+        "{MINIMAL}[server]\napi_prefix = \"/_queue\"\napi_cors_origins = [\"https://Shop.example\", \"*\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.server.api_prefix, "/_queue");
+    assert_eq!(c.server.api_cors_origins, ["https://shop.example", "*"]);
+    for bad in ["", "/", "x", "/a/", "/a//b", "/a/../b", "/a b", "/a?b"] {
+        let e = errors(&format!("{MINIMAL}[server]\napi_prefix = \"{bad}\"\n"));
+        assert!(
+            e.contains("vestibule.toml:4: server.api_prefix: "),
+            "{bad}: {e}"
+        );
+    }
+    let e = errors(&format!(
+        "{MINIMAL}[server]\napi_cors_origins = [\"https://ok.example\", \"shop.example\", \"https://a/b\"]\n"
+    ));
+    assert!(e.contains("server.api_cors_origins[1]"), "{e}");
+    assert!(e.contains("server.api_cors_origins[2]"), "{e}");
+    assert!(!e.contains("server.api_cors_origins[0]"), "{e}");
+}
+
+#[test]
+fn jwt_settings_are_checked() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.jwt.issuer, "vestibule");
+    let c = parse(&format!(
+        "{MINIMAL}[jwt]\nissuer = \"https://queue.example\"\n[[room]]\nname = \"sale\"\njwt = true\n[[room]]\nname = \"b\"\ncookie_name = \"b\"\njwt = true\njwt_audience = \"api\"\njwt_validity = \"10m\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.jwt.issuer, "https://queue.example");
+    let j = c.rooms[0].jwt.as_ref().unwrap();
+    assert_eq!((j.audience.as_str(), j.validity.as_secs()), ("sale", 3600));
+    let j = c.rooms[1].jwt.as_ref().unwrap();
+    assert_eq!((j.audience.as_str(), j.validity.as_secs()), ("api", 600));
+    let e = errors(&format!("{MINIMAL}[[room]]\njwt_audience = \"x\"\n"));
+    assert!(
+        e.contains("room[0].jwt_audience: only applies with jwt = true"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[[room]]\njwt = true\njwt_validity = \"10s\"\n"
+    ));
+    assert!(
+        e.contains("vestibule.toml:5: room[0].jwt_validity: must be between 1m and 7d"),
+        "{e}"
+    );
+    let e = errors(&format!("{MINIMAL}[jwt]\nissuer = \"\"\n"));
+    assert!(e.contains("jwt.issuer"), "{e}");
+}

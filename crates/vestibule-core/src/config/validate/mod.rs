@@ -128,6 +128,7 @@ impl Validator<'_> {
         let log = self.log(&file);
         let cluster = self.cluster(&file);
         let tls = self.tls(&file);
+        let jwt = self.jwt(&file.jwt);
         let keys_file = self.resolve(&file.keys.file);
         if file.keys.file.trim().is_empty() {
             self.err("keys.file", "must name the key ring file");
@@ -144,7 +145,21 @@ impl Validator<'_> {
             log: log?,
             cluster,
             tls,
+            jwt,
         })
+    }
+
+    /// `[jwt]`.
+    fn jwt(&mut self, j: &super::file::JwtFile) -> JwtConfig {
+        if j.issuer.is_empty() || j.issuer.len() > 256 || j.issuer.chars().any(char::is_control) {
+            self.err(
+                "jwt.issuer",
+                "must be 1 to 256 characters, without control characters",
+            );
+        }
+        JwtConfig {
+            issuer: j.issuer.clone(),
+        }
     }
 
     fn socket_addr(&mut self, key: String, value: &str) -> Option<SocketAddr> {

@@ -37,6 +37,7 @@ impl Validator<'_> {
             let (access, max_invitations) = self.access(i, r);
             let revoked_invitations = self.revoked_invitations(i, r);
             let Some(admission) = admission else { continue };
+            let jwt = self.room_jwt(i, r, &name);
             out.push(RoomConfig {
                 name,
                 enabled: r.enabled.unwrap_or(true),
@@ -59,9 +60,38 @@ impl Validator<'_> {
                 access,
                 max_invitations,
                 revoked_invitations,
+                jwt,
             });
         }
         out
+    }
+
+    /// `jwt`, `jwt_audience` and `jwt_validity`.
+    fn room_jwt(&mut self, i: usize, r: &RoomFile, name: &str) -> Option<RoomJwt> {
+        let k = |field: &str| format!("room[{i}].{field}");
+        if !r.jwt.unwrap_or(false) {
+            for (set, field) in [
+                (r.jwt_audience.is_some(), "jwt_audience"),
+                (r.jwt_validity.is_some(), "jwt_validity"),
+            ] {
+                if set {
+                    self.err(k(field), "only applies with jwt = true");
+                }
+            }
+            return None;
+        }
+        let audience = r.jwt_audience.clone().unwrap_or_else(|| name.to_owned());
+        if audience.is_empty() || audience.len() > 256 || audience.chars().any(char::is_control) {
+            self.err(
+                k("jwt_audience"),
+                "must be 1 to 256 characters, without control characters",
+            );
+        }
+        let validity = r.jwt_validity.unwrap_or(Duration::from_secs(3600));
+        if validity < Duration::from_secs(60) || validity > Duration::from_secs(7 * 86_400) {
+            self.err(k("jwt_validity"), "must be between 1m and 7d");
+        }
+        Some(RoomJwt { audience, validity })
     }
 
     /// The room's `name`, which must be a label and the only room of that name.

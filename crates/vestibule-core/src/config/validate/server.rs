@@ -61,6 +61,8 @@ impl Validator<'_> {
         // A folder that is missing serves the built-in pages, with a warning (see the snapshot).
         let pages = s.pages.as_deref().map(|p| self.resolve(p));
         let h2_resets = self.reset_budget(s);
+        let api_prefix = self.api_prefix(&s.api_prefix);
+        let api_cors_origins = self.cors_origins(&s.api_cors_origins);
         Some(ServerConfig {
             listen,
             threads: s.threads,
@@ -77,7 +79,64 @@ impl Validator<'_> {
             redirect_to_https: s.redirect_to_https,
             h2_resets,
             bypass_acme_challenge: s.bypass_acme_challenge,
+            api_prefix,
+            api_cors_origins,
         })
+    }
+
+    /// `server.api_prefix`: a path of its own, like `/.vestibule`, matched as request paths are
+    /// (normalised, without a trailing `/`).
+    fn api_prefix(&mut self, p: &str) -> String {
+        let key = "server.api_prefix";
+        let ok = p.len() >= 2
+            && p.len() <= 64
+            && p.starts_with('/')
+            && !p.ends_with('/')
+            && !p.contains("//")
+            && p[1..].split('/').all(|seg| seg != "." && seg != "..")
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/._-~".contains(&b));
+        if !ok {
+            self.err(
+                key,
+                format!(
+                    "\"{p}\" must be a path like \"/.vestibule\": it starts with '/', does not end \
+                     with one, and holds letters, digits and . _ - ~ only"
+                ),
+            );
+        }
+        p.to_owned()
+    }
+
+    /// `server.api_cors_origins`: `"*"`, or origins like `"https://shop.example"`.
+    fn cors_origins(&mut self, origins: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, o) in origins.iter().enumerate() {
+            let key = format!("server.api_cors_origins[{i}]");
+            if o == "*" {
+                out.push(o.clone());
+                continue;
+            }
+            let host = o
+                .strip_prefix("https://")
+                .or_else(|| o.strip_prefix("http://"));
+            let ok = host.is_some_and(|h| {
+                !h.is_empty()
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+            });
+            if ok {
+                out.push(o.to_ascii_lowercase());
+            } else {
+                self.err(
+                    key,
+                    format!(
+                        "\"{o}\" is not \"*\" or an origin like \"https://shop.example\" (no path)"
+                    ),
+                );
+            }
+        }
+        out
     }
 
     /// The `h2_reset_*` keys of `[server]`.
