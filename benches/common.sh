@@ -242,6 +242,10 @@ certificates = [{ cert = \"$TLS_CERT\", key = \"$TLS_KEY\" }]"
     cp -r "$ROOT/pages" "$OUT/$name/pages"
   fi
   printf 'active = "bench"\n[ring]\nbench = "%s"\n' "$BENCH_KEY" > "$OUT/$name/keys.toml"
+  # With JWT_KEY (a PEM file), the ring also holds that JWT key (rooms with jwt = true).
+  if [ -n "${JWT_KEY:-}" ]; then
+    printf '[[jwt_key]]\nkid = "bench"\nalgorithm = "ES256"\nprivate_key = "%s"\n' "$JWT_KEY" >> "$OUT/$name/keys.toml"
+  fi
   chmod 600 "$OUT/$name/keys.toml"
   cat > "$OUT/$name/vestibule.toml" <<EOF
 [server]
@@ -288,7 +292,8 @@ room_pages() { # admin-port
 # room at 100 %); sets COOKIE.
 get_cookie() { # [room]
   start_vestibule cookie "${1:-${ROOM/allow_percentage = 50/allow_percentage = 100}}"
-  COOKIE=$(curl -s -D - -o /dev/null "http://127.0.0.1:$VPORT/" | tr -d '\r' | awk -F': ' 'tolower($1) == "set-cookie" { split($2, a, ";"); print a[1] }')
+  # Every cookie set (a jwt room sets two), as one Cookie header value.
+  COOKIE=$(curl -s -D - -o /dev/null "http://127.0.0.1:$VPORT/" | tr -d '\r' | awk -F': ' 'tolower($1) == "set-cookie" { split($2, a, ";"); print a[1] }' | paste -sd';' | sed 's/;/; /g')
   stop "$VPID"
   [ -n "$COOKIE" ] || { echo "no cookie from vestibule" >&2; exit 1; }
 }

@@ -24,6 +24,18 @@ build
 start_origin
 get_cookie "$CAPACITY_ROOM"
 CAPACITY_COOKIE=$COOKIE
+# A room with jwt = true, and an admitted visitor's two cookies (the room's and the JWT's): the
+# allowed path where the JWT, verified once and then remembered, is the admission. (A build
+# without JWTs, compared as a baseline, skips it.)
+JWT_PEM=$OUT/jwt-bench.pem
+JWT_ROOM="$ROOM
+jwt = true"
+rm -f "$JWT_PEM"
+if "$BIN" keygen --jwt ES256 --out "$JWT_PEM" >/dev/null 2>&1; then
+  JWT_KEY=$JWT_PEM get_cookie "${JWT_ROOM/allow_percentage = 50/allow_percentage = 100}"
+  JWT_COOKIES=$COOKIE
+  case $JWT_COOKIES in *waiting_room_jwt=*) ;; *) echo "no JWT cookie from a jwt room: $JWT_COOKIES" >&2; exit 1 ;; esac
+fi
 get_cookie
 
 # Sends N sequential keep-alive requests (with optional headers) and reads every response;
@@ -185,6 +197,9 @@ ACCESS_LOG=true measure vestibule_allowed_with_access_log vestibule origin "$ROO
 measure vestibule_waiting_page vestibule page "$ROOM"
 measure vestibule_challenge_page vestibule page "$CHALLENGE_ROOM"
 measure vestibule_capacity_allowed vestibule origin "$CAPACITY_ROOM" "Cookie: $CAPACITY_COOKIE"
+if [ -n "${JWT_COOKIES:-}" ]; then
+  JWT_KEY=$JWT_PEM measure vestibule_jwt_allowed vestibule origin "$JWT_ROOM" "Cookie: $JWT_COOKIES"
+fi
 # A bucket keyed by a header the client sends: that header costs a proxy on its own, so it is
 # compared with the plain proxy fed the same header too.
 measure plain_proxy_api_key_header plain origin "" "X-Api-Key: k-123"
@@ -203,6 +218,8 @@ $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
     row "$s" plain_proxy
   done
   row vestibule_allowed_with_access_log vestibule_allowed
+  row vestibule_jwt_allowed plain_proxy
+  row vestibule_jwt_allowed vestibule_allowed
   row plain_proxy_origin_timeouts plain_proxy
   row vestibule_allowed plain_proxy_origin_timeouts
   row vestibule_3_rules plain_proxy_origin_timeouts
