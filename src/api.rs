@@ -30,12 +30,21 @@ pub(crate) async fn answer(
         req.headers.get(header::ORIGIN),
         &snapshot.config.server.api_cors_origins,
     );
+    let mut cache_control = "no-store";
     let (status, body) = if req.method == Method::OPTIONS && !extra.is_empty() {
         preflight(&mut extra);
         (204, Bytes::new())
     } else {
         match (endpoint, &req.method) {
-            (Endpoint::Jwks, &Method::GET | &Method::HEAD) => jwks(snapshot, &mut extra),
+            (Endpoint::Jwks, &Method::GET | &Method::HEAD) => {
+                let (status, body) = jwks(snapshot);
+                if status == 200 {
+                    // Gateways cache the keys; a rotation publishes the next key well ahead of
+                    // its use.
+                    cache_control = "public, max-age=300";
+                }
+                (status, body)
+            }
             (Endpoint::Jwks, _) => {
                 extra.push((
                     header::ALLOW,
@@ -50,20 +59,13 @@ pub(crate) async fn answer(
         .api_requests
         .with_label_values(&["", endpoint.as_str(), status_class(status)])
         .inc();
-    crate::proxy::respond(session, status, JSON, extra, body).await
+    crate::proxy::respond_cached(session, status, JSON, cache_control, extra, body).await
 }
 
 /// The published JWT keys, or 404 when the key ring has none.
-fn jwks(snapshot: &Snapshot, extra: &mut Vec<(HeaderName, HeaderValue)>) -> (u16, Bytes) {
+fn jwks(snapshot: &Snapshot) -> (u16, Bytes) {
     match snapshot.keys.as_ref().and_then(|k| k.jwks()) {
-        Some(jwks) => {
-            // Gateways cache the keys; a rotation publishes the next key well ahead of its use.
-            extra.push((
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("public, max-age=300"),
-            ));
-            (200, Bytes::from(jwks.to_owned()))
-        }
+        Some(jwks) => (200, Bytes::from(jwks.to_owned())),
         None => error(404, "not_found", "no JWT keys are published"),
     }
 }

@@ -226,6 +226,19 @@ pub(crate) async fn respond(
     extra: Vec<(http::HeaderName, HeaderValue)>,
     body: Bytes,
 ) -> Result<()> {
+    respond_cached(session, status, content_type, NO_STORE, extra, body).await
+}
+
+/// [`respond`], with `cache_control` for `Cache-Control` instead of `no-store` (the JWKS, which
+/// gateways cache).
+pub(crate) async fn respond_cached(
+    session: &mut Session,
+    status: u16,
+    content_type: &'static str,
+    cache_control: &'static str,
+    extra: Vec<(http::HeaderName, HeaderValue)>,
+    body: Bytes,
+) -> Result<()> {
     // Built without Pingora's case map, straight into the header map: no name is parsed or
     // kept twice. HTTP/1 writes the common names titled and the others in lowercase (header
     // names are case-insensitive; HTTP/2 sends them all in lowercase).
@@ -236,9 +249,10 @@ pub(crate) async fn respond(
     headers.reserve(3 + extra.len());
     headers.append(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.append(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    if !extra.iter().any(|(n, _)| n == header::CACHE_CONTROL) {
-        headers.append(header::CACHE_CONTROL, HeaderValue::from_static(NO_STORE));
-    }
+    headers.append(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
     for (name, value) in extra {
         headers.append(name, value);
     }

@@ -35,10 +35,10 @@ mod answer;
 mod tests;
 mod upstream;
 
-pub(crate) use answer::respond;
 use answer::{
     quota_headers, wants_json, write_error_page, write_rate_limited, write_room_page, PageAnswer,
 };
+pub(crate) use answer::{respond, respond_cached};
 use upstream::{
     set_forwarded_for, single_content_length, strip_internal_headers, strip_room_cookies,
 };
@@ -260,7 +260,7 @@ impl ProxyHttp for Proxy {
         ctx: &mut Ctx,
     ) -> Result<()> {
         strip_internal_headers(upstream);
-        if let Some(jwt) = &ctx.notes.jwt.admission {
+        if let Some(jwt) = ctx.notes.jwt.as_ref().and_then(|j| j.admission.as_ref()) {
             // Set after the client's copies of internal headers are gone.
             upstream.insert_header(
                 ADMISSION_HEADER,
@@ -337,7 +337,7 @@ impl ProxyHttp for Proxy {
         if let Some(value) = ctx.notes.clear_solution.take() {
             response.append_header(header::SET_COOKIE, value)?;
         }
-        if let Some(value) = ctx.notes.jwt.set_cookie.take() {
+        if let Some(value) = ctx.notes.jwt.as_mut().and_then(|j| j.set_cookie.take()) {
             response.append_header(header::SET_COOKIE, value)?;
             response.insert_header("Cache-Control", NO_STORE)?;
         }
@@ -668,10 +668,9 @@ impl Proxy {
 impl Proxy {
     /// JWTs signed and refused, by room (only `jwt` rooms' requests have any).
     fn record_jwt(&self, snapshot: &Snapshot, notes: &Notes) {
-        let jwt = &notes.jwt;
-        if jwt.set_cookie.is_none() && jwt.refused.is_none() {
+        let Some(jwt) = notes.jwt.as_deref() else {
             return;
-        }
+        };
         let Some(room) = notes.room.and_then(|i| snapshot.rooms.get(i)) else {
             return;
         };

@@ -18,7 +18,7 @@ use crate::room::Room;
 use crate::time::Timestamp;
 
 /// What happened to JWTs on one request (`jwt` rooms only).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct JwtNote {
     /// The JWT the origin gets in `Vestibule-Admission`: the one the request brought, or one
     /// signed for it.
@@ -37,7 +37,7 @@ pub fn admits(
     ring: &KeyRing,
     issuer: &JwtConfig,
     now: Timestamp,
-    note: &mut JwtNote,
+    note: &mut Option<Box<JwtNote>>,
 ) -> bool {
     let (Some(jwt), Some(name)) = (&room.config.jwt, room.jwt_cookie()) else {
         return false;
@@ -53,11 +53,11 @@ pub fn admits(
     };
     match ring.jwt().verify(token, &expect, now) {
         Ok(_) => {
-            note.admission = Some(token.to_owned());
+            note.get_or_insert_default().admission = Some(token.to_owned());
             true
         }
         Err(reason) => {
-            note.refused = Some(reason);
+            note.get_or_insert_default().refused = Some(reason);
             false
         }
     }
@@ -91,12 +91,12 @@ pub fn issue(
     issuer: &JwtConfig,
     now: Timestamp,
     secure: bool,
-    note: &mut JwtNote,
+    note: &mut Option<Box<JwtNote>>,
 ) {
     let (Some(jwt), Some(name)) = (&room.config.jwt, room.jwt_cookie()) else {
         return;
     };
-    if note.admission.is_some() || ring.jwt().is_empty() {
+    if note.as_ref().is_some_and(|n| n.admission.is_some()) || ring.jwt().is_empty() {
         return;
     }
     let iat = now.secs();
@@ -118,6 +118,7 @@ pub fn issue(
         event,
     };
     let token = ring.jwt().sign(&claims);
+    let note = note.get_or_insert_default();
     note.set_cookie = Some(cookie::set_named(
         &room.config.cookie,
         name,

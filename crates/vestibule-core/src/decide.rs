@@ -160,8 +160,9 @@ pub struct Notes {
     pub rule_outcomes: SmallVec<[(usize, RuleOutcome); 4]>,
     /// Concurrency slots, given back when dropped.
     pub slots: SmallVec<[crate::inflight::Guard; 2]>,
-    /// `jwt` rooms: the JWT the request brought or got, or why the one it brought was refused.
-    pub jwt: crate::bearer::JwtNote,
+    /// `jwt` rooms: the JWT the request brought or got, or why the one it brought was refused
+    /// (boxed: nearly every request has none, and the notes stay small).
+    pub jwt: Option<Box<crate::bearer::JwtNote>>,
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     pub quotas: SmallVec<[(usize, u64, u64); 2]>,
@@ -800,6 +801,10 @@ mod tests {
         assert_eq!(again.notes.decision, Some(Decision::Allow));
     }
 
+    fn jwt(v: &Verdict) -> crate::bearer::JwtNote {
+        v.notes.jwt.as_deref().cloned().unwrap_or_default()
+    }
+
     /// A `jwt` room gives a JWT to a visitor it lets in (and the origin gets it), takes a valid
     /// one as admission, and counts a refused one's reason before deciding as without it.
     #[test]
@@ -821,9 +826,9 @@ mod tests {
         .unwrap();
         let v = run(&get("/", &[]), &built, now());
         assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
-        let cookie = v.notes.jwt.set_cookie.clone().expect("a JWT cookie");
+        let cookie = jwt(&v).set_cookie.clone().expect("a JWT cookie");
         assert!(cookie.starts_with("waiting_room_jwt=ey"), "{cookie}");
-        let sale_jwt = v.notes.jwt.admission.clone().unwrap();
+        let sale_jwt = jwt(&v).admission.clone().unwrap();
         assert!(cookie.contains(&sale_jwt));
         // Brought back, it is not signed again.
         let v = run(
@@ -831,8 +836,8 @@ mod tests {
             &built,
             now(),
         );
-        assert_eq!(v.notes.jwt.admission.as_deref(), Some(sale_jwt.as_str()));
-        assert!(v.notes.jwt.set_cookie.is_none());
+        assert_eq!(jwt(&v).admission.as_deref(), Some(sale_jwt.as_str()));
+        assert!(jwt(&v).set_cookie.is_none());
 
         // `app` holds everyone: a JWT for it gets in, the sale's does not.
         let claims = crate::jwt::Claims {
@@ -851,15 +856,12 @@ mod tests {
         let bearer = format!("Bearer {app_jwt}");
         let v = run(&get("/app/x", &[("authorization", &bearer)]), &built, now());
         assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
-        assert_eq!(v.notes.jwt.admission.as_deref(), Some(app_jwt.as_str()));
+        assert_eq!(jwt(&v).admission.as_deref(), Some(app_jwt.as_str()));
         let bearer = format!("Bearer {sale_jwt}");
         let v = run(&get("/app/x", &[("authorization", &bearer)]), &built, now());
         assert!(matches!(v.answer, Answer::RoomPage(..)), "{:?}", v.answer);
-        assert_eq!(
-            v.notes.jwt.refused,
-            Some(crate::jwt::Refusal::WrongAudience)
-        );
-        assert!(v.notes.jwt.admission.is_none());
+        assert_eq!(jwt(&v).refused, Some(crate::jwt::Refusal::WrongAudience));
+        assert!(jwt(&v).admission.is_none());
         // Expired by the decision's clock.
         let later = Timestamp::from_secs(now().secs() + 61);
         let v = run(
@@ -867,6 +869,6 @@ mod tests {
             &built,
             later,
         );
-        assert_eq!(v.notes.jwt.refused, Some(crate::jwt::Refusal::Expired));
+        assert_eq!(jwt(&v).refused, Some(crate::jwt::Refusal::Expired));
     }
 }
