@@ -405,10 +405,12 @@ fn jwt_keygen(algorithm: &str, out: Option<&Path>) -> ExitCode {
     };
     match vestibule::keys::write_jwt_key(out, algorithm) {
         Ok(kid) => {
+            // The ring resolves a relative path against its own folder: print the full path.
+            let full = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
+            let quoted = serde_json::to_string(&full.to_string_lossy()).unwrap_or_default();
             println!(
-                "[[jwt_key]]\nkid = \"{kid}\"\nalgorithm = \"{}\"\nprivate_key = \"{}\"",
-                algorithm.as_str(),
-                out.display()
+                "[[jwt_key]]\nkid = \"{kid}\"\nalgorithm = \"{}\"\nprivate_key = {quoted}",
+                algorithm.as_str()
             );
             ExitCode::SUCCESS
         }

@@ -367,14 +367,18 @@ fn warn_about_keys(path: &Path, ring: &KeyRing, warnings: &mut Vec<String>) {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        if let Ok(meta) = std::fs::metadata(path) {
-            let mode = meta.permissions().mode();
-            if mode & 0o077 != 0 {
-                warnings.push(format!(
-                    "{}: readable by group or others (mode {:o}); keep the key ring 0600",
-                    path.display(),
-                    mode & 0o777
-                ));
+        let files = std::iter::once((path, "the key ring"))
+            .chain(ring.jwt_files().iter().map(|f| (f.as_path(), "a JWT key")));
+        for (file, what) in files {
+            if let Ok(meta) = std::fs::metadata(file) {
+                let mode = meta.permissions().mode();
+                if mode & 0o077 != 0 {
+                    warnings.push(format!(
+                        "{}: readable by group or others (mode {:o}); keep {what} 0600",
+                        file.display(),
+                        mode & 0o777
+                    ));
+                }
             }
         }
     }

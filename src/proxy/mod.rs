@@ -316,6 +316,16 @@ impl ProxyHttp for Proxy {
             ) {
                 room.revoke(ctx.notes.place.take(), crate::time::now());
                 ctx.notes.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.notes.secure));
+                // The session's JWT cookie goes too (a JWT held elsewhere lives until it
+                // expires, within the session it stood for).
+                if let Some(name) = room.jwt_cookie() {
+                    let jwt = ctx.notes.jwt.get_or_insert_default();
+                    jwt.set_cookie = Some(cookie::delete_named(
+                        &room.config.cookie,
+                        name,
+                        ctx.notes.secure,
+                    ));
+                }
             }
         }
         ctx.upstream_status = Some(upstream_response.status.as_u16());

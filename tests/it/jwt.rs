@@ -146,7 +146,10 @@ fn an_admitted_visitors_jwt_verifies_with_the_published_keys() {
         .unwrap();
     assert!(jwt_cookie(&resp, "waiting_room_jwt").is_none());
     let echoed = echo_headers(&resp.text().unwrap());
-    assert_eq!(header_values(&echoed, "vestibule-admission"), [jwt]);
+    assert_eq!(
+        header_values(&echoed, "vestibule-admission"),
+        std::slice::from_ref(&jwt)
+    );
     // The JWT cookie never reaches the origin.
     assert!(
         header_values(&echoed, "cookie")
@@ -154,10 +157,88 @@ fn an_admitted_visitors_jwt_verifies_with_the_published_keys() {
             .all(|c| !c.contains("_jwt")),
         "{echoed:?}"
     );
+    // A browser brings both cookies: the room decides on its own cookie (its session counted),
+    // and the JWT it already holds is passed on, not signed again.
+    let room = set_cookies(&resp_first_cookie(&v)).join("\n");
+    let room = room
+        .split('\n')
+        .find(|c| c.starts_with("waiting_room="))
+        .map(|c| c.split(';').next().unwrap().to_owned())
+        .unwrap();
+    let both = format!("{room}; waiting_room_jwt={jwt}");
+    let resp = client()
+        .get(v.url("/__echo"))
+        .header("Cookie", &both)
+        .send()
+        .unwrap();
+    assert!(jwt_cookie(&resp, "waiting_room_jwt").is_none());
+    let echoed = echo_headers(&resp.text().unwrap());
+    assert_eq!(
+        header_values(&echoed, "vestibule-admission"),
+        std::slice::from_ref(&jwt)
+    );
+    // The origin ends the session: both cookies are deleted.
+    let resp = client()
+        .get(v.url("/__revoke"))
+        .header("Cookie", &both)
+        .send()
+        .unwrap();
+    let set = set_cookies(&resp).join("\n");
+    assert!(
+        set.contains("waiting_room=deleted; Path=/; Max-Age=0"),
+        "{set}"
+    );
+    assert!(
+        set.contains("waiting_room_jwt=deleted; Path=/; Max-Age=0"),
+        "{set}"
+    );
     let m = v.metrics();
+    // The first visitor's JWT and the one of the visitor whose room cookie this is.
     assert_eq!(
         metric_value(&m, "vestibule_jwt_issued_total{room=\"sale\"}"),
-        1.0
+        2.0
+    );
+}
+
+/// A new visitor's answer (its room cookie, and a JWT).
+fn resp_first_cookie(v: &Vestibule) -> reqwest::blocking::Response {
+    client().get(v.url("/")).send().unwrap()
+}
+
+/// Without JWT keys the well-known path is the origin's; the API's prefix stays reserved.
+#[test]
+fn without_jwt_keys_the_well_known_path_is_the_origins() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\nname = \"sale\"\nallow_percentage = 100\n")
+        .start();
+    let resp = client()
+        .get(v.url("/.well-known/jwks.json"))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().unwrap().contains("You are in."));
+    let resp = client().get(v.url("/.vestibule/jwks.json")).send().unwrap();
+    assert_eq!(resp.status(), 404);
+    let body: serde_json::Value = resp.json().unwrap();
+    assert_eq!(body["message"], "no JWT keys are published");
+}
+
+/// A capacity room's JWT never outlives the session it stands for.
+#[test]
+fn a_capacity_rooms_jwt_lasts_no_longer_than_its_session() {
+    let origin = Origin::start();
+    let mut setup = Setup::new(origin.addr)
+        .file("jwt-1.pem", generate(Algorithm::Es256))
+        .extra("[[room]]\nname = \"cap\"\nadmission = \"fifo\"\nnew_users_per_minute = 100\nsession_duration = \"10m\"\njwt = true\n");
+    setup.keys = ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+    let v = setup.start();
+    let resp = client().get(v.url("/")).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    let set = set_cookies(&resp).join("\n");
+    assert!(
+        set.contains("waiting_room_jwt=") && set.contains("Max-Age=600;"),
+        "{set}"
     );
 }
 

@@ -31,9 +31,11 @@ impl Endpoint {
 }
 
 /// The endpoint `path` names, or `None` when the API has nothing to say about it (the request
-/// goes on to the rooms and the origin). `prefix` is `[server] api_prefix`.
-pub fn route(path: &RequestPath, prefix: &str) -> Option<Endpoint> {
-    if path.as_str() == WELL_KNOWN_JWKS {
+/// goes on to the rooms and the origin). `prefix` is `[server] api_prefix`; `jwks` says whether
+/// JWT keys are published, and only then is [`WELL_KNOWN_JWKS`] taken from the origin (which
+/// may serve its own there).
+pub fn route(path: &RequestPath, prefix: &str, jwks: bool) -> Option<Endpoint> {
+    if jwks && path.as_str() == WELL_KNOWN_JWKS {
         return Some(Endpoint::Jwks);
     }
     if !path.may_be_in(prefix) {
@@ -52,7 +54,7 @@ mod tests {
     use crate::path::normalize;
 
     fn at(path: &str) -> Option<Endpoint> {
-        route(&normalize(path).unwrap(), "/.vestibule")
+        route(&normalize(path).unwrap(), "/.vestibule", true)
     }
 
     #[test]
@@ -69,5 +71,9 @@ mod tests {
         assert_eq!(at("/.vestibulex/jwks.json"), None);
         assert_eq!(at("/"), None);
         assert_eq!(at("/shop/.vestibule/jwks.json"), None);
+        // Without JWT keys the well-known path stays the origin's; the prefix stays ours.
+        let without = |p: &str| route(&normalize(p).unwrap(), "/.vestibule", false);
+        assert_eq!(without("/.well-known/jwks.json"), None);
+        assert_eq!(without("/.vestibule/jwks.json"), Some(Endpoint::Jwks));
     }
 }

@@ -161,9 +161,13 @@ pub fn set_named(
 
 /// A `Set-Cookie` value deleting the room cookie.
 pub fn delete(config: &CookieConfig, secure: bool) -> String {
+    delete_named(config, &config.name, secure)
+}
+
+/// A `Set-Cookie` value deleting cookie `name` of the room (its own, or its JWT's).
+pub fn delete_named(config: &CookieConfig, name: &str, secure: bool) -> String {
     let mut s = format!(
-        "{}=deleted; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite={}",
-        config.name,
+        "{name}=deleted; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite={}",
         same_site(config.same_site)
     );
     if is_secure(config.secure, secure) {

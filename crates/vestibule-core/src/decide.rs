@@ -239,7 +239,8 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         headers: req.headers,
     };
 
-    if let Some(endpoint) = api::route(&req.path, &policy.config.server.api_prefix) {
+    let jwks = policy.keys.is_some_and(|k| k.jwks().is_some());
+    if let Some(endpoint) = api::route(&req.path, &policy.config.server.api_prefix, jwks) {
         if let Some(limited) = check_rules(policy, Scope::All, &view, now, notes) {
             return Answer::RateLimited(limited);
         }
@@ -257,14 +258,14 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         let acme = policy.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
         let admission = match (policy.keys, route.bypass || acme || !room.config.enabled) {
             (Some(ring), false)
-                if bearer::admits(
+                if bearer::check(
                     req.headers,
                     room,
                     ring,
                     &policy.config.jwt,
                     now,
                     &mut notes.jwt,
-                ) =>
+                ) && bearer::admits_alone(req.headers, room) =>
             {
                 Admission::Decided(Outcome::new(Decision::Allow, CookieAction::Keep), false)
             }
@@ -292,19 +293,17 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         }
         // A shadow room decides, sets its cookie and counts like any other, and forwards.
         if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
+            if let Some(jwt) = notes.jwt.as_mut() {
+                jwt.admission = None;
+            }
             return Answer::RoomPage(route.index, outcome);
         }
         notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
         notes.place = outcome.place;
-        if let (Decision::Allow, Some(ring)) = (outcome.decision, policy.keys) {
-            bearer::issue(
-                room,
-                ring,
-                &policy.config.jwt,
-                now,
-                notes.secure,
-                &mut notes.jwt,
-            );
+        if let (Some(ring), Some(_)) = (policy.keys, &room.config.jwt) {
+            let admitted = outcome.decision == Decision::Allow;
+            let jwt = &policy.config.jwt;
+            bearer::settle(admitted, room, ring, jwt, now, notes.secure, &mut notes.jwt);
         }
     }
     match check_rules(policy, Scope::Origin, &view, now, notes) {
@@ -857,6 +856,18 @@ mod tests {
         let v = run(&get("/app/x", &[("authorization", &bearer)]), &built, now());
         assert!(matches!(v.answer, Answer::Forward), "{:?}", v.answer);
         assert_eq!(jwt(&v).admission.as_deref(), Some(app_jwt.as_str()));
+        // With the room's own cookie (a browser's), the room decides: `app` holds it, and the
+        // origin is told of no JWT.
+        let v = run(
+            &get(
+                "/app/x",
+                &[("authorization", &bearer), ("cookie", "app=whatever")],
+            ),
+            &built,
+            now(),
+        );
+        assert!(matches!(v.answer, Answer::RoomPage(..)), "{:?}", v.answer);
+        assert!(jwt(&v).admission.is_none());
         let bearer = format!("Bearer {sale_jwt}");
         let v = run(&get("/app/x", &[("authorization", &bearer)]), &built, now());
         assert!(matches!(v.answer, Answer::RoomPage(..)), "{:?}", v.answer);

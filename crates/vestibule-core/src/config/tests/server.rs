@@ -267,4 +267,19 @@ fn jwt_settings_are_checked() {
     );
     let e = errors(&format!("{MINIMAL}[jwt]\nissuer = \"\"\n"));
     assert!(e.contains("jwt.issuer"), "{e}");
+    for other in ["access = \"invite\"", "challenge = \"pow\""] {
+        let e = errors(&format!("{MINIMAL}[[room]]\njwt = true\n{other}\n"));
+        assert!(
+            e.contains("vestibule.toml:4: room[0].jwt: cannot be used with"),
+            "{other}: {e}"
+        );
+    }
+    // A room's JWT cookie is its own: no other room may take its name, in either order.
+    for rooms in [
+        "[[room]]\nname = \"a\"\ncookie_name = \"x\"\njwt = true\n[[room]]\nname = \"b\"\ncookie_name = \"x_jwt\"\n",
+        "[[room]]\nname = \"b\"\ncookie_name = \"x_jwt\"\n[[room]]\nname = \"a\"\ncookie_name = \"x\"\njwt = true\n",
+    ] {
+        let e = errors(&format!("{MINIMAL}{rooms}"));
+        assert!(e.contains("room[1].cookie_name"), "{e}");
+    }
 }

@@ -80,6 +80,22 @@ impl Validator<'_> {
             }
             return None;
         }
+        // A JWT is a bearer pass anyone holding it may use: in a room that admits only those
+        // who hold an invitation, or who did the work, it would let them hand entry on.
+        for (on, what) in [
+            (r.access.as_deref() == Some("invite"), "access = \"invite\""),
+            (r.challenge.as_deref() == Some("pow"), "challenge = \"pow\""),
+        ] {
+            if on {
+                self.err(
+                    k("jwt"),
+                    format!(
+                        "cannot be used with {what}: a JWT is a bearer pass, so its holder could hand \
+                         entry to anyone"
+                    ),
+                );
+            }
+        }
         let audience = r.jwt_audience.clone().unwrap_or_else(|| name.to_owned());
         if audience.is_empty() || audience.len() > 256 || audience.chars().any(char::is_control) {
             self.err(
@@ -151,6 +167,23 @@ impl Validator<'_> {
                     "{whose}\"{cookie_name}\" is used by another room; each room needs its own cookie"
                 ),
             );
+        }
+        // The cookies the room sets beside its own (a proof-of-work solution, a JWT) are its
+        // too: no other room's may share their names.
+        let derived = [
+            (r.challenge.as_deref() == Some("pow"), "_pow"),
+            (r.jwt.unwrap_or(false), "_jwt"),
+        ];
+        for suffix in derived.iter().filter(|d| d.0).map(|d| d.1) {
+            let own = format!("{cookie_name}{suffix}");
+            if !cookies.insert(own.clone()) {
+                self.err(
+                    k("cookie_name"),
+                    format!(
+                        "this room's cookie \"{own}\" is another room's cookie name; each room needs its own cookies"
+                    ),
+                );
+            }
         }
         cookie_name
     }
