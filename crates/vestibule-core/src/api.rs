@@ -41,7 +41,7 @@ pub fn route(path: &RequestPath, prefix: &str, jwks: bool) -> Option<Endpoint> {
     if !path.may_be_in(prefix) {
         return None;
     }
-    let rest = path.as_str().strip_prefix(prefix).unwrap_or("");
+    let rest = path.as_str().get(prefix.len()..).unwrap_or("");
     Some(match rest {
         "/jwks.json" => Endpoint::Jwks,
         _ => Endpoint::Unknown,
@@ -69,6 +69,9 @@ mod tests {
         assert_eq!(at("/.vestibule;x=1/jwks.json"), Some(Endpoint::Jwks));
         assert_eq!(at("/.vestibule%2Fjwks.json").map(|_| ()), Some(()));
         assert_eq!(at("/.vestibulex/jwks.json"), None);
+        // An origin that reads paths without regard to case must not get it either.
+        assert_eq!(at("/.VESTIBULE/jwks.json"), Some(Endpoint::Jwks));
+        assert_eq!(at("/.Vestibule/x"), Some(Endpoint::Unknown));
         assert_eq!(at("/"), None);
         assert_eq!(at("/shop/.vestibule/jwks.json"), None);
         // Without JWT keys the well-known path stays the origin's; the prefix stays ours.

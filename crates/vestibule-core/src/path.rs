@@ -77,12 +77,14 @@ impl RequestPath<'_> {
     }
 
     /// Whether some origin's reading of the path is `folder` or inside it (`folder` itself
-    /// normalised, without a trailing `/`): the test a reserved path must pass, so that nothing
-    /// any origin would read as inside it is ever forwarded.
+    /// normalised, without a trailing `/`), in any letter case: the test a reserved path must
+    /// pass, so that nothing any origin would read as inside it is ever forwarded (some origins
+    /// read paths without regard to case).
     pub fn may_be_in(&self, folder: &str) -> bool {
         let inside = |p: &str| {
-            p.strip_prefix(folder)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            p.get(..folder.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(folder))
+                && p[folder.len()..].is_empty() | p[folder.len()..].starts_with('/')
         };
         inside(&self.normal) || self.literal.as_deref().is_some_and(inside)
     }
