@@ -72,10 +72,6 @@ fn jwt_proxy(origin: &Origin) -> Vestibule {
     setup.start()
 }
 
-fn jwt_cookie(resp: &reqwest::blocking::Response, name: &str) -> Option<String> {
-    room_cookie(resp, name)
-}
-
 /// A visitor let in gets a JWT in a cookie and the origin gets it in `Vestibule-Admission`;
 /// PyJWT verifies it with the JWKS, which lists every key of the ring.
 #[test]
@@ -84,7 +80,7 @@ fn an_admitted_visitors_jwt_verifies_with_the_published_keys() {
     let v = jwt_proxy(&origin);
     let resp = client().get(v.url("/__echo")).send().unwrap();
     assert_eq!(resp.status(), 200);
-    let jwt = jwt_cookie(&resp, "waiting_room_jwt").expect("a JWT cookie");
+    let jwt = room_cookie(&resp, "waiting_room_jwt").expect("a JWT cookie");
     let set = set_cookies(&resp).join("\n");
     assert!(
         set.contains("waiting_room_jwt=") && set.contains("Max-Age=3600; HttpOnly"),
@@ -144,7 +140,7 @@ fn an_admitted_visitors_jwt_verifies_with_the_published_keys() {
         .header("Cookie", format!("waiting_room_jwt={jwt}"))
         .send()
         .unwrap();
-    assert!(jwt_cookie(&resp, "waiting_room_jwt").is_none());
+    assert!(room_cookie(&resp, "waiting_room_jwt").is_none());
     let echoed = echo_headers(&resp.text().unwrap());
     assert_eq!(
         header_values(&echoed, "vestibule-admission"),
@@ -159,19 +155,15 @@ fn an_admitted_visitors_jwt_verifies_with_the_published_keys() {
     );
     // A browser brings both cookies: the room decides on its own cookie (its session counted),
     // and the JWT it already holds is passed on, not signed again.
-    let room = set_cookies(&resp_first_cookie(&v)).join("\n");
-    let room = room
-        .split('\n')
-        .find(|c| c.starts_with("waiting_room="))
-        .map(|c| c.split(';').next().unwrap().to_owned())
-        .unwrap();
-    let both = format!("{room}; waiting_room_jwt={jwt}");
+    let newcomer = client().get(v.url("/")).send().unwrap();
+    let room = room_cookie(&newcomer, "waiting_room").expect("a room cookie");
+    let both = format!("waiting_room={room}; waiting_room_jwt={jwt}");
     let resp = client()
         .get(v.url("/__echo"))
         .header("Cookie", &both)
         .send()
         .unwrap();
-    assert!(jwt_cookie(&resp, "waiting_room_jwt").is_none());
+    assert!(room_cookie(&resp, "waiting_room_jwt").is_none());
     let echoed = echo_headers(&resp.text().unwrap());
     assert_eq!(
         header_values(&echoed, "vestibule-admission"),
@@ -198,11 +190,6 @@ fn an_admitted_visitors_jwt_verifies_with_the_published_keys() {
         metric_value(&m, "vestibule_jwt_issued_total{room=\"sale\"}"),
         2.0
     );
-}
-
-/// A new visitor's answer (its room cookie, and a JWT).
-fn resp_first_cookie(v: &Vestibule) -> reqwest::blocking::Response {
-    client().get(v.url("/")).send().unwrap()
 }
 
 /// Without JWT keys the well-known path is the origin's; the API's prefix stays reserved.
@@ -466,7 +453,7 @@ fn jwt_keys_rotate_with_the_ring_and_are_required() {
     v.wait_generation_above(g);
     assert_eq!(kids(), ["k2", "k1"]);
     let resp = client().get(v.url("/")).send().unwrap();
-    let jwt = jwt_cookie(&resp, "waiting_room_jwt").expect("a JWT");
+    let jwt = room_cookie(&resp, "waiting_room_jwt").expect("a JWT");
     let header: serde_json::Value = {
         use base64::Engine as _;
         let head = jwt.split('.').next().unwrap();
