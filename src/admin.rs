@@ -22,6 +22,8 @@ use crate::ratelimit::Rule;
 use crate::room::Room;
 use crate::snapshot::Snapshot;
 
+mod queue;
+
 pub(crate) struct Admin {
     app: Arc<App>,
 }
@@ -55,6 +57,19 @@ impl Admin {
             Ok(body) => body,
             Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
         };
+        if let Some((status, body)) = queue::answer(
+            &self.app,
+            room,
+            (&method, what, &query, &body),
+            snapshot.keys.as_ref(),
+            &snapshot.config.jwt.issuer,
+        ) {
+            return reply(
+                status,
+                "application/json",
+                serde_json::to_vec(&body).unwrap_or_default(),
+            );
+        }
         let action = match parse_action(&method, what, &query, &body) {
             Ok(action) => action,
             Err((status, message)) => return problem(status, &message),
@@ -295,6 +310,15 @@ fn room_status(
             v["rejoin_grace_seconds"] = json!(secs(cap.rejoin_grace));
             v["slot_share"] = json!(store.allotment(&c.name).fraction());
         }
+    }
+    if let (Some(api), Some(queue)) = (&c.api, room.numbered(now)) {
+        v["api"] = json!({
+            "queue_number": queue.last_number(),
+            "serving_number": queue.serving_number(),
+            "queue_position_expiry_seconds": secs(api.position_expiry),
+            "last_reset_at": (queue.reset_at_ms() > 0)
+                .then(|| crate::time::Timestamp::from_millis(queue.reset_at_ms()).rfc3339()),
+        });
     }
     v["sold_out"] = json!(room.sold_out());
     v["paused"] = json!(room.controls().held().paused);

@@ -179,15 +179,20 @@ impl Loading {
         }
     }
 
-    /// A room with `jwt = true` needs a `[[jwt_key]]` in the ring to sign with.
+    /// A room with `jwt = true` or `api = true` needs a `[[jwt_key]]` in the ring to sign with.
     fn jwt_keys_for(&mut self, config: &Config, ring: &KeyRing) {
         if !ring.jwt().is_empty() {
             return;
         }
         let text = std::fs::read_to_string(&config.path).unwrap_or_default();
         for (i, room) in config.rooms.iter().enumerate() {
-            if room.jwt.is_some() {
-                let key = format!("room[{i}].jwt");
+            let field = match (room.jwt.is_some(), room.api.is_some()) {
+                (true, _) => "jwt",
+                (false, true) => "api",
+                (false, false) => continue,
+            };
+            {
+                let key = format!("room[{i}].{field}");
                 let line = crate::config::locate::line_of_key(&text, &key);
                 self.errors.push(
                     ConfigError::new(
@@ -472,7 +477,7 @@ mod tests {
         let (_dir, held) = loaded("[[room]]\nname = \"sale\"\nqueue_all = true\n");
         assert!(held.policy().keys.is_some());
         assert!(matches!(answer(&held, "/"), Answer::RoomPage(0, _)));
-        assert!(matches!(answer(&held, "/.vestibule/x"), Answer::Api(_)));
+        assert!(matches!(answer(&held, "/.vestibule/x"), Answer::Api { .. }));
         let (_dir, open) = loaded("");
         assert!(open.policy().keys.is_none());
         assert!(matches!(answer(&open, "/"), Answer::Forward));

@@ -24,6 +24,8 @@ pub struct State {
     pub controls: Arc<Controls>,
     /// Autopilots, by room name.
     pub pilots: Arc<Pilots>,
+    /// The queue API's requests this node remembers, by room name.
+    pub ledgers: Arc<vestibule_core::api::queue::Ledgers>,
     /// HTTP/2 clients' premature resets and the penalty box they lead to (this node's own).
     pub resets: Arc<ClientResets>,
 }
@@ -37,6 +39,7 @@ impl State {
             shared: None,
             controls: Arc::default(),
             pilots: Arc::default(),
+            ledgers: Arc::default(),
             resets: Arc::default(),
         }
     }
@@ -64,6 +67,7 @@ impl State {
             shared: Some((store, c.clone())),
             controls: Arc::default(),
             pilots: Arc::default(),
+            ledgers: Arc::default(),
             resets: Arc::default(),
         }
     }

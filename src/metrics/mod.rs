@@ -106,6 +106,8 @@ pub struct Metrics {
     pub room_allow_percentage: GaugeVec,
     token_rejected: sharded::CounterVec,
     pub room_active_users: IntGaugeVec,
+    pub room_queue_number: IntGaugeVec,
+    pub room_serving_number: IntGaugeVec,
     pub room_waiting_users: IntGaugeVec,
     pub room_wait_estimate: GaugeVec,
     ratelimit_decisions: sharded::CounterVec,
@@ -362,6 +364,16 @@ impl Metrics {
                 "Admitted users active within the session duration (capacity rooms).",
                 &["room"],
             ),
+            room_queue_number: int_gauge_vec(
+                "vestibule_room_queue_number",
+                "The last queue number given (rooms with the queue API), counted from the last reset.",
+                &["room"],
+            ),
+            room_serving_number: int_gauge_vec(
+                "vestibule_room_serving_number",
+                "The serving counter: the highest queue number let in (rooms with the queue API).",
+                &["room"],
+            ),
             room_waiting_users: int_gauge_vec(
                 "vestibule_room_waiting_users",
                 "Users waiting and still checking in (capacity rooms), by priority lane.",
@@ -421,6 +433,8 @@ impl Metrics {
             Box::new(self.room_allow_percentage.clone()),
             Box::new(self.token_rejected.clone()),
             Box::new(self.room_active_users.clone()),
+            Box::new(self.room_queue_number.clone()),
+            Box::new(self.room_serving_number.clone()),
             Box::new(self.room_waiting_users.clone()),
             Box::new(self.room_wait_estimate.clone()),
             Box::new(self.ratelimit_decisions.clone()),
@@ -503,6 +517,8 @@ impl Metrics {
         self.room_autopilot_target.reset();
         self.room_allow_percentage.reset();
         self.room_active_users.reset();
+        self.room_queue_number.reset();
+        self.room_serving_number.reset();
         self.room_waiting_users.reset();
         self.room_wait_estimate.reset();
         for room in snapshot.rooms.iter() {
@@ -614,6 +630,14 @@ impl Metrics {
                     .with_label_values(&[name])
                     .set(ms as f64 / 1000.0);
             }
+        }
+        if let Some(queue) = room.numbered(now) {
+            self.room_queue_number
+                .with_label_values(&[name])
+                .set(queue.last_number() as i64);
+            self.room_serving_number
+                .with_label_values(&[name])
+                .set(queue.serving_number() as i64);
         }
         if let Some(f) = room.figures(now) {
             self.room_slot_share

@@ -151,8 +151,8 @@ impl ProxyHttp for Proxy {
         self.record(&snapshot, &ctx.notes);
         match answer {
             Answer::Forward => Ok(false),
-            Answer::Api(endpoint) => {
-                crate::api::answer(session, endpoint, &snapshot, &self.app.metrics).await?;
+            Answer::Api { endpoint, identity } => {
+                crate::api::answer(session, endpoint, &identity, &snapshot, &self.app).await?;
                 Ok(true)
             }
             Answer::Redirect(location) => {

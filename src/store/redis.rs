@@ -152,6 +152,13 @@ impl RedisSync {
             arg(&mut inv, doc.clone());
         }
         arg(&mut inv, req.controls_seen.to_string());
+        for list in [&req.registers, &req.blocks] {
+            arg(&mut inv, list.len().to_string());
+            for (k, v) in list {
+                arg(&mut inv, k.clone());
+                arg(&mut inv, v.to_string());
+            }
+        }
         let value: Value = match conn {
             Conn::Single(c) => invoke(&inv, c).await?,
             Conn::Cluster(c) => invoke(&inv, c).await?,
@@ -213,9 +220,10 @@ fn pairs<A, B>(
 
 fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
     let parts = array(v)?;
-    let [registered, members, counters, demand, marks, cursor, seed, controls, generation] = parts
+    let [registered, members, counters, demand, marks, cursor, seed, controls, generation, registers, blocks] =
+        parts
     else {
-        return Err(SyncError::Reply("expected nine parts"));
+        return Err(SyncError::Reply("expected eleven parts"));
     };
     let controls = pairs(controls, bytes, |room, value, b| {
         let value = text(value, b)?;
@@ -241,7 +249,11 @@ fn parse_reply(v: &Value, bytes: &mut usize) -> Result<SyncReply, SyncError> {
         Ok((text(room, b)?, by))
     })?;
     let marks = pairs(marks, bytes, |m, u, b| Ok((text(m, b)?, number(u, b)?)))?;
+    let registers = pairs(registers, bytes, |k, v, b| Ok((text(k, b)?, number(v, b)?)))?;
+    let blocks = pairs(blocks, bytes, |r, v, b| Ok((text(r, b)?, number(v, b)?)))?;
     Ok(SyncReply {
+        registers,
+        blocks,
         registered,
         members,
         counters,

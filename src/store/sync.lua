@@ -4,11 +4,13 @@
 --       n, (room, demand) * n
 --       n, (mark, until_ms) * n
 --       mark cursor (a stream id), seed candidate (hex),
---       n, (room, version, overrides JSON) * n, the overrides generation this member has read
+--       n, (room, version, overrides JSON) * n, the overrides generation this member has read,
+--       n, (register, value) * n   -- registers changed here, merged by the highest value
+--       n, (room, size) * n        -- blocks of queue numbers wanted
 -- Returns {registered, live members, {key, others' sum}..., {room, {member, demand}...}...,
 --          {mark, until}..., new mark cursor, the cluster's key seed,
 --          {room, "version|JSON"}... (all of them when the generation moved, else none),
---          the overrides generation}.
+--          the overrides generation, {register, value}..., {room, the block's last number}...}.
 local prefix, member = ARGV[1], ARGV[2]
 local now, dead = tonumber(ARGV[3]), tonumber(ARGV[4])
 local nodes = prefix .. 'nodes'
@@ -65,6 +67,25 @@ for _ = 1, n do
   end
 end
 local seen = ARGV[i]
+i = i + 1
+
+-- Registers (queue numbers, serving counters, resets): each keeps its highest value.
+local regs = prefix .. 'registers'
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  local k, v = ARGV[i], ARGV[i + 1]; i = i + 2
+  local cur = redis.call('HGET', regs, k)
+  if not cur or tonumber(v) > tonumber(cur) then redis.call('HSET', regs, k, v) end
+end
+-- Blocks of queue numbers: unique, in the order the nodes ask.
+n = tonumber(ARGV[i]); i = i + 1
+local blocks = {}
+for _ = 1, n do
+  local room, size = ARGV[i], ARGV[i + 1]; i = i + 2
+  blocks[#blocks + 1] = room
+  blocks[#blocks + 1] = tostring(redis.call('INCRBY', prefix .. 'qn|' .. room, size))
+end
+local registers = redis.call('HGETALL', regs)
 local gen = redis.call('GET', ctl_gen) or '0'
 local controls = {}
 if gen ~= seen then
@@ -115,4 +136,4 @@ for _, e in ipairs(redis.call('XRANGE', stream, '(' .. cursor, '+', 'COUNT', 100
 end
 redis.call('PEXPIRE', stream, 86400000)
 
-return {registered, live, counters, demand, marks, last, seed, controls, gen}
+return {registered, live, counters, demand, marks, last, seed, controls, gen, registers, blocks}

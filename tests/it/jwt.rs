@@ -8,7 +8,7 @@ use crate::common::*;
 use vestibule::jwt::{generate, Algorithm};
 
 /// A key ring with the test HMAC key and `jwt` keys (kid, algorithm, file name).
-fn ring_with(jwt: &[(&str, &str, &str)]) -> String {
+pub(crate) fn ring_with(jwt: &[(&str, &str, &str)]) -> String {
     let mut ring = format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n");
     for (kid, alg, file) in jwt {
         ring.push_str(&format!(
@@ -20,7 +20,7 @@ fn ring_with(jwt: &[(&str, &str, &str)]) -> String {
 
 /// Runs a Python program with PyJWT and returns its stdout, or None (said loudly, a failure
 /// under CI=true) when PyJWT is missing.
-fn pyjwt(program: &str, args: &[&str]) -> Option<String> {
+pub(crate) fn pyjwt(program: &str, args: &[&str]) -> Option<String> {
     let probe = Command::new("python3")
         .args(["-c", "import jwt, cryptography"])
         .output();
@@ -44,7 +44,7 @@ fn pyjwt(program: &str, args: &[&str]) -> Option<String> {
 
 /// Verifies `token` the way a gateway does: the signing key from the JWKS at `url` by the
 /// token's `kid`, then the signature, `aud`, `iss` and `exp`. Prints the header and claims.
-const VERIFY: &str = r#"
+pub(crate) const VERIFY: &str = r#"
 import json, sys, jwt
 url, token, audience = sys.argv[1], sys.argv[2], sys.argv[3]
 key = jwt.PyJWKClient(url).get_signing_key_from_jwt(token)

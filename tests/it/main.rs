@@ -31,6 +31,7 @@ mod origin_pool;
 mod packaging;
 mod pages;
 mod proxy_protocol;
+mod queue_api;
 mod ratelimit;
 mod reload;
 mod shadow;

@@ -52,7 +52,10 @@ pub fn check(
         issuer: &issuer.issuer,
         audience: &jwt.audience,
         room: room.name(),
-        issued_after: 0,
+        // A reset voids what was issued before it (to the second, rounded up).
+        issued_after: room
+            .numbered(now)
+            .map_or(0, |q| q.reset_at_ms().div_ceil(1000)),
     };
     let mut refused = None;
     for token in presented(headers, name) {

@@ -102,8 +102,11 @@ pub enum Answer {
     /// Forward to the origin.
     Forward,
     /// A request for the API's reserved path: the edge's API answers it; it is never
-    /// forwarded.
-    Api(api::Endpoint),
+    /// forwarded. `identity` is who sent it, as the rooms would see them.
+    Api {
+        endpoint: api::Endpoint,
+        identity: crate::identity::Identity,
+    },
     /// `308` to this https URL (`redirect_to_https`).
     Redirect(String),
     /// Show this room's page for this outcome.
@@ -244,7 +247,7 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         if let Some(limited) = check_rules(policy, Scope::All, &view, now, notes) {
             return Answer::RateLimited(limited);
         }
-        return Answer::Api(endpoint);
+        return Answer::Api { endpoint, identity };
     }
     let route = policy.rooms.route(&req.host, &req.path, client_ip);
     notes.room = route.map(|r| r.index);

@@ -123,6 +123,8 @@ pub struct Claims {
     /// Capacity rooms with priority lanes: the lane a waiting visitor waits in, when
     /// not `public` (an invitation's lane).
     pub lane: Option<std::sync::Arc<str>>,
+    /// Rooms with the queue API: the visitor's queue number.
+    pub qn: Option<u64>,
 }
 
 impl Claims {
@@ -139,6 +141,7 @@ impl Claims {
             refresh: None,
             room: None,
             lane: None,
+            qn: None,
         }
     }
 
@@ -189,6 +192,9 @@ impl Claims {
         if let Some(v) = &self.lane {
             let _ = write!(m, "&ln={v}");
         }
+        if let Some(v) = self.qn {
+            let _ = write!(m, "&qn={v}");
+        }
     }
 
     /// Signs with `key` (whose id must be `self.kid`) and returns the whole cookie value.
@@ -237,6 +243,7 @@ impl Token {
                 "ref" => &mut fields.refresh,
                 "rm" => &mut fields.room,
                 "ln" => &mut fields.lane,
+                "qn" => &mut fields.qn,
                 _ => return Err(Reject::Malformed),
             };
             if slot.replace(v).is_some() {
@@ -285,6 +292,7 @@ impl Token {
                 refresh,
                 room,
                 lane,
+                qn: optional(fields.qn)?,
             },
             sig,
         })
@@ -523,6 +531,7 @@ struct Fields<'a> {
     refresh: Option<&'a str>,
     room: Option<&'a str>,
     lane: Option<&'a str>,
+    qn: Option<&'a str>,
 }
 
 /// Decimal digits only: no sign, no spaces, no overflow.

@@ -309,6 +309,10 @@ pub(crate) struct RoomFile {
     pub revoked_invitations: Option<Vec<String>>,
     /// Priority lanes: lane name → weight in the split of the free slots.
     pub lanes: Option<std::collections::BTreeMap<String, i64>>,
+    /// The room's public queue API (queue numbers, the serving counter).
+    pub api: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub queue_position_expiry: Option<Duration>,
     /// Admitted visitors also get a JWT.
     pub jwt: Option<bool>,
     pub jwt_audience: Option<String>,

@@ -71,6 +71,14 @@ pub struct RoomJwt {
     pub validity: Duration,
 }
 
+/// A room's public queue API (`api = true`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomApi {
+    /// `queue_position_expiry`: how long a number the room reached stays redeemable; zero
+    /// for as long as a session lasts.
+    pub position_expiry: Duration,
+}
+
 /// `[tls]`: the certificates of the TLS listeners. The files are loaded and checked
 /// with the snapshot (`crate::tls`), and reload like the key ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -380,6 +388,8 @@ pub struct RoomConfig {
     /// Invitations refused from now on (a leaked link), by id; their holders keep their places.
     pub revoked_invitations: std::collections::BTreeSet<u64>,
     /// `jwt = true`: admitted visitors also get a JWT, and a valid one is admission.
+    /// `api = true`: the public queue API, queue numbers and the serving counter.
+    pub api: Option<RoomApi>,
     pub jwt: Option<RoomJwt>,
 }
 

@@ -94,6 +94,14 @@ pub(crate) trait Admission: std::fmt::Debug + Send + Sync {
     fn draws(&self) -> bool {
         false
     }
+
+    /// Gives arrivals queue numbers (`api = true`); only capacity rooms count them.
+    fn number_arrivals(&mut self) {}
+
+    /// The capacity room this policy is, if it is one (its queue numbers and counters).
+    fn capacity(&self) -> Option<&Capacity> {
+        None
+    }
 }
 
 impl Admission for Lottery {
@@ -239,5 +247,13 @@ impl Admission for Capacity {
 
     fn revoke(&self, place: Place, now: Timestamp) {
         Capacity::revoke(self, place, now);
+    }
+
+    fn number_arrivals(&mut self) {
+        Capacity::number_arrivals(self);
+    }
+
+    fn capacity(&self) -> Option<&Capacity> {
+        Some(self)
     }
 }

@@ -148,7 +148,20 @@ impl Room {
         if room.binding().required {
             room.bind_tokens();
         }
+        if room.config.api.is_some() {
+            let policies = std::iter::once(&mut room.policy).chain(room.events.iter_mut());
+            for policy in policies {
+                policy.number_arrivals();
+            }
+        }
         room
+    }
+
+    /// The capacity room deciding now (a running event's, else the room's), if the room has
+    /// the queue API.
+    pub fn numbered(&self, now: Timestamp) -> Option<&Capacity> {
+        self.config.api.as_ref()?;
+        self.policy_at(now).capacity()
     }
 
     /// The event in force now (pre-queue or running), if any.

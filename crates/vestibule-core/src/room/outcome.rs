@@ -130,6 +130,8 @@ pub struct Outcome {
     pub pow: PowCount,
     /// The invitation this request presented, if it needed one: accepted, or why not.
     pub invitation: Option<Result<(), Refusal>>,
+    /// Rooms with the queue API: the visitor's queue number, when they have one.
+    pub queue_number: Option<u64>,
 }
 
 /// What a request brings besides its cookies. Only a visitor without a valid token
@@ -209,6 +211,7 @@ impl Outcome {
             challenge: None,
             pow: PowCount::default(),
             invitation: None,
+            queue_number: None,
         }
     }
 }

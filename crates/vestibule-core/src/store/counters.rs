@@ -163,6 +163,17 @@ impl<V> Counters<V> {
         });
     }
 
+    /// Every counter of `scope`, whatever its kind, as (kind, slot, id, value).
+    pub fn of_scope<'a>(
+        &'a mut self,
+        scope: &'a str,
+    ) -> impl Iterator<Item = (CounterKind, &'a mut V)> + 'a {
+        self.groups
+            .iter_mut()
+            .filter(move |(g, _)| &*g.scope == scope)
+            .flat_map(|(g, slots)| slots.values_mut().map(move |v| (g.kind, v)))
+    }
+
     pub fn len(&self) -> usize {
         self.groups.values().map(HashMap::len).sum()
     }

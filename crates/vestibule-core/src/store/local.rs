@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::marks::Marks;
 use super::{
-    CounterKey, CounterKind, CounterStore, Counters, InUse, Invited, Mark, Ticket, WindowCounter,
-    WindowSample, WindowSpec,
+    CounterKey, CounterKind, CounterStore, Counters, InUse, Invited, Mark, MarkKind, Register,
+    Ticket, WindowCounter, WindowSample, WindowSpec,
 };
 use crate::sketch::Sketch;
 use crate::time::Timestamp;
@@ -149,6 +149,8 @@ pub struct LocalStore {
     marks: Marks,
     /// Per scope: the invitations in use, by id.
     invites: Mutex<HashMap<Arc<str>, HashMap<u64, Used>>>,
+    /// Per scope: the registers (queue numbers, the serving counter, resets).
+    registers: Mutex<HashMap<(Arc<str>, Register), u64>>,
 }
 
 /// An invitation in use: who joined with it, and until when it matters.
@@ -252,6 +254,33 @@ impl CounterStore for LocalStore {
 
     fn mark(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
         self.marks.set(scope, mark, until, now)
+    }
+
+    fn number(&self, scope: &str, _now: Timestamp) -> Option<u64> {
+        let mut regs = self.registers.lock().unwrap_or_else(|p| p.into_inner());
+        let n = regs
+            .entry((Arc::from(scope), Register::Numbered))
+            .or_insert(0);
+        *n += 1;
+        Some(*n)
+    }
+
+    fn raise(&self, scope: &str, reg: Register, value: u64) -> u64 {
+        let mut regs = self.registers.lock().unwrap_or_else(|p| p.into_inner());
+        let v = regs.entry((Arc::from(scope), reg)).or_insert(0);
+        *v = (*v).max(value);
+        *v
+    }
+
+    fn clear(&self, scope: &str) {
+        let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, counter) in exact.of_scope(scope) {
+            counter.value = 0;
+        }
+    }
+
+    fn marks_of(&self, scope: &str, kind: MarkKind, now: Timestamp) -> Vec<(u64, Timestamp)> {
+        self.marks.of(scope, kind, now)
     }
 
     fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {

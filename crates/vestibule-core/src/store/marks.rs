@@ -104,6 +104,25 @@ impl Marks {
         })
     }
 
+    /// The marks of `kind` in `scope` that hold at `now`, with when each ends.
+    pub fn of(&self, scope: &str, kind: super::MarkKind, now: Timestamp) -> Vec<(u64, Timestamp)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter().filter(|s| s.held() > 0) {
+            shard.read(|map| {
+                if let Some(marks) = map.get(scope) {
+                    out.extend(
+                        marks
+                            .iter()
+                            .filter(|(m, at)| m.kind == kind && **at > now.millis())
+                            .map(|(m, at)| (m.id, Timestamp::from_millis(*at))),
+                    );
+                }
+            });
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// Marks `mark` of `scope` until `until`; false if it already held at `now`.
     pub fn set(&self, scope: &str, mark: Mark, until: Timestamp, now: Timestamp) -> bool {
         let shard = self.shard(mark);

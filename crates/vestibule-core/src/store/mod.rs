@@ -117,6 +117,54 @@ pub enum MarkKind {
     Admitted,
     /// A key a shared rate-limit rule put in its penalty box (scope: the rule).
     Penalty,
+    /// An API request the room let in (id: its queue number): it holds an active place until
+    /// the mark ends, unless its token is issued first.
+    Reached,
+    /// An API request whose token was issued (id: its queue number), until the token's expiry
+    /// and a day more, so expired tokens can be listed.
+    Redeemed,
+    /// An API request whose session was marked completed or abandoned (id: its queue number).
+    Ended,
+}
+
+/// A value per scope that only grows, merged across nodes by the highest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Register {
+    /// The last queue number given (one process; a cluster's numbers come in blocks).
+    Numbered,
+    /// The serving counter: the highest queue number let in.
+    Serving,
+    /// The numbers an operator's `serving` move let in, beyond the room's own admissions.
+    Moved,
+    /// When the room was last reset, Unix milliseconds.
+    ResetAt,
+    /// The last queue number given before the room's last reset.
+    ResetBelow,
+}
+
+impl Register {
+    /// The register's name in the store.
+    pub fn code(self) -> &'static str {
+        match self {
+            Register::Numbered => "qn",
+            Register::Serving => "sv",
+            Register::Moved => "mv",
+            Register::ResetAt => "ra",
+            Register::ResetBelow => "rb",
+        }
+    }
+
+    /// The register named `code`.
+    pub fn of_code(code: &str) -> Option<Register> {
+        Some(match code {
+            "qn" => Register::Numbered,
+            "sv" => Register::Serving,
+            "mv" => Register::Moved,
+            "ra" => Register::ResetAt,
+            "rb" => Register::ResetBelow,
+            _ => return None,
+        })
+    }
 }
 
 /// One visitor presenting one invitation.
@@ -247,6 +295,23 @@ pub trait CounterStore: Send + Sync {
     fn take_overrides(&self) -> Vec<(String, u64, String)> {
         Vec::new()
     }
+
+    /// The next queue number of `scope` (an `api = true` room): 1, 2, 3, … in the order of
+    /// the calls on one process. A cluster's store hands each node blocks of numbers, so they
+    /// are unique with gaps; `None` when this node has no number to give right now (its blocks
+    /// are used up until the next sync): the request path never waits for one.
+    fn number(&self, scope: &str, now: Timestamp) -> Option<u64>;
+
+    /// Raises register `reg` of `scope` to at least `value` and returns its value. Registers
+    /// only ever grow; in a cluster they are merged by the highest value.
+    fn raise(&self, scope: &str, reg: Register, value: u64) -> u64;
+
+    /// Forgets every counter of `scope` this node holds (a room's reset). Other nodes forget
+    /// theirs when they see the reset.
+    fn clear(&self, scope: &str);
+
+    /// The marks of `kind` in `scope` still set at `now`, with when each ends.
+    fn marks_of(&self, scope: &str, kind: MarkKind, now: Timestamp) -> Vec<(u64, Timestamp)>;
 
     /// The cluster this store belongs to, for `/status` and metrics; `None` for one process.
     fn cluster(&self) -> Option<ClusterStatus> {

@@ -38,6 +38,7 @@ impl Validator<'_> {
             let revoked_invitations = self.revoked_invitations(i, r);
             let Some(admission) = admission else { continue };
             let jwt = self.room_jwt(i, r, &name);
+            let api = self.room_api(i, r, &admission, &events);
             out.push(RoomConfig {
                 name,
                 enabled: r.enabled.unwrap_or(true),
@@ -61,9 +62,76 @@ impl Validator<'_> {
                 max_invitations,
                 revoked_invitations,
                 jwt,
+                api,
             });
         }
         out
+    }
+
+    /// `api` and `queue_position_expiry`: queue numbers need one order to be served in.
+    fn room_api(
+        &mut self,
+        i: usize,
+        r: &RoomFile,
+        admission: &Admission,
+        events: &[EventConfig],
+    ) -> Option<RoomApi> {
+        let k = |field: &str| format!("room[{i}].{field}");
+        if !r.api.unwrap_or(false) {
+            if r.queue_position_expiry.is_some() {
+                self.err(k("queue_position_expiry"), "only applies with api = true");
+            }
+            return None;
+        }
+        match admission {
+            Admission::Capacity(c) if c.order == QueueOrder::Fifo => {
+                if !c.lanes.is_empty() {
+                    self.err(
+                        k("api"),
+                        "cannot be used with lanes: queue numbers are served in one order",
+                    );
+                }
+            }
+            _ => self.err(
+                k("api"),
+                "applies only to capacity rooms with order = \"fifo\" (queue numbers are served \
+                 in the order they were given)",
+            ),
+        }
+        // A request id is a bearer place: it would hand on entry to an invite or pow room.
+        for (on, what) in [
+            (r.access.as_deref() == Some("invite"), "access = \"invite\""),
+            (r.challenge.as_deref() == Some("pow"), "challenge = \"pow\""),
+        ] {
+            if on {
+                self.err(
+                    k("api"),
+                    format!(
+                        "cannot be used with {what}: a request id is a bearer place, so its holder \
+                         could hand entry to anyone"
+                    ),
+                );
+            }
+        }
+        if events.iter().any(|e| e.shuffle_at_start) {
+            self.err(
+                k("api"),
+                "cannot be used with an event's shuffle_at_start: queue numbers are the order of \
+                 arrival",
+            );
+        }
+        let expiry = r.queue_position_expiry.unwrap_or_default();
+        if !expiry.is_zero()
+            && (expiry < Duration::from_secs(10) || expiry > Duration::from_secs(86_400))
+        {
+            self.err(
+                k("queue_position_expiry"),
+                "must be 0s (never) or between 10s and 1d",
+            );
+        }
+        Some(RoomApi {
+            position_expiry: expiry,
+        })
     }
 
     /// `jwt`, `jwt_audience` and `jwt_validity`.

@@ -16,7 +16,7 @@ impl Capacity {
         ring: &KeyRing,
         uid: &Identity,
         (lane, arrival_secs): (usize, u64),
-        interval: u64,
+        (interval, qn): (u64, Option<u64>),
         now: Timestamp,
     ) -> Arc<str> {
         let key = ring.active();
@@ -26,6 +26,7 @@ impl Capacity {
         claims.arr = Some(arrival_secs);
         claims.chk = Some(now.secs());
         claims.refresh = Some(interval as u32);
+        claims.qn = qn;
         claims.sign(key).into()
     }
 
@@ -73,9 +74,10 @@ impl Capacity {
         &self,
         ring: &KeyRing,
         uid: &Identity,
-        arrival_secs: Option<u64>,
+        (arrival_secs, qn): (Option<u64>, Option<u64>),
         now: Timestamp,
     ) -> Outcome {
+        self.served(qn);
         let key = ring.active();
         let claims = self.allow_claims(uid, key.id(), arrival_secs, now.millis(), now);
         let place = Place {
@@ -85,6 +87,7 @@ impl Capacity {
         let mut outcome = Outcome::new(Decision::Allow, CookieAction::Set(claims.sign(key).into()));
         outcome.admitted = true;
         outcome.place = Some(place);
+        outcome.queue_number = qn;
         outcome
     }
 
@@ -107,7 +110,11 @@ impl Capacity {
         hold: &Hold,
         now: Timestamp,
     ) -> Outcome {
-        let valid = presented.valid.as_ref();
+        // Tokens from before the room's last reset are void: their holders are new arrivals.
+        let valid = presented
+            .valid
+            .as_ref()
+            .filter(|t| !self.before_reset(&t.claims, now));
 
         // Admitted users keep access, whatever else holds the room, until their session is
         // revoked: then they are a new arrival.
@@ -150,6 +157,9 @@ impl Capacity {
         self.store.demand(&self.scope, 1, now);
         let lane = self.lane_of(hold.lane);
         let views = self.views(now);
+        let full = self.max_waiting > 0 && views.expected_waiting() >= self.max_waiting as f64;
+        // Every arrival with a place (straight in, or in line) has a queue number.
+        let qn = if full { None } else { self.next_number(now) };
         // Nobody waiting, not even a recent arrival who has not come back yet: straight in.
         if !self.queue_all
             && !hold.held
@@ -158,10 +168,10 @@ impl Capacity {
             && self.slots(now).here != Some(0)
             && self.try_admit(lane, now)
         {
-            return self.admit(ring, uid, Some(now.secs()), now);
+            return self.admit(ring, uid, (Some(now.secs()), qn), now);
         }
         // The line is full: no place in it, and those in it keep theirs.
-        if self.max_waiting > 0 && views.expected_waiting() >= self.max_waiting as f64 {
+        if full {
             let mut outcome = Outcome::new(Decision::QueueFull, CookieAction::Keep);
             outcome.refresh_secs = self.refresh_secs();
             return outcome;
@@ -171,10 +181,13 @@ impl Capacity {
         self.join(lane, bucket, now);
         self.invalidate();
         let place = (lane, now.secs());
-        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, interval, now));
+        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, (interval, qn), now));
         // The estimate counts this user in their bucket.
         let views = self.views(now);
-        self.waiting_outcome(Decision::Anon, cookie, &views, place, interval, now)
+        let mut outcome =
+            self.waiting_outcome(Decision::Anon, cookie, &views, place, interval, now);
+        outcome.queue_number = qn;
+        outcome
     }
 
     pub(super) fn keep_active(
@@ -220,6 +233,8 @@ impl Capacity {
     ) -> Outcome {
         let c = &token.claims;
         let mut arrival = c.arr.map_or(now.secs(), token_secs);
+        // Their number; one given now if they had none (a cluster node short of numbers).
+        let qn = c.qn.or_else(|| self.next_number(now));
         // A pre-queue token's first check-in in the event: its place in the pre-queue.
         if let (Some(event), None) = (hold.event, c.chk) {
             arrival = self.prequeued_place(ring, uid, event, arrival);
@@ -239,9 +254,11 @@ impl Capacity {
         // The token of an arrival: counted apart, and back now for the first time.
         let first = c.chk.is_some() && c.chk == c.arr;
         let counted = c.chk.map(|v| token_secs(v) / TICK_SECS);
-        // Too early: no chance, nothing counted, the cookie stands.
-        if now.secs() < c.exp {
-            return self.waiting_outcome(
+        // Too early: no chance, nothing counted, the cookie stands; unless the serving counter
+        // has passed their number (they are at the head, and are let in as soon as they ask).
+        let head = self.is_served(qn) || self.is_moved_past(qn);
+        if now.secs() < c.exp && !head {
+            let mut outcome = self.waiting_outcome(
                 Decision::Wait,
                 CookieAction::Keep,
                 &views,
@@ -249,6 +266,8 @@ impl Capacity {
                 c.exp - now.secs(),
                 now,
             );
+            outcome.queue_number = c.qn;
+            return outcome;
         }
         self.checkins.observe(lane as u64, 1, now);
         self.store.demand(&self.scope, 1, now);
@@ -278,12 +297,15 @@ impl Capacity {
                         && slots.cluster.is_none_or(|f| ahead < f)
                         && ahead < self.front(view)
                 }
-                QueueOrder::Fifo => self.fifo_reserved(view, arrival, slots.cluster, now),
+                // The serving counter passed their number: they are at the head.
+                QueueOrder::Fifo => {
+                    self.is_served(qn) || self.fifo_reserved(view, arrival, slots.cluster, now)
+                }
                 QueueOrder::Random => draw < self.random_chance(lane, slots.here, now),
             };
             if eligible && slots.here != Some(0) && self.try_admit(lane, now) {
                 leave();
-                return self.admit(ring, uid, Some(arrival), now);
+                return self.admit(ring, uid, (Some(arrival), qn), now);
             }
         }
         // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
@@ -303,11 +325,13 @@ impl Capacity {
                     .is_none_or(|&head| bucket <= head + 1),
                 QueueOrder::Random => true,
             };
-        if at_head && (hold.grant)() {
+        // An operator's move of the serving counter past their number, also beyond the limits.
+        let moved = !hold.held && self.is_moved_past(qn);
+        if moved || (at_head && (hold.grant)()) {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
             self.count_lane_admission(lane, now);
             leave();
-            return self.admit(ring, uid, Some(arrival), now);
+            return self.admit(ring, uid, (Some(arrival), qn), now);
         }
         match (first, counted) {
             (true, Some(arrived)) => {
@@ -318,7 +342,10 @@ impl Capacity {
         }
         let interval = self.interval(jitter);
         let place = (lane, arrival);
-        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, interval, now));
-        self.waiting_outcome(Decision::Wait, cookie, &views, place, interval, now)
+        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, (interval, qn), now));
+        let mut outcome =
+            self.waiting_outcome(Decision::Wait, cookie, &views, place, interval, now);
+        outcome.queue_number = qn;
+        outcome
     }
 }

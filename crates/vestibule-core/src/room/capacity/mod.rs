@@ -74,6 +74,7 @@
 
 mod admit;
 mod estimate;
+mod numbers;
 mod prequeue;
 mod queue;
 mod slots;
@@ -286,6 +287,10 @@ pub struct Capacity {
     /// `public` first; more than one when the room has priority lanes.
     lanes: Vec<LaneCounters>,
     views: Mutex<Option<Arc<Views>>>,
+    /// `api = true`: arrivals get queue numbers, and admissions move the serving counter.
+    numbered: bool,
+    /// The last reset of the room this node has cleared its counters for (Unix ms).
+    reset_seen: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Capacity {
@@ -355,6 +360,8 @@ impl Capacity {
             checkins,
             lanes,
             views: Mutex::new(None),
+            numbered: false,
+            reset_seen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

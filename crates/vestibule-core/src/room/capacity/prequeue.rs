@@ -49,6 +49,11 @@ impl Capacity {
                 let lane = waiting.map_or(lane, |t| t.claims.lane.as_deref());
                 claims.lane = self.lane_claim(self.lane_of(lane));
                 claims.arr = Some(arrival);
+                if self.numbered {
+                    claims.qn = waiting
+                        .and_then(|t| t.claims.qn)
+                        .or_else(|| self.next_number(now));
+                }
                 claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
                 (CookieAction::Set(claims.sign(key).into()), due)
             }

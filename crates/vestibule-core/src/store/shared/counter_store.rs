@@ -157,6 +157,42 @@ impl CounterStore for SharedStore {
         true
     }
 
+    fn number(&self, scope: &str, _now: Timestamp) -> Option<u64> {
+        let n = {
+            let mut numbers = self.numbers();
+            match numbers.get_mut(scope) {
+                Some(n) => n.take(),
+                None => {
+                    // The first arrival of this room here: the next sync asks for a block.
+                    numbers.insert(Arc::from(scope), Numbers::default());
+                    None
+                }
+            }
+        }?;
+        self.raise(scope, Register::Numbered, n);
+        Some(n)
+    }
+
+    fn raise(&self, scope: &str, reg: Register, value: u64) -> u64 {
+        let mut regs = self.registers();
+        let r = regs.entry((Arc::from(scope), reg)).or_default();
+        if value > r.value {
+            r.value = value;
+            r.dirty = true;
+        }
+        r.value
+    }
+
+    fn clear(&self, scope: &str) {
+        for (_, o) in self.own_map().of_scope(scope) {
+            o.value = 0;
+        }
+    }
+
+    fn marks_of(&self, scope: &str, kind: MarkKind, now: Timestamp) -> Vec<(u64, Timestamp)> {
+        self.local.marks_of(scope, kind, now)
+    }
+
     fn invitations_in_use(&self, scope: &str, now: Timestamp) -> crate::store::InUse {
         self.local.invitations_in_use(scope, now)
     }

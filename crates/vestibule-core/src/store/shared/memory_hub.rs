@@ -26,6 +26,10 @@ pub(super) struct Hub {
     /// room → (version, overrides), and their generation.
     pub(super) controls: BTreeMap<String, (u64, String)>,
     pub(super) controls_generation: u64,
+    /// Registers, merged by the highest value.
+    pub(super) registers: BTreeMap<String, u64>,
+    /// room → the last queue number given in a block.
+    pub(super) numbered: HashMap<String, u64>,
     /// Down: every exchange fails.
     pub(super) down: bool,
 }
@@ -122,7 +126,23 @@ impl MemoryHub {
                 .map(|(room, (v, doc))| (room.clone(), *v, doc.clone()))
                 .collect()
         };
+        for (k, v) in &req.registers {
+            let r = hub.registers.entry(k.clone()).or_insert(0);
+            *r = (*r).max(*v);
+        }
+        let blocks = req
+            .blocks
+            .iter()
+            .map(|(room, size)| {
+                let last = hub.numbered.entry(room.clone()).or_insert(0);
+                *last += size;
+                (room.clone(), *last)
+            })
+            .collect();
+        let registers = hub.registers.iter().map(|(k, v)| (k.clone(), *v)).collect();
         Ok(SyncReply {
+            registers,
+            blocks,
             registered,
             members,
             counters,

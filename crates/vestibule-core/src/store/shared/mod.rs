@@ -37,8 +37,8 @@ pub use counter_store::SharedWindow;
 pub use memory_hub::MemoryHub;
 pub use node::{SharedStore, SyncFigures};
 pub use wire::{
-    decode_key, decode_mark, decode_note, encode_key, encode_mark, encode_note, Note, SyncReply,
-    SyncRequest,
+    decode_key, decode_mark, decode_note, decode_register, encode_key, encode_mark, encode_note,
+    encode_register, Note, SyncReply, SyncRequest,
 };
 
 // The parts share their private items, as they did in one file.
@@ -52,7 +52,7 @@ use arc_swap::ArcSwap;
 use super::local::LocalStore;
 use super::{
     Allotment, ClusterStatus, CounterKey, CounterKind, CounterStore, Counters, Invited, Mark,
-    MarkKind, Ticket, WindowCounter, WindowSpec,
+    MarkKind, Register, Ticket, WindowCounter, WindowSpec,
 };
 use crate::config::OnStoreFailure;
 use crate::time::Timestamp;

@@ -25,6 +25,64 @@ pub struct SyncFigures {
     pub members: usize,
 }
 
+/// The fewest queue numbers a node asks the store for at once.
+pub(super) const MIN_BLOCK: u64 = 16;
+
+/// A room's queue numbers on this node: the blocks the store gave, used in order.
+#[derive(Debug, Default)]
+pub(super) struct Numbers {
+    /// (next, last) of each block, oldest first.
+    pub(super) blocks: std::collections::VecDeque<(u64, u64)>,
+    /// Numbers given since the last sync.
+    pub(super) given: u64,
+    /// The most given in one sync interval lately (halved at each sync, raised by `given`).
+    pub(super) peak: u64,
+}
+
+impl Numbers {
+    /// The next number, if a block has one left.
+    pub(super) fn take(&mut self) -> Option<u64> {
+        while let Some((next, last)) = self.blocks.front_mut() {
+            if *next <= *last {
+                let n = *next;
+                *next += 1;
+                self.given += 1;
+                return Some(n);
+            }
+            self.blocks.pop_front();
+        }
+        None
+    }
+
+    /// Numbers left in the blocks.
+    pub(super) fn left(&self) -> u64 {
+        self.blocks
+            .iter()
+            .map(|(next, last)| (last + 1).saturating_sub(*next))
+            .sum()
+    }
+
+    /// How many to ask the store for now: enough for twice the busiest recent interval's
+    /// arrivals, once fewer than that are left.
+    pub(super) fn wanted(&mut self) -> u64 {
+        self.peak = (self.peak / 2).max(self.given);
+        self.given = 0;
+        let want = (2 * self.peak).max(MIN_BLOCK);
+        if self.left() < want {
+            want
+        } else {
+            0
+        }
+    }
+}
+
+/// A register on this node: its value, and whether the store has it yet.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct RegisterValue {
+    pub(super) value: u64,
+    pub(super) dirty: bool,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Own {
     pub(super) value: i64,
@@ -111,6 +169,9 @@ pub struct SharedStore {
     pub(super) demand: Mutex<hashbrown::HashMap<Arc<str>, Demand, ahash::RandomState>>,
     pub(super) health: Mutex<Health>,
     pub(super) controls: Mutex<ControlSync>,
+    /// Per room: its queue numbers' blocks.
+    pub(super) numbers: Mutex<HashMap<Arc<str>, Numbers>>,
+    pub(super) registers: Mutex<HashMap<(Arc<str>, Register), RegisterValue>>,
 }
 
 impl SharedStore {
@@ -146,6 +207,8 @@ impl SharedStore {
                 ..Health::default()
             }),
             controls: Mutex::new(ControlSync::default()),
+            numbers: Mutex::default(),
+            registers: Mutex::default(),
         }
     }
 
@@ -163,6 +226,16 @@ impl SharedStore {
 
     pub(super) fn health(&self) -> std::sync::MutexGuard<'_, Health> {
         self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn numbers(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Numbers>> {
+        self.numbers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn registers(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, Register), RegisterValue>> {
+        self.registers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(super) fn own_map(&self) -> std::sync::MutexGuard<'_, Counters<Own>> {
@@ -212,6 +285,21 @@ impl SharedStore {
                 .collect();
             (list, c.seen)
         };
+        let registers = self
+            .registers()
+            .iter_mut()
+            .filter(|(_, r)| full || r.dirty)
+            .map(|((scope, reg), r)| {
+                r.dirty = false;
+                (encode_register(scope, *reg), r.value)
+            })
+            .collect();
+        let blocks = self
+            .numbers()
+            .iter_mut()
+            .map(|(scope, n)| (scope.to_string(), n.wanted()))
+            .filter(|(_, want)| *want > 0)
+            .collect();
         let outbox = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()));
         let marks = outbox
             .iter()
@@ -228,6 +316,8 @@ impl SharedStore {
             seed_candidate: self.seed_candidate.clone(),
             controls,
             controls_seen,
+            registers,
+            blocks,
             pushed,
             outbox,
         }
@@ -304,6 +394,24 @@ impl SharedStore {
             }
             c.seen = reply.controls_generation;
         }
+        {
+            let mut regs = self.registers();
+            for (k, v) in &reply.registers {
+                if let Some((scope, reg)) = decode_register(k) {
+                    let r = regs.entry((Arc::from(scope), reg)).or_default();
+                    r.value = r.value.max(*v);
+                }
+            }
+        }
+        {
+            let mut numbers = self.numbers();
+            for (room, last) in &reply.blocks {
+                let asked = req.blocks.iter().find(|(r, _)| r == room).map(|(_, n)| *n);
+                if let (Some(n), Some(size)) = (numbers.get_mut(room.as_str()), asked) {
+                    n.blocks.push_back((last + 1 - size.min(*last), *last));
+                }
+            }
+        }
         if let Some(seed) = parse_seed(&reply.seed) {
             if self.seed.load().as_deref() != Some(&seed) {
                 self.seed.store(Some(Arc::new(seed)));
@@ -319,6 +427,16 @@ impl SharedStore {
 
     /// A sync that failed: everything is sent again next time, marks included.
     pub fn failed(&self, req: SyncRequest) {
+        {
+            let mut regs = self.registers();
+            for (k, _) in &req.registers {
+                if let Some((scope, reg)) = decode_register(k) {
+                    if let Some(r) = regs.get_mut(&(Arc::from(scope), reg)) {
+                        r.dirty = true;
+                    }
+                }
+            }
+        }
         {
             let mut c = self.control_sync();
             for (room, version, doc) in req.controls {

@@ -25,6 +25,10 @@ pub struct SyncRequest {
     pub controls: Vec<(String, u64, String)>,
     /// The generation of the cluster's overrides this node has read.
     pub controls_seen: u64,
+    /// Registers changed here (`encode_register`), to be merged by the highest value.
+    pub registers: Vec<(String, u64)>,
+    /// Blocks of queue numbers wanted: (room, how many).
+    pub blocks: Vec<(String, u64)>,
     /// The counters pushed, decoded, and the marks (kept to retry them after a failure).
     pub(super) pushed: Vec<(CounterKey, i64)>,
     pub(super) outbox: Vec<(Arc<str>, Note, Timestamp)>,
@@ -59,6 +63,13 @@ impl SyncRequest {
                 .map(|(r, v, doc)| arg(r.len()) + arg(digits(*v)) + arg(doc.len()))
                 .sum::<usize>()
             + 2 * arg(13)
+            + self
+                .registers
+                .iter()
+                .chain(&self.blocks)
+                .map(|(k, v)| arg(k.len()) + arg(digits(*v)))
+                .sum::<usize>()
+            + 2 * arg(3)
     }
 }
 
@@ -83,6 +94,10 @@ pub struct SyncReply {
     pub controls: Vec<(String, u64, String)>,
     /// The generation of the cluster's overrides.
     pub controls_generation: u64,
+    /// Every register the store holds, with its highest value.
+    pub registers: Vec<(String, u64)>,
+    /// The blocks given: (room, the block's last number).
+    pub blocks: Vec<(String, u64)>,
 }
 
 impl SyncReply {
@@ -117,7 +132,27 @@ impl SyncReply {
                 .map(|(r, v, doc)| bulk(r.len()) + bulk(v.to_string().len() + 1 + doc.len()))
                 .sum::<usize>()
             + bulk(13)
+            + self
+                .registers
+                .iter()
+                .chain(&self.blocks)
+                .map(|(k, v)| bulk(k.len()) + bulk(v.to_string().len()))
+                .sum::<usize>()
     }
+}
+
+/// `g|code|scope`: a register in the store.
+pub fn encode_register(scope: &str, reg: Register) -> String {
+    format!("g|{}|{scope}", reg.code())
+}
+
+pub fn decode_register(s: &str) -> Option<(&str, Register)> {
+    let mut parts = s.splitn(3, '|');
+    if parts.next()? != "g" {
+        return None;
+    }
+    let reg = Register::of_code(parts.next()?)?;
+    Some((parts.next()?, reg))
 }
 
 pub(super) fn kind_code(k: CounterKind) -> char {
@@ -200,6 +235,9 @@ pub fn encode_mark(scope: &str, m: Mark) -> String {
         MarkKind::Revoked => 'r',
         MarkKind::Admitted => 'a',
         MarkKind::Penalty => 'p',
+        MarkKind::Reached => 'q',
+        MarkKind::Redeemed => 't',
+        MarkKind::Ended => 'e',
     };
     format!("m|{kind}|{}|{scope}", m.id)
 }
@@ -213,6 +251,9 @@ pub fn decode_mark(s: &str) -> Option<(String, Mark)> {
         "r" => MarkKind::Revoked,
         "a" => MarkKind::Admitted,
         "p" => MarkKind::Penalty,
+        "q" => MarkKind::Reached,
+        "t" => MarkKind::Redeemed,
+        "e" => MarkKind::Ended,
         _ => return None,
     };
     let id = parts.next()?.parse().ok()?;

@@ -11,31 +11,50 @@ use http::Method;
 use pingora::prelude::*;
 use pingora::proxy::Session;
 
-use crate::metrics::Metrics;
+use crate::app::App;
 use crate::snapshot::Snapshot;
 
 pub use vestibule_core::api::*;
 
+mod rooms;
+
+pub(crate) use rooms::{refusal_body, MAX_BODY};
+
 const JSON: &str = "application/json";
 
-/// Answers a request for `endpoint`.
+/// Answers a request for `endpoint`, sent by `identity`.
 pub(crate) async fn answer(
     session: &mut Session,
     endpoint: Endpoint,
+    identity: &vestibule_core::identity::Identity,
     snapshot: &Snapshot,
-    metrics: &Metrics,
+    app: &App,
 ) -> Result<()> {
+    let metrics = &app.metrics;
     let req = session.req_header();
     let mut extra = cors(
         req.headers.get(header::ORIGIN),
         &snapshot.config.server.api_cors_origins,
     );
     let mut cache_control = "no-store";
-    let (status, body) = if req.method == Method::OPTIONS && !extra.is_empty() {
+    let method = req.method.clone();
+    let (status, body) = if method == Method::OPTIONS && !extra.is_empty() {
         preflight(&mut extra);
         (204, Bytes::new())
     } else {
-        match (endpoint, &req.method) {
+        match (&endpoint, &method) {
+            (Endpoint::Room(room, what), _) => {
+                let asked = rooms::Asked {
+                    room,
+                    what,
+                    method: &method,
+                    identity,
+                };
+                let answer = rooms::answer(session, asked, snapshot, app).await;
+                cache_control = answer.cache_control;
+                extra.extend(answer.headers);
+                (answer.status, answer.body)
+            }
             (Endpoint::Jwks, &Method::GET | &Method::HEAD) => {
                 let (status, body) = jwks(snapshot);
                 if status == 200 {
@@ -55,9 +74,14 @@ pub(crate) async fn answer(
             (Endpoint::Unknown, _) => error(404, "not_found", "no API endpoint at this path"),
         }
     };
+    // A room label only for a room the config has: the label set stays bounded.
+    let room = endpoint
+        .room()
+        .filter(|r| snapshot.rooms.iter().any(|room| room.name() == *r))
+        .unwrap_or("");
     metrics
         .api_requests
-        .with_label_values(&["", endpoint.as_str(), status_class(status)])
+        .with_label_values(&[room, endpoint.as_str(), status_class(status)])
         .inc();
     crate::proxy::respond_cached(session, status, JSON, cache_control, extra, body).await
 }
@@ -120,7 +144,7 @@ fn preflight(extra: &mut Vec<(HeaderName, HeaderValue)>) {
     ));
 }
 
-fn status_class(status: u16) -> &'static str {
+pub(crate) fn status_class(status: u16) -> &'static str {
     match status / 100 {
         2 => "2xx",
         3 => "3xx",
