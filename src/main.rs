@@ -238,6 +238,10 @@ struct SimulateArgs {
     /// equally.
     #[arg(long, value_delimiter = ',')]
     lane_share: Vec<String>,
+    /// Give arrivals queue numbers (a room with the queue API; fifo only) and report how far
+    /// they stray from the order of arrival.
+    #[arg(long)]
+    api: bool,
     /// Simulate a scheduled event instead: a pre-queue, then its start, run without
     /// and with `shuffle_at_start` (uses --new-users-per-minute, --refresh, --seed, --out).
     #[arg(long)]

@@ -176,6 +176,7 @@ pub fn simulate(args: SimulateArgs) -> ExitCode {
         sync_interval: args.sync_interval,
         split: args.split,
         lanes,
+        api: args.api,
     };
     if opts.nodes > 1 {
         let split: Vec<String> = opts

@@ -6,7 +6,7 @@ use super::*;
 pub fn write_csv(report: &Report, dir: &Path) -> std::io::Result<PathBuf> {
     let path = dir.join(format!("simulate-{}.csv", report.order.as_str()));
     let mut s = String::from(
-        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min,lane\n",
+        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min,lane,queue_number\n",
     );
     for (i, j) in report.journeys.iter().enumerate() {
         let admitted = j
@@ -22,11 +22,12 @@ pub fn write_csv(report: &Report, dir: &Path) -> std::io::Result<PathBuf> {
             .map_or(crate::invite::PUBLIC_LANE, |(name, _)| name);
         let _ = writeln!(
             s,
-            "{i},{:.3},{},{admitted},{wait},{},{},{e},{lane}",
+            "{i},{:.3},{},{admitted},{wait},{},{},{e},{lane},{}",
             j.arrival_ms as f64 / 1000.0,
             j.arrival_minute(),
             j.check_ins,
-            u8::from(j.abandoned)
+            u8::from(j.abandoned),
+            j.queue_number.map_or(String::new(), |n| n.to_string())
         );
     }
     std::fs::write(&path, s)?;

@@ -85,6 +85,9 @@ pub struct Options {
     pub split: Vec<f64>,
     /// Priority lanes (empty: one line for everyone): `public` and any others, each with its
     /// weight and the share of arrivals that belong to it.
+    /// Arrivals get queue numbers (`api = true`, fifo only): the report says how far the
+    /// numbers stray from the order of arrival.
+    pub api: bool,
     pub lanes: Vec<SimLane>,
 }
 
@@ -181,6 +184,7 @@ impl Default for Options {
             sync_interval: Duration::from_secs(1),
             split: Vec::new(),
             lanes: Vec::new(),
+            api: false,
         }
     }
 }
@@ -376,6 +380,46 @@ mod tests {
     }
 
     #[test]
+    fn queue_numbers_keep_arrival_order_exactly_on_one_node_and_within_a_sync_on_three() {
+        let one = run(
+            &Options {
+                api: true,
+                ..small(0)
+            },
+            QueueOrder::Fifo,
+        )
+        .unwrap();
+        let (given, unique, worst) = report::numbering(&one.journeys).expect("numbers");
+        assert_eq!((given, unique, worst), (one.journeys.len(), true, 0));
+        let mut numbers: Vec<u64> = one.journeys.iter().filter_map(|j| j.queue_number).collect();
+        numbers.sort_unstable();
+        assert!(
+            numbers.iter().copied().eq(1..=given as u64),
+            "1, 2, 3, ... on one node"
+        );
+
+        let opts = Options {
+            api: true,
+            nodes: 3,
+            ..small(0)
+        };
+        let three = run(&opts, QueueOrder::Fifo).unwrap();
+        let (given, unique, worst_ms) = report::numbering(&three.journeys).expect("numbers");
+        assert!(unique, "no number given twice");
+        assert!(
+            given * 100 >= three.journeys.len() * 99,
+            "{given} numbered at arrival or soon after"
+        );
+        assert!(
+            worst_ms <= opts.sync_interval.as_millis() as u64,
+            "numbers stray from arrival order by {worst_ms} ms"
+        );
+        assert!(three.overshoot() <= overshoot_bound(&opts, 1.0));
+        let (_, min, _) = three.liveness().expect("minutes with users waiting");
+        assert!(min >= 0.9, "liveness {min}");
+    }
+
+    #[test]
     fn the_active_cap_holds_across_nodes() {
         let opts = Options {
             nodes: 3,
@@ -505,6 +549,7 @@ mod tests {
             abandoned: false,
             estimate: None,
             lane: 0,
+            queue_number: None,
         };
         // In order: nothing.
         assert_eq!(worst_inversion(&[j(0, 10), j(5, 20), j(9, 30)]), 0);

@@ -15,6 +15,8 @@ pub struct Journey {
     pub estimate: Option<[f64; 3]>,
     /// The lane (an index into the run's lanes; 0, `public`, without lanes).
     pub lane: usize,
+    /// The queue number the room gave (`--api`).
+    pub queue_number: Option<u64>,
 }
 
 impl Journey {
@@ -272,6 +274,21 @@ impl Report {
                 p75 * 100.0
             );
         }
+        if let Some((given, unique, worst_ms)) = numbering(&self.journeys) {
+            let bound = if self.nodes > 1 {
+                self.sync_interval_secs
+            } else {
+                0.0
+            };
+            let worst = worst_ms as f64 / 1000.0;
+            let _ = writeln!(
+                s,
+                "queue numbers: {given} given, {} [{}]; worst numbering against arrival order {worst:.2} s (bound: {bound:.2} s, one sync interval) [{}]",
+                if unique { "all different" } else { "SOME GIVEN TWICE" },
+                pass(unique),
+                pass(worst <= bound + 1e-9)
+            );
+        }
         if self.nodes > 1 {
             let _ = writeln!(
                 s,
@@ -412,6 +429,28 @@ pub fn worst_lag(journeys: &[Journey]) -> u64 {
         earliest_later = earliest_later.min(admit);
     }
     worst
+}
+
+/// How the queue numbers kept arrival order (`--api`): numbers given, whether all differ, and
+/// the widest arrival gap of a pair numbered against its order of arrival, ms.
+pub fn numbering(journeys: &[Journey]) -> Option<(usize, bool, u64)> {
+    let mut numbered: Vec<(u64, u64)> = journeys
+        .iter()
+        .filter_map(|j| j.queue_number.map(|n| (n, j.arrival_ms)))
+        .collect();
+    if numbered.is_empty() {
+        return None;
+    }
+    numbered.sort_unstable();
+    let unique = numbered.windows(2).all(|w| w[0].0 != w[1].0);
+    // The latest arrival among the lower numbers, against each arrival.
+    let mut latest = 0u64;
+    let mut worst = 0;
+    for &(_, arrival) in &numbered {
+        worst = worst.max(latest.saturating_sub(arrival));
+        latest = latest.max(arrival);
+    }
+    Some((numbered.len(), unique, worst))
 }
 
 /// The widest arrival gap of an inversion: max over pairs where A arrived before B but was let

@@ -18,6 +18,9 @@ fn room(opts: &Options, order: QueueOrder, store: &Arc<dyn CounterStore>) -> Res
         opts.session_duration.as_secs(),
         opts.refresh.as_secs()
     );
+    if opts.api && order == QueueOrder::Fifo {
+        toml.push_str("api = true\n");
+    }
     if !opts.lanes.is_empty() {
         let lanes: Vec<String> = opts
             .lanes
@@ -56,6 +59,13 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         .collect();
     let room = &rooms[0];
     let (mut store_sent, mut store_received) = (0usize, 0usize);
+    // Each node syncs as it starts (as the edge's sync service does), then every interval.
+    for store in &shared {
+        if let Some((sent, received)) = hub.sync_bytes(store, Timestamp::from_secs(EPOCH_SECS)) {
+            store_sent += sent;
+            store_received += received;
+        }
+    }
     let ring = seeded_ring(opts.seed ^ 0x005e_ed0f_7e57)?;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let span_ms = u64::from(opts.minutes.max(1)) * 60_000;
@@ -135,6 +145,9 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
             CookieAction::Keep => {}
         }
         let journey = &mut journeys[i as usize];
+        if journey.queue_number.is_none() {
+            journey.queue_number = outcome.queue_number;
+        }
         if let Some(next) = follow(
             journey,
             &outcome,
@@ -199,6 +212,7 @@ fn arrivals(opts: &Options, rng: &mut ChaCha8Rng, span_ms: u64) -> Vec<Journey> 
             abandoned: rng.gen_bool(opts.abandon.clamp(0.0, 1.0)),
             estimate: None,
             lane: 0,
+            queue_number: None,
         })
         .collect();
     // Lanes are drawn apart, so a run with lanes has the same arrivals as one without.

@@ -272,7 +272,7 @@ fn simulate_writes_csv_heatmaps_and_a_summary() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let csv = std::fs::read_to_string(out.join("simulate-fifo.csv")).unwrap();
     assert!(csv.starts_with(
-        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min,lane\n"
+        "user,arrival_secs,arrival_minute,admitted_secs,wait_secs,check_ins,abandoned,estimate_p25_min,estimate_p50_min,estimate_p75_min,lane,queue_number\n"
     ));
     assert_eq!(csv.lines().count(), 2001);
     assert!(

@@ -352,3 +352,95 @@ fn a_reached_number_not_redeemed_in_time_expires() {
     let (s, _, _) = call(&v, "GET", &format!("/queue/{id}"), "10.0.0.1", None);
     assert_eq!(s, 404);
 }
+
+/// Three nodes on a real Redis: numbers are unique across the nodes and grow with the order of
+/// arrival (within a sync interval), the serving counter one node moves is seen by the others,
+/// and a request queued on one node is known on another.
+#[test]
+fn three_nodes_on_redis_give_unique_numbers_and_share_the_serving_counter() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let room = "[[room]]\nname = \"sale\"\npaths = [\"/\"]\nadmission = \"fifo\"\n\
+                new_users_per_minute = 1\nrefresh = \"5s\"\napi = true\n";
+    let nodes: Vec<Vestibule> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            let mut setup = Setup::new(origin.addr)
+                .file("jwt-1.pem", generate(Algorithm::Es256))
+                .extra(TRUST_LOCAL)
+                .extra(room)
+                .extra(&format!(
+                    "[cluster]\nstore = \"redis\"\nredis = [\"{}\"]\nnode = \"{name}\"\nsync_interval = \"250ms\"\n",
+                    redis.url()
+                ));
+            setup.keys = ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+            setup.admin = Some(format!("listen = \"{}\"\ntoken = \"{ADMIN_TOKEN}\"", free_addr()));
+            setup.start()
+        })
+        .collect();
+    for v in &nodes {
+        assert!(
+            eventually(std::time::Duration::from_secs(10), || v.status()["cluster"]
+                ["nodes"]
+                == 3),
+            "{}",
+            v.status()["cluster"]
+        );
+    }
+    // 30 arrivals through the nodes in turn, a sync interval apart every third.
+    let mut got = Vec::new();
+    for i in 0..30 {
+        let (s, q, _) = call(
+            &nodes[i % 3],
+            "POST",
+            "/queue",
+            &format!("10.1.0.{i}"),
+            None,
+        );
+        assert_eq!(s, 200, "{q}");
+        got.push((
+            i,
+            q["queue_number"].as_u64().unwrap(),
+            q["request_id"].as_str().unwrap().to_owned(),
+        ));
+        if i % 3 == 2 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    }
+    let mut numbers: Vec<u64> = got.iter().map(|(_, n, _)| *n).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    assert_eq!(numbers.len(), 30, "unique across the nodes: {got:?}");
+    // Arrivals more than a sync interval apart are numbered in their order.
+    for (i, n, _) in &got {
+        for (j, m, _) in &got {
+            if j / 3 > i / 3 + 1 {
+                assert!(m > n, "arrival {j} ({m}) after {i} ({n})");
+            }
+        }
+    }
+    // The third node's request, asked about on the first: known there.
+    let (_, last, id) = got.last().unwrap().clone();
+    let (s, standing, _) = call(&nodes[0], "GET", &format!("/queue/{id}"), "10.1.0.29", None);
+    assert_eq!(s, 200, "{standing}");
+    // One node moves the counter past it; the others see it within a sync.
+    let (s, _) = private(
+        &nodes[1],
+        "POST",
+        "/serving",
+        Some(json!({ "increment_by": last })),
+    );
+    assert_eq!(s, 200);
+    for v in &nodes {
+        assert!(
+            eventually(std::time::Duration::from_secs(5), || {
+                call(v, "GET", "/serving", "10.1.1.1", None).1["serving_number"]
+                    .as_u64()
+                    .is_some_and(|s| s >= last)
+            }),
+            "the serving counter reaches every node"
+        );
+    }
+    let (s, t) = token_for(&nodes[2], &id);
+    assert_eq!(s, 200, "{t}");
+}

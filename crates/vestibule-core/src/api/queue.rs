@@ -738,3 +738,236 @@ pub fn reset(room: &Room, ledger: &Ledger, now: Timestamp) -> Result<(), ApiErro
     *book = Book::default();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::jwt::testing::{expect, ES256_PEM};
+    use crate::room::testing::rooms;
+
+    const T0: u64 = 1_800_000_000;
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::from_secs(T0 + secs)
+    }
+
+    /// The test HMAC key and an ES256 JWT key.
+    fn ring() -> KeyRing {
+        let text = format!(
+            "active = \"key1\"\n[ring]\nkey1 = \"{}\"\n[[jwt_key]]\nkid = \"es1\"\nalgorithm = \"ES256\"\nprivate_key = \"es.pem\"\n",
+            crate::keys::testing::KEY1
+        );
+        KeyRing::parse_with(&text, Path::new("/k/keys.toml"), &|_| {
+            Ok(ES256_PEM.to_owned())
+        })
+        .unwrap()
+    }
+
+    fn room(extra: &str) -> crate::room::RoomSet {
+        rooms(&format!(
+            "[[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 2\nrefresh = \"10s\"\napi = true\n{extra}"
+        ))
+    }
+
+    fn who(n: u8) -> Identity {
+        Identity::of_ip(std::net::IpAddr::from([10, 0, 0, n]), 64)
+    }
+
+    fn issuer() -> JwtConfig {
+        JwtConfig {
+            issuer: "vestibule".into(),
+        }
+    }
+
+    #[test]
+    fn request_ids_are_signed_and_bound_to_their_room() {
+        let ring = ring();
+        let id = RequestId {
+            qn: 42,
+            arr: T0,
+            nonce: "00112233445566ff".into(),
+        };
+        let text = id.write("sale", &ring);
+        assert_eq!(RequestId::read(&text, "sale", &ring), Some(id.clone()));
+        assert_eq!(
+            RequestId::read(&text, "other", &ring),
+            None,
+            "another room's"
+        );
+        let forged = text.replacen("42.", "41.", 1);
+        assert_eq!(
+            RequestId::read(&forged, "sale", &ring),
+            None,
+            "another number"
+        );
+        for bad in [
+            "",
+            "42",
+            "42.1.2.3.key1",
+            &format!("{text}x"),
+            &text.replace("key1", "key9"),
+            &"9".repeat(300),
+        ] {
+            assert_eq!(RequestId::read(bad, "sale", &ring), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn numbers_are_ranks_of_arrival_and_the_serving_counter_follows_admissions() {
+        let (set, ring, ledger) = (room(""), ring(), Ledger::default());
+        let sale = set.iter().next().unwrap();
+        // Two straight in, the next two wait; asking again keeps the place.
+        let a = enqueue(sale, &ring, &ledger, &who(1), at(0)).unwrap();
+        let b = enqueue(sale, &ring, &ledger, &who(2), at(0)).unwrap();
+        let c = enqueue(sale, &ring, &ledger, &who(3), at(1)).unwrap();
+        let d = enqueue(sale, &ring, &ledger, &who(4), at(1)).unwrap();
+        assert_eq!(
+            [
+                a.queue_number,
+                b.queue_number,
+                c.queue_number,
+                d.queue_number
+            ],
+            [1, 2, 3, 4]
+        );
+        assert_eq!((a.reached_at, c.reached_at), (Some(T0), None));
+        assert_eq!(c.serving_number, 2);
+        assert_eq!(
+            enqueue(sale, &ring, &ledger, &who(3), at(2))
+                .unwrap()
+                .request_id,
+            c.request_id
+        );
+        // Not yet: 409 material; a JWT for the first.
+        assert!(matches!(
+            token(sale, &ring, &ledger, &issuer(), &c.request_id, at(2)),
+            Err(ApiError::NotYet(s)) if s.queue_number == 3 && s.serving_number == 2
+        ));
+        let jwt = token(sale, &ring, &ledger, &issuer(), &a.request_id, at(2)).unwrap();
+        let again = token(sale, &ring, &ledger, &issuer(), &a.request_id, at(3)).unwrap();
+        assert_eq!(again.access_token, jwt.access_token, "the same token again");
+        let mut expect = expect();
+        expect.issuer = "vestibule";
+        expect.audience = "sale";
+        let claims = ring
+            .jwt()
+            .verify(&jwt.access_token, &expect, at(3))
+            .unwrap();
+        assert_eq!(
+            (claims.sub.as_str(), claims.queue_number),
+            (a.request_id.as_str(), Some(1))
+        );
+        // The next minute lets two more in, in the order of their numbers.
+        let c2 = check_in(sale, &ring, &ledger, &c.request_id, at(61)).unwrap();
+        assert_eq!(c2.serving_number, 3);
+        let d2 = check_in(sale, &ring, &ledger, &d.request_id, at(62)).unwrap();
+        assert_eq!((d2.queue_number, d2.serving_number), (4, 4));
+        // An operator's move lets the next in beyond the limits, at once.
+        let e = enqueue(sale, &ring, &ledger, &who(5), at(62)).unwrap();
+        let f = enqueue(sale, &ring, &ledger, &who(6), at(62)).unwrap();
+        assert!(check_in(sale, &ring, &ledger, &e.request_id, at(63)).is_err());
+        assert_eq!(sale.numbered(at(63)).unwrap().move_serving(1), 5);
+        assert!(check_in(sale, &ring, &ledger, &e.request_id, at(63)).is_ok());
+        assert!(matches!(
+            check_in(sale, &ring, &ledger, &f.request_id, at(63)),
+            Err(ApiError::NotYet(_))
+        ));
+    }
+
+    #[test]
+    fn browsers_get_numbers_too_and_a_reset_voids_everything_before_it() {
+        let (set, ring, ledger) = (room(""), ring(), Ledger::default());
+        let sale = set.iter().next().unwrap();
+        let page = sale.decide(&ring, &who(1), &[], at(0));
+        assert_eq!(
+            (page.decision, page.queue_number),
+            (Decision::Allow, Some(1))
+        );
+        let api = enqueue(sale, &ring, &ledger, &who(2), at(0)).unwrap();
+        assert_eq!(api.queue_number, 2);
+        let cookie = match page.cookie {
+            CookieAction::Set(c) => c,
+            _ => panic!("a cookie"),
+        };
+        let jwt = token(sale, &ring, &ledger, &issuer(), &api.request_id, at(1)).unwrap();
+        reset(sale, &ledger, at(5)).unwrap();
+        // The browser is a new arrival, numbered from 1 again; the request is unknown; the
+        // JWT is refused as issued before the reset.
+        let after = sale.decide(&ring, &who(1), &[cookie.as_bytes()], at(6));
+        let queue = sale.numbered(at(6)).unwrap();
+        assert_eq!(after.queue_number.map(|n| queue.shown(n)), Some(1));
+        assert_eq!(
+            check_in(sale, &ring, &ledger, &api.request_id, at(6)),
+            Err(ApiError::UnknownRequest)
+        );
+        let mut expect = expect();
+        expect.issuer = "vestibule";
+        expect.audience = "sale";
+        expect.issued_after = sale.numbered(at(6)).unwrap().reset_at_ms().div_ceil(1000);
+        assert_eq!(
+            ring.jwt().verify(&jwt.access_token, &expect, at(6)),
+            Err(crate::jwt::Refusal::Reset)
+        );
+    }
+
+    #[test]
+    fn an_unredeemed_place_expires_and_is_freed_and_ended_sessions_stop_counting() {
+        let (set, ring, ledger) = (
+            room("total_active_users = 1\nqueue_position_expiry = \"30s\"\n"),
+            ring(),
+            Ledger::default(),
+        );
+        let sale = set.iter().next().unwrap();
+        let a = enqueue(sale, &ring, &ledger, &who(1), at(0)).unwrap();
+        assert_eq!(a.expires_at, Some(T0 + 30));
+        let b = enqueue(sale, &ring, &ledger, &who(2), at(0)).unwrap();
+        assert!(b.reached_at.is_none(), "the one active place is a's");
+        assert_eq!(
+            token(sale, &ring, &ledger, &issuer(), &a.request_id, at(31)),
+            Err(ApiError::Expired)
+        );
+        // Its place is free again: b gets in at its next check-in.
+        assert!(check_in(sale, &ring, &ledger, &b.request_id, at(40)).is_ok());
+        token(sale, &ring, &ledger, &issuer(), &b.request_id, at(41)).unwrap();
+        assert_eq!(
+            tokens(sale, &ledger, TokenState::Active, at(42)).unwrap().0,
+            1
+        );
+        end_session(
+            sale,
+            &ring,
+            &ledger,
+            &b.request_id,
+            SessionEnd::Completed,
+            at(43),
+        )
+        .unwrap();
+        assert_eq!(
+            tokens(sale, &ledger, TokenState::Active, at(44)).unwrap().0,
+            0
+        );
+        assert_eq!(
+            check_in(sale, &ring, &ledger, &b.request_id, at(45)),
+            Err(ApiError::Ended)
+        );
+        // Its place is free: a newcomer of the next minute goes straight in.
+        let c = enqueue(sale, &ring, &ledger, &who(3), at(61)).unwrap();
+        assert!(c.reached_at.is_some(), "{c:?}");
+        // The token expires; the private API lists it by id.
+        let expired = tokens(sale, &ledger, TokenState::Expired, at(41 + 2 * 3600)).unwrap();
+        assert_eq!(expired, (1, vec![b.request_id.clone()]));
+    }
+
+    #[test]
+    fn rooms_without_the_api_answer_unknown_room() {
+        let set =
+            rooms("[[room]]\nname = \"plain\"\nadmission = \"fifo\"\nnew_users_per_minute = 2\n");
+        let plain = set.iter().next().unwrap();
+        assert_eq!(
+            enqueue(plain, &ring(), &Ledger::default(), &who(1), at(0)),
+            Err(ApiError::UnknownRoom)
+        );
+    }
+}

@@ -560,6 +560,46 @@ mod tests {
     }
 
     #[test]
+    fn queue_numbers_count_from_one_and_registers_only_grow() {
+        let s = LocalStore::new();
+        let now = at(0);
+        assert_eq!(
+            (1..=3).map(|_| s.number("a", now)).collect::<Vec<_>>(),
+            [Some(1), Some(2), Some(3)]
+        );
+        assert_eq!(s.number("b", now), Some(1), "per scope");
+        assert_eq!(s.raise("a", Register::Numbered, 0), 3);
+        assert_eq!(s.raise("a", Register::Serving, 2), 2);
+        assert_eq!(s.raise("a", Register::Serving, 1), 2);
+        // A reset's clear zeroes the scope's counters and nothing else.
+        let key = |scope: &str| CounterKey {
+            scope: Arc::from(scope),
+            kind: CounterKind::Active,
+            slot: 0,
+            id: 0,
+        };
+        s.add(&key("a"), 5, now, at(60_000));
+        s.add(&key("b"), 4, now, at(60_000));
+        s.clear("a");
+        assert_eq!((s.get(&key("a"), now), s.get(&key("b"), now)), (0, 4));
+        // Marks are listed by kind.
+        let m = |kind, id| Mark { kind, id };
+        s.mark("a", m(MarkKind::Reached, 3), at(5_000), now);
+        s.mark("a", m(MarkKind::Reached, 1), at(5_000), now);
+        s.mark("a", m(MarkKind::Redeemed, 2), at(5_000), now);
+        let reached: Vec<u64> = s
+            .marks_of("a", MarkKind::Reached, now)
+            .iter()
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(reached, [1, 3]);
+        assert!(
+            s.marks_of("a", MarkKind::Reached, at(6_000)).is_empty(),
+            "expired"
+        );
+    }
+
+    #[test]
     fn exact_counters_expire() {
         let store = LocalStore::new();
         let key = CounterKey {

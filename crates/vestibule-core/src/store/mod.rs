@@ -302,6 +302,12 @@ pub trait CounterStore: Send + Sync {
     /// are used up until the next sync): the request path never waits for one.
     fn number(&self, scope: &str, now: Timestamp) -> Option<u64>;
 
+    /// Says that `scope` will ask for queue numbers, so a cluster's store fetches a block at
+    /// its next sync rather than after the first arrival.
+    fn want_numbers(&self, scope: &str) {
+        let _ = scope;
+    }
+
     /// Raises register `reg` of `scope` to at least `value` and returns its value. Registers
     /// only ever grow; in a cluster they are merged by the highest value.
     fn raise(&self, scope: &str, reg: Register, value: u64) -> u64;

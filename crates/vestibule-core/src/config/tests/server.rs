@@ -283,3 +283,43 @@ fn jwt_settings_are_checked() {
         assert!(e.contains("room[1].cookie_name"), "{e}");
     }
 }
+
+#[test]
+fn the_queue_api_needs_a_fifo_room_in_one_order() {
+    let fifo = "[[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 5\n";
+    let c = parse(&format!(
+        "{MINIMAL}{fifo}api = true\nqueue_position_expiry = \"5m\"\n"
+    ))
+    .unwrap();
+    let api = c.rooms[0].api.as_ref().unwrap();
+    assert_eq!(api.position_expiry.as_secs(), 300);
+    assert!(parse(&format!("{MINIMAL}{fifo}")).unwrap().rooms[0]
+        .api
+        .is_none());
+    for (room, says) in [
+        ("[[room]]\napi = true\n", "room[0].api: applies only to capacity rooms with order = \"fifo\""),
+        (
+            "[[room]]\nadmission = \"random\"\nnew_users_per_minute = 5\napi = true\n",
+            "room[0].api: applies only to capacity rooms",
+        ),
+        (
+            &format!("{fifo}api = true\nlanes = {{ members = 2 }}\n"),
+            "room[0].api: cannot be used with lanes",
+        ),
+        (
+            &format!("{fifo}api = true\naccess = \"invite\"\n"),
+            "room[0].api: cannot be used with access = \"invite\"",
+        ),
+        (
+            &format!("{fifo}queue_position_expiry = \"1m\"\n"),
+            "room[0].queue_position_expiry: only applies with api = true",
+        ),
+        (
+            &format!("{fifo}api = true\nqueue_position_expiry = \"5s\"\n"),
+            "vestibule.toml:8: room[0].queue_position_expiry: must be 0s (never) or between 10s and 1d",
+        ),
+    ] {
+        let e = errors(&format!("{MINIMAL}{room}"));
+        assert!(e.contains(says), "{room}: {e}");
+    }
+}

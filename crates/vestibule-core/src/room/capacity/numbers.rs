@@ -18,6 +18,7 @@ impl Capacity {
     /// Arrivals get queue numbers from now on.
     pub(crate) fn number_arrivals(&mut self) {
         self.numbered = true;
+        self.store.want_numbers(&self.scope);
     }
 
     /// Whether arrivals get queue numbers.

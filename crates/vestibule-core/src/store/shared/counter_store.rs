@@ -173,6 +173,12 @@ impl CounterStore for SharedStore {
         Some(n)
     }
 
+    fn want_numbers(&self, scope: &str) {
+        self.numbers()
+            .entry(Arc::from(scope))
+            .or_default();
+    }
+
     fn raise(&self, scope: &str, reg: Register, value: u64) -> u64 {
         let mut regs = self.registers();
         let r = regs.entry((Arc::from(scope), reg)).or_default();

@@ -125,6 +125,54 @@ mod tests {
     }
 
     #[test]
+    fn queue_numbers_come_in_blocks_unique_across_nodes_and_registers_keep_the_highest() {
+        let hub = MemoryHub::default();
+        let (a, b) = (node("a"), node("b"));
+        // Before its first sync a node has no number to give; it asks for a block then.
+        assert_eq!(a.number("sale", at(0)), None);
+        b.want_numbers("sale");
+        assert!(hub.sync(&a, at(1)) && hub.sync(&b, at(1)));
+        let mut given = Vec::new();
+        for i in 0..6 {
+            let n = if i % 2 == 0 { &a } else { &b };
+            given.push(n.number("sale", at(2)).expect("a block"));
+        }
+        let mut unique = given.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 6, "{given:?}");
+        // A node's block serves until its next one: what is left is dropped when another node
+        // took numbers in between, so nothing older than a sync is given.
+        let before_a = a.number("sale", at(3)).unwrap();
+        assert!(hub.sync(&b, at(4)));
+        assert!(hub.sync(&a, at(4)));
+        let after_a = a.number("sale", at(5)).unwrap();
+        assert!(
+            after_a > b.number("sale", at(5)).unwrap() && after_a > before_a + 1,
+            "a's new block follows b's: {before_a} then {after_a}"
+        );
+        // With nobody else taking numbers, the next block follows on and nothing is dropped.
+        let next = a.number("sale", at(6)).unwrap();
+        assert!(hub.sync(&a, at(7)));
+        assert_eq!(a.number("sale", at(8)), Some(next + 1));
+
+        // Registers: each node raises its own; every node reads the highest after a sync.
+        assert_eq!(a.raise("sale", Register::Serving, 7), 7);
+        assert_eq!(b.raise("sale", Register::Serving, 5), 5);
+        assert_eq!(a.raise("sale", Register::Serving, 3), 7, "never lower");
+        hub.set_down(true);
+        assert!(
+            !hub.sync(&a, at(9)),
+            "a failed sync keeps the change to send again"
+        );
+        hub.set_down(false);
+        assert!(hub.sync(&b, at(10)) && hub.sync(&a, at(10)) && hub.sync(&b, at(11)));
+        assert_eq!(b.raise("sale", Register::Serving, 0), 7);
+        assert_eq!(a.raise("sale", Register::Serving, 0), 7);
+        assert_eq!(a.raise("other", Register::Serving, 0), 0, "per scope");
+    }
+
+    #[test]
     fn split_each_is_split_of_each_key() {
         let hub = MemoryHub::default();
         let (a, b) = (node("a"), node("b"));

@@ -26,7 +26,7 @@ pub struct SyncFigures {
 }
 
 /// The fewest queue numbers a node asks the store for at once.
-pub(super) const MIN_BLOCK: u64 = 16;
+pub(super) const MIN_BLOCK: u64 = 4;
 
 /// A room's queue numbers on this node: the blocks the store gave, used in order.
 #[derive(Debug, Default)]
@@ -54,25 +54,25 @@ impl Numbers {
         None
     }
 
-    /// Numbers left in the blocks.
-    pub(super) fn left(&self) -> u64 {
-        self.blocks
-            .iter()
-            .map(|(next, last)| (last + 1).saturating_sub(*next))
-            .sum()
+    /// A new block from the store. What is left of the older ones is dropped (a gap) unless
+    /// the new block follows on from them: then no other node took numbers in between, and
+    /// none of theirs can be higher than those left here.
+    pub(super) fn take_block(&mut self, first: u64, last: u64) {
+        let follows = self.blocks.back().is_some_and(|(_, end)| end + 1 == first);
+        if !follows {
+            self.blocks.clear();
+        }
+        self.blocks.push_back((first, last));
     }
 
-    /// How many to ask the store for now: enough for twice the busiest recent interval's
-    /// arrivals, once fewer than that are left.
+    /// How many to ask the store for at this sync: twice the busiest recent interval's
+    /// arrivals. Every sync asks: a block serves until the next one arrives, and what is left
+    /// of it then is dropped (a gap), so no number is given more than about one sync interval
+    /// after the store handed it out, and numbers stray from arrival order by at most that.
     pub(super) fn wanted(&mut self) -> u64 {
-        self.peak = (self.peak / 2).max(self.given);
+        self.peak = (self.peak - self.peak / 8).max(self.given);
         self.given = 0;
-        let want = (2 * self.peak).max(MIN_BLOCK);
-        if self.left() < want {
-            want
-        } else {
-            0
-        }
+        (2 * self.peak).max(MIN_BLOCK)
     }
 }
 
@@ -408,7 +408,7 @@ impl SharedStore {
             for (room, last) in &reply.blocks {
                 let asked = req.blocks.iter().find(|(r, _)| r == room).map(|(_, n)| *n);
                 if let (Some(n), Some(size)) = (numbers.get_mut(room.as_str()), asked) {
-                    n.blocks.push_back((last + 1 - size.min(*last), *last));
+                    n.take_block(last + 1 - size.min(*last), *last);
                 }
             }
         }
