@@ -10,6 +10,7 @@ use crate::common::*;
 const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 [log]\nformat = \"json\"\naccess = true\n\
 [[room]]\nname = \"shop\"\npages = \"pages\"\nallow_percentage = 50\nbypass_paths = [\"/static/\"]\nbypass_cidrs = [\"10.0.0.0/8\"]\n\
+[[room]]\nname = \"app\"\npaths = [\"/app\"]\ncookie_name = \"wr_app\"\npages = \"pages\"\nadmission = \"fifo\"\nnew_users_per_minute = 5\napi = true\njwt = true\n\
 [[room]]\nname = \"closed\"\npaths = [\"/closed\"]\ncookie_name = \"wr_closed\"\npages = \"pages\"\nallow_percentage = 0\n\
 [[room]]\nname = \"sale\"\npaths = [\"/sale\"]\ncookie_name = \"wr_sale\"\npages = \"pages\"\nadmission = \"random\"\nnew_users_per_minute = 2\nautopilot = true\nautopilot_interval = \"1s\"\n\
 [[room.event]]\nname = \"launch\"\nprequeue_start = \"2025-12-01T09:30:00Z\"\nstart = \"2025-12-01T10:00:00Z\"\nend = \"2025-12-01T14:00:00Z\"\n\
@@ -22,10 +23,15 @@ const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 /// Drives traffic through every feature and returns the instance.
 fn busy_instance(origin: &Origin) -> Vestibule {
     let tls = free_addr();
-    let v = Setup::new(origin.addr)
+    let mut setup = Setup::new(origin.addr)
         .extra(EVERYTHING)
-        .self_signed_tls(tls, &["site.test"])
-        .start();
+        .file(
+            "jwt-1.pem",
+            vestibule::jwt::generate(vestibule::jwt::Algorithm::Es256),
+        )
+        .self_signed_tls(tls, &["site.test"]);
+    setup.keys = crate::jwt::ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+    let v = setup.start();
     // One request over TLS (HTTP/2), for the edge's series.
     assert!(wait_for_port(tls, Duration::from_secs(10)));
     let insecure = reqwest::blocking::Client::builder()
@@ -75,6 +81,25 @@ fn busy_instance(origin: &Origin) -> Vestibule {
         .send()
         .unwrap();
     assert_eq!(resp.status(), 200);
+    // The queue API: a number, its token, and a JWT the room refuses.
+    let queued: serde_json::Value = c
+        .post(v.url("/.vestibule/rooms/app/queue"))
+        .header("X-Forwarded-For", "198.51.100.20")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let resp = c
+        .post(v.url("/.vestibule/rooms/app/token"))
+        .body(serde_json::json!({ "request_id": queued["request_id"] }).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{queued}");
+    c.get(v.url("/app"))
+        .header("X-Forwarded-For", "198.51.100.21")
+        .header("Authorization", "Bearer not.a.jwt")
+        .send()
+        .unwrap();
     // Capacity room: admissions, waiting users, estimates.
     for i in 0..5 {
         get("/sale/item", &format!("198.51.100.{}", 10 + i), None);
@@ -213,6 +238,8 @@ fn every_dashboard_query_uses_metrics_that_exist() {
         "generation",
         "Proof-of-work challenges",
         "Invitations",
+        "Queue and serving numbers",
+        "JWTs issued and refused",
     ] {
         assert!(
             titles.iter().any(|t| t.contains(wanted)),
