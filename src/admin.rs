@@ -687,6 +687,28 @@ fn status_html(s: &Value) -> String {
             ],
         )
     });
+    // One row per room with the queue API.
+    let queues: Vec<Value> = rooms
+        .iter()
+        .filter(|r| r["api"].is_object())
+        .map(|r| {
+            let mut row = r["api"].clone();
+            row["room"] = r["name"].clone();
+            row
+        })
+        .collect();
+    let queues = (!queues.is_empty()).then(|| {
+        Table::of(
+            &queues,
+            &[
+                "room",
+                "queue_number",
+                "serving_number",
+                "queue_position_expiry_seconds",
+                "last_reset_at",
+            ],
+        )
+    });
     let c = &s["cluster"];
     let cluster = (c["store"] != "local").then(|| {
         minijinja::context! {
@@ -711,6 +733,7 @@ fn status_html(s: &Value) -> String {
         cluster,
         rooms => Table::of(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "effective_new_users_per_minute", "autopilot", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
         lanes,
+        queues,
         rules => Table::of(s["rate_limits"].as_array().unwrap_or(&empty), &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
         peers => Table::of(s["upstream"]["peers"].as_array().unwrap_or(&empty), &["addr", "healthy"]),
         certificates => s["tls"]["certificates"].as_array().map(|certs| Table::of(certs, &["names", "not_after", "file"])),
@@ -745,6 +768,7 @@ mod tests {
                 "autopilot": { "value": 40, "reason": "hold", "changed_at": "then" },
                 "wait_estimate_minutes": { "p25": 1, "p50": 2.5, "p75": null },
                 "lanes": { "members": { "weight": 3, "waiting_users": 12, "admitted_last_minute": 1 } },
+                "api": { "queue_number": 1842, "serving_number": 1610, "queue_position_expiry_seconds": 0, "last_reset_at": null },
             }],
             "rate_limits": [{ "name": "burst", "limit": 10 }],
             "upstream": { "peers": [{ "addr": "127.0.0.1:8000", "healthy": true }] },
@@ -758,6 +782,8 @@ mod tests {
             "<p class=bad>last reload failed at 2026-11-27T12:01:00Z: bad &lt;key&gt; &amp; &quot;more&quot;</p>",
             "<p class=ok>cluster: store redis up · node a · 3 live node(s) · last sync –</p>",
             "<th>effective allow percentage</th>",
+            "<h2>Queue API</h2>",
+            "<td>1842</td><td>1610</td>",
             "<td>&lt;script&gt;x&lt;&#x2f;script&gt;</td><td>true</td><td>fifo</td><td>–</td><td>12.35</td>",
             "<td>40 (hold, since then)</td>",
             // The template escapes `/` too: the same text in a browser.
@@ -781,7 +807,7 @@ mod tests {
         });
         let html = status_html(&quiet);
         assert!(html.contains("<p class=ok>last reload: fine</p>"), "{html}");
-        for absent in ["cluster:", "Lanes", "Certificates"] {
+        for absent in ["cluster:", "Lanes", "Queue API", "Certificates"] {
             assert!(!html.contains(absent), "{absent}\n{html}");
         }
     }

@@ -174,9 +174,7 @@ impl CounterStore for SharedStore {
     }
 
     fn want_numbers(&self, scope: &str) {
-        self.numbers()
-            .entry(Arc::from(scope))
-            .or_default();
+        self.numbers().entry(Arc::from(scope)).or_default();
     }
 
     fn raise(&self, scope: &str, reg: Register, value: u64) -> u64 {
