@@ -150,7 +150,7 @@ pub struct LocalStore {
     /// Per scope: the invitations in use, by id.
     invites: Mutex<HashMap<Arc<str>, HashMap<u64, Used>>>,
     /// Per scope: the registers (queue numbers, the serving counter, resets).
-    registers: Mutex<HashMap<(Arc<str>, Register), u64>>,
+    registers: Mutex<HashMap<Arc<str>, [u64; Register::ALL.len()]>>,
 }
 
 /// An invitation in use: who joined with it, and until when it matters.
@@ -258,18 +258,23 @@ impl CounterStore for LocalStore {
 
     fn number(&self, scope: &str, _now: Timestamp) -> Option<u64> {
         let mut regs = self.registers.lock().unwrap_or_else(|p| p.into_inner());
-        let n = regs
-            .entry((Arc::from(scope), Register::Numbered))
-            .or_insert(0);
+        let n = &mut regs.entry(Arc::from(scope)).or_default()[Register::Numbered.index()];
         *n += 1;
         Some(*n)
     }
 
     fn raise(&self, scope: &str, reg: Register, value: u64) -> u64 {
         let mut regs = self.registers.lock().unwrap_or_else(|p| p.into_inner());
-        let v = regs.entry((Arc::from(scope), reg)).or_insert(0);
-        *v = (*v).max(value);
-        *v
+        // Reading (or not raising) a scope's register allocates nothing.
+        if let Some(v) = regs.get_mut(scope).map(|r| &mut r[reg.index()]) {
+            *v = (*v).max(value);
+            return *v;
+        }
+        if value == 0 {
+            return 0;
+        }
+        regs.entry(Arc::from(scope)).or_default()[reg.index()] = value;
+        value
     }
 
     fn clear(&self, scope: &str) {

@@ -143,6 +143,20 @@ pub enum Register {
 }
 
 impl Register {
+    /// Every register, in the order of [`Register::index`].
+    pub const ALL: [Register; 5] = [
+        Register::Numbered,
+        Register::Serving,
+        Register::Moved,
+        Register::ResetAt,
+        Register::ResetBelow,
+    ];
+
+    /// Its place in a scope's array of registers.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The register's name in the store.
     pub fn code(self) -> &'static str {
         match self {

@@ -179,12 +179,19 @@ impl CounterStore for SharedStore {
 
     fn raise(&self, scope: &str, reg: Register, value: u64) -> u64 {
         let mut regs = self.registers();
-        let r = regs.entry((Arc::from(scope), reg)).or_default();
-        if value > r.value {
-            r.value = value;
-            r.dirty = true;
+        let raise = |r: &mut RegisterValue| {
+            if value > r.value {
+                r.value = value;
+                r.dirty = true;
+            }
+            r.value
+        };
+        // Reading (or not raising) a scope's register allocates nothing.
+        match regs.get_mut(scope) {
+            Some(r) => raise(&mut r[reg.index()]),
+            None if value == 0 => 0,
+            None => raise(&mut regs.entry(Arc::from(scope)).or_default()[reg.index()]),
         }
-        r.value
     }
 
     fn clear(&self, scope: &str) {

@@ -171,7 +171,7 @@ pub struct SharedStore {
     pub(super) controls: Mutex<ControlSync>,
     /// Per room: its queue numbers' blocks.
     pub(super) numbers: Mutex<HashMap<Arc<str>, Numbers>>,
-    pub(super) registers: Mutex<HashMap<(Arc<str>, Register), RegisterValue>>,
+    pub(super) registers: Mutex<HashMap<Arc<str>, [RegisterValue; Register::ALL.len()]>>,
 }
 
 impl SharedStore {
@@ -234,7 +234,7 @@ impl SharedStore {
 
     pub(super) fn registers(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, Register), RegisterValue>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, [RegisterValue; Register::ALL.len()]>> {
         self.registers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -285,15 +285,15 @@ impl SharedStore {
                 .collect();
             (list, c.seen)
         };
-        let registers = self
-            .registers()
-            .iter_mut()
-            .filter(|(_, r)| full || r.dirty)
-            .map(|((scope, reg), r)| {
-                r.dirty = false;
-                (encode_register(scope, *reg), r.value)
-            })
-            .collect();
+        let mut registers = Vec::new();
+        for (scope, regs) in self.registers().iter_mut() {
+            for (reg, r) in Register::ALL.iter().zip(regs.iter_mut()) {
+                if (full || r.dirty) && r.value > 0 {
+                    r.dirty = false;
+                    registers.push((encode_register(scope, *reg), r.value));
+                }
+            }
+        }
         let blocks = self
             .numbers()
             .iter_mut()
@@ -398,7 +398,7 @@ impl SharedStore {
             let mut regs = self.registers();
             for (k, v) in &reply.registers {
                 if let Some((scope, reg)) = decode_register(k) {
-                    let r = regs.entry((Arc::from(scope), reg)).or_default();
+                    let r = &mut regs.entry(Arc::from(scope)).or_default()[reg.index()];
                     r.value = r.value.max(*v);
                 }
             }
@@ -431,8 +431,8 @@ impl SharedStore {
             let mut regs = self.registers();
             for (k, _) in &req.registers {
                 if let Some((scope, reg)) = decode_register(k) {
-                    if let Some(r) = regs.get_mut(&(Arc::from(scope), reg)) {
-                        r.dirty = true;
+                    if let Some(r) = regs.get_mut(scope) {
+                        r[reg.index()].dirty = true;
                     }
                 }
             }
