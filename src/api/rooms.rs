@@ -201,6 +201,8 @@ pub(crate) fn refusal_body(e: &ApiError) -> (u16, Value) {
         ApiError::Expired => (410, "expired", "this request's place has expired"),
         ApiError::Ended => (410, "expired", "this request's session has ended"),
         ApiError::QueueFull => (429, "queue_full", "the line is full; try again later"),
+        ApiError::Closed("sold_out") => (410, "sold_out", "the room is sold out"),
+        ApiError::Closed(code) => (503, *code, "the room lets nobody in line now"),
         ApiError::NumbersPending => (
             503,
             "numbers_pending",

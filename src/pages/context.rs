@@ -48,6 +48,9 @@ pub struct PageContext<'a> {
     pub queue_all: bool,
     /// FIFO rooms: estimated users ahead.
     pub users_ahead: Option<u64>,
+    /// Rooms with the queue API: the visitor's queue number, and the serving counter.
+    pub queue_number: Option<u64>,
+    pub serving_number: Option<u64>,
     pub wait_estimate_minutes: Estimates,
     /// The estimate in words' terms: under a minute (`wait_soon`), else whole minutes from
     /// `wait_low` (the 25th percentile, at least 1) to `wait_high` (the 75th, at least
@@ -184,6 +187,8 @@ impl<'a> PageContext<'a> {
             queueing: "",
             queue_all: false,
             users_ahead: None,
+            queue_number: None,
+            serving_number: None,
             wait_estimate_minutes: Estimates::default(),
             wait_soon: false,
             wait_low: None,
@@ -251,6 +256,8 @@ impl<'a> PageContext<'a> {
             queueing: "fifo",
             queue_all: false,
             users_ahead: Some(10),
+            queue_number: Some(1842),
+            serving_number: Some(1610),
             wait_estimate_minutes: Estimates {
                 p25: Some(1.0),
                 p50: Some(2.0),

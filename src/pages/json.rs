@@ -25,6 +25,12 @@ pub(crate) struct WaitingJson<'a> {
     pub queueing: &'a str,
     pub queue_all: bool,
     pub users_ahead: Option<u64>,
+    /// Rooms with the queue API: the visitor's queue number and the serving counter; absent
+    /// in other rooms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_number: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_number: Option<u64>,
     pub wait_estimate_minutes: Estimates,
     /// The line is paused by an operator.
     pub paused: bool,
@@ -64,6 +70,8 @@ impl<'a> From<&'a PageContext<'a>> for WaitingJson<'a> {
             queueing: ctx.queueing,
             queue_all: ctx.queue_all,
             users_ahead: ctx.users_ahead,
+            queue_number: ctx.queue_number,
+            serving_number: ctx.serving_number,
             wait_estimate_minutes: ctx.wait_estimate_minutes,
             paused: ctx.paused,
             message: ctx.message,

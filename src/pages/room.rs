@@ -103,6 +103,10 @@ pub fn room_context<'a>(
     ctx.queueing = config.admission.method();
     ctx.queue_all = config.queue_all;
     ctx.users_ahead = outcome.users_ahead;
+    if let Some(queue) = room.numbered(now) {
+        ctx.queue_number = outcome.queue_number.map(|n| queue.shown(n));
+        ctx.serving_number = Some(queue.serving_number());
+    }
     ctx.paused = outcome.paused;
     ctx.message = outcome.message.as_deref().map(String::as_str);
     ctx.invitation_refused = matches!(outcome.invitation, Some(Err(_)));

@@ -82,8 +82,16 @@ n = tonumber(ARGV[i]); i = i + 1
 local blocks = {}
 for _ = 1, n do
   local room, size = ARGV[i], ARGV[i + 1]; i = i + 2
+  local counter = prefix .. 'qn|' .. room
+  -- Never below a number a node remembers giving (a store that lost its data).
+  local floor = redis.call('HGET', regs, 'g|qn|' .. room) or '0'
+  if tonumber(redis.call('GET', counter) or '0') < tonumber(floor) then
+    redis.call('SET', counter, floor)
+  end
+  -- When this numbering began: kept, or now (nobody remembers an earlier one).
+  redis.call('HSETNX', regs, 'g|ns|' .. room, ARGV[3])
   blocks[#blocks + 1] = room
-  blocks[#blocks + 1] = tostring(redis.call('INCRBY', prefix .. 'qn|' .. room, size))
+  blocks[#blocks + 1] = tostring(redis.call('INCRBY', counter, size))
 end
 local registers = redis.call('HGETALL', regs)
 local gen = redis.call('GET', ctl_gen) or '0'

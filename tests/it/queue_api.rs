@@ -229,6 +229,17 @@ fn apps_get_numbers_wait_for_the_serving_counter_and_get_a_jwt_pyjwt_verifies() 
         .send()
         .unwrap();
     assert!(resp.headers().get("vestibule-admission").is_none());
+    // That browser was let in afresh, number 1: its new JWT says so.
+    let fresh_jwt = room_cookie(&resp, "waiting_room_jwt").expect("a new JWT");
+    let payload = fresh_jwt.split('.').nth(1).unwrap();
+    use base64::Engine as _;
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["queue_number"], 1, "{claims}");
     let metrics = v.metrics();
     assert!(
         metrics.contains("vestibule_jwt_rejected_total{reason=\"reset\",room=\"sale\"} 1"),

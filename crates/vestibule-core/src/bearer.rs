@@ -114,8 +114,10 @@ fn presented<'r>(
 
 /// After the room decided: a visitor it let in gets a JWT unless they brought a valid one; a
 /// visitor it did not let in (forwarded by a room in shadow mode) keeps no JWT for the origin.
+/// `admitted`: whether it let them in, and their queue number as shown (rooms with the queue
+/// API), for the `queue_number` claim.
 pub fn settle(
-    admitted: bool,
+    admitted: (bool, Option<u64>),
     room: &Room,
     ring: &KeyRing,
     issuer: &JwtConfig,
@@ -123,8 +125,8 @@ pub fn settle(
     secure: bool,
     note: &mut Option<Box<JwtNote>>,
 ) {
-    if admitted {
-        issue(room, ring, issuer, now, secure, note);
+    if let (true, queue_number) = admitted {
+        issue(room, ring, issuer, (now, queue_number), secure, note);
     } else if let Some(n) = note.as_mut() {
         n.admission = None;
     }
@@ -139,7 +141,7 @@ fn issue(
     room: &Room,
     ring: &KeyRing,
     issuer: &JwtConfig,
-    now: Timestamp,
+    (now, queue_number): (Timestamp, Option<u64>),
     secure: bool,
     note: &mut Option<Box<JwtNote>>,
 ) {
@@ -168,7 +170,7 @@ fn issue(
         exp: iat + validity,
         jti: random_id(),
         room: room.name().to_owned(),
-        queue_number: None,
+        queue_number,
         event,
     };
     let token = ring.jwt().sign(&claims);

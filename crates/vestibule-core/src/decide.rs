@@ -304,7 +304,10 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
         notes.place = outcome.place;
         if let (Some(ring), Some(_)) = (policy.keys, &room.config.jwt) {
-            let admitted = outcome.decision == Decision::Allow;
+            let shown = room
+                .numbered(now)
+                .and_then(|q| outcome.queue_number.map(|n| q.shown(n)));
+            let admitted = (outcome.decision == Decision::Allow, shown);
             let jwt = &policy.config.jwt;
             bearer::settle(admitted, room, ring, jwt, now, notes.secure, &mut notes.jwt);
         }

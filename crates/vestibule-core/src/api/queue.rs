@@ -1,23 +1,26 @@
 //! The queue API's requests: an app gets in line ([`enqueue`]), checks where it stands
-//! ([`check_in`]), and gets its JWT once the serving counter has passed its number ([`token`]);
-//! the private API's moves (tokens for a request, sessions ended, a reset).
+//! ([`check_in`]), and gets its JWT once the room has let it in ([`token`]); the private API's
+//! moves (tokens for a request, sessions ended, a reset).
 //!
 //! An API request is a visitor of the room like any other: it arrives, waits, checks in and is
 //! let in by the same admission, counted in the same counters, under the same pause, events and
 //! operator actions. Where a browser carries its place in the room's cookie, an app carries a
-//! **request id**, `qn.arr.nonce.mac.kid`: its queue number, its arrival (Unix seconds), a random
+//! **request id**, `qn.arr.nonce.mac.kid`: its queue number, its arrival (Unix ms), a random
 //! nonce that names its identity in the room, and a MAC under the room's key ring, so nobody can
-//! make one up or change its number. The room's latest token for each request is kept in this
-//! node's [`Ledger`] (a check-in at another node starts again from the id); what must hold in a
-//! whole cluster is in the store's marks, by queue number:
+//! make one up or change its number; only one spelling of an id is accepted. An id of an
+//! earlier numbering (a restarted process, a store that lost its data) or from before the
+//! room's last reset is unknown. The room's latest token for each request is kept in this
+//! node's [`Ledger`] (a check-in at another node starts again from the id); what must hold in
+//! the whole cluster is in the store's marks, by queue number:
 //!
-//! - [`MarkKind::Reached`]: the room let the request in at `until − hold − KEEP`; its place is
-//!   held until it is redeemed, or with `queue_position_expiry` until then.
+//! - [`MarkKind::Reached`]: the room let the request in at `until − hold − KEEP` (ms); its
+//!   place is counted from then for a session, or until `queue_position_expiry` when it is not
+//!   redeemed by then. JWTs are issued for it only within that session.
 //! - [`MarkKind::Redeemed`]: its JWT was issued; until the JWT's expiry and [`KEEP`] more, so
 //!   expired tokens can be listed.
-//! - [`MarkKind::Ended`]: its session was marked completed or abandoned.
+//! - [`MarkKind::Ended`]: its session was marked completed or abandoned; its place was freed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,22 +41,28 @@ pub const KEEP: Duration = Duration::from_secs(86_400);
 pub const MAX_REQUESTS: usize = 200_000;
 /// The domain of a request id's MAC.
 const DOMAIN: &[u8] = b"vestibule request id";
+/// Queue numbers fit in this many bits of a mark's id; the numbering's start fills the rest.
+const NUMBER_BITS: u32 = 40;
 
 /// Why an API request got no answer it wanted.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ApiError {
     /// The room has no queue API.
     UnknownRoom,
-    /// Not a request id of this room (made up, changed, another room's, or from before a reset).
+    /// Not a request id of this room (made up, changed, another room's, of an earlier
+    /// numbering, or from before a reset).
     UnknownRequest,
-    /// Its number's place expired unredeemed (`queue_position_expiry`), or it left the line.
+    /// Its number's place expired unredeemed (`queue_position_expiry`), its session is over,
+    /// or it left the line.
     Expired,
     /// Its session was marked completed or abandoned.
     Ended,
-    /// Not yet: the serving counter has not reached its number.
+    /// Not yet: the room has not let it in.
     NotYet(Status),
     /// The line is full (`max_waiting_users`).
     QueueFull,
+    /// The room lets nobody new in: `sold_out`, or switched off (`room_disabled`).
+    Closed(&'static str),
     /// A cluster node that has used up its queue numbers until its next sync.
     NumbersPending,
     /// The room cannot sign JWTs (no `[[jwt_key]]`).
@@ -90,7 +99,8 @@ pub struct Issued {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestId {
     pub qn: u64,
-    pub arr: u64,
+    /// When it arrived, Unix ms.
+    pub arr_ms: u64,
     nonce: String,
 }
 
@@ -100,9 +110,14 @@ impl RequestId {
         Identity::from_encoded(&format!("api.{}", self.nonce))
     }
 
+    /// Its arrival as the room's tokens carry it, Unix seconds.
+    fn arr_secs(&self) -> u64 {
+        self.arr_ms / 1000
+    }
+
     fn mac(&self, room: &str, key: &crate::sign::SigningKey) -> String {
         let qn = self.qn.to_string();
-        let arr = self.arr.to_string();
+        let arr = self.arr_ms.to_string();
         let parts: [&[u8]; 4] = [
             room.as_bytes(),
             qn.as_bytes(),
@@ -118,14 +133,15 @@ impl RequestId {
         format!(
             "{}.{}.{}.{}.{}",
             self.qn,
-            self.arr,
+            self.arr_ms,
             self.nonce,
             self.mac(room, key),
             key.id()
         )
     }
 
-    /// Reads an id of `room`: its MAC must be the one a key of the ring makes.
+    /// Reads an id of `room`, in its one spelling: its MAC must be the one a key of the ring
+    /// makes.
     pub fn read(text: &str, room: &str, ring: &KeyRing) -> Option<RequestId> {
         if text.len() > 200 {
             return None;
@@ -138,26 +154,30 @@ impl RequestId {
             parts.next()?,
             parts.next()?,
         );
-        let digits =
-            |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-        if !digits(qn) || !digits(arr) || !hex(nonce, 16) || !hex(mac, 32) {
+        // Digits without a leading zero, lowercase hex: one spelling per id.
+        let number = |s: &str| {
+            (!s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u64>().ok())
+                .flatten()
+                .filter(|n| n.to_string() == s)
+        };
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        if !hex(nonce, 16) || !hex(mac, 32) {
             return None;
         }
         let id = RequestId {
-            qn: qn.parse().ok()?,
-            arr: arr.parse().ok()?,
-            nonce: nonce.to_ascii_lowercase(),
+            qn: number(qn)?,
+            arr_ms: number(arr)?,
+            nonce: nonce.to_owned(),
         };
         let key = ring.get(kid)?;
         let expected = id.mac(room, key);
         use subtle::ConstantTimeEq;
-        bool::from(
-            expected
-                .as_bytes()
-                .ct_eq(mac.to_ascii_lowercase().as_bytes()),
-        )
-        .then_some(id)
+        bool::from(expected.as_bytes().ct_eq(mac.as_bytes())).then_some(id)
     }
 }
 
@@ -173,9 +193,9 @@ struct Book {
     requests: HashMap<u64, Entry>,
     /// Identity (or account) → queue number: asking again gets the same place.
     by_identity: HashMap<String, u64>,
-    /// Places let in here and not redeemed yet: (queue number, when the place expires (ms),
-    /// the place), to free once expired.
-    held: Vec<(u64, u64, Place)>,
+    /// Places let in here and not redeemed yet, in the order they expire: (the request, when
+    /// the place expires (ms)), to free once expired.
+    held: VecDeque<(RequestId, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -201,6 +221,15 @@ impl Ledger {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// This node's entry for `id`, if it is that request's (not one of another numbering).
+    fn entry(&self, id: &str, qn: u64) -> Option<Entry> {
+        self.book()
+            .requests
+            .get(&qn)
+            .filter(|e| e.id == id)
+            .cloned()
+    }
 }
 
 /// Every room's ledger, by name: the same one for every snapshot.
@@ -221,8 +250,19 @@ fn queue_of(room: &Room, now: Timestamp) -> Result<&Capacity, ApiError> {
     room.numbered(now).ok_or(ApiError::UnknownRoom)
 }
 
-fn mark(kind: MarkKind, qn: u64) -> Mark {
-    Mark { kind, id: qn }
+/// The mark of `kind` for queue number `qn` of the numbering that began at `since` (ms).
+fn mark(kind: MarkKind, qn: u64, since: u64) -> Mark {
+    let era = (since / 1000) & ((1 << (64 - NUMBER_BITS)) - 1);
+    Mark {
+        kind,
+        id: era << NUMBER_BITS | (qn & ((1 << NUMBER_BITS) - 1)),
+    }
+}
+
+/// The queue number of a mark of the numbering that began at `since`, if it is one of it.
+fn number_of(id: u64, since: u64) -> Option<u64> {
+    (mark(MarkKind::Reached, 0, since).id == id & !((1 << NUMBER_BITS) - 1))
+        .then_some(id & ((1 << NUMBER_BITS) - 1))
 }
 
 /// How long a place the room let in is held unredeemed: `queue_position_expiry`, else a
@@ -230,8 +270,49 @@ fn mark(kind: MarkKind, qn: u64) -> Mark {
 fn hold(room: &Room, queue: &Capacity) -> Duration {
     match room.config.api.as_ref().map(|a| a.position_expiry) {
         Some(d) if !d.is_zero() => d,
-        _ => Duration::from_secs(queue.session_minutes() * 60),
+        _ => session(queue),
     }
+}
+
+fn session(queue: &Capacity) -> Duration {
+    Duration::from_secs(queue.session_minutes() * 60)
+}
+
+/// What the store says of a request's number.
+struct Marks {
+    /// When the room let it in (ms), if it did.
+    reached_ms: Option<u64>,
+    redeemed: bool,
+    ended: bool,
+}
+
+fn marks_of(room: &Room, queue: &Capacity, rid: &RequestId, now: Timestamp) -> Marks {
+    let (store, since) = (queue.store(), queue.numbering_since());
+    let reached_ms = store
+        .marked_until(room.name(), mark(MarkKind::Reached, rid.qn, since), now)
+        .map(|until| {
+            until
+                .millis()
+                .saturating_sub((hold(room, queue) + KEEP).as_millis() as u64)
+        });
+    Marks {
+        reached_ms,
+        redeemed: store.is_marked(room.name(), mark(MarkKind::Redeemed, rid.qn, since), now),
+        ended: store.is_marked(room.name(), mark(MarkKind::Ended, rid.qn, since), now),
+    }
+}
+
+/// Reads request id `id` of `room`: its MAC, and that it is of the current numbering and
+/// since the last reset.
+fn read_current(
+    queue: &Capacity,
+    room: &Room,
+    ring: &KeyRing,
+    id: &str,
+) -> Result<RequestId, ApiError> {
+    RequestId::read(id, room.name(), ring)
+        .filter(|rid| queue.current_number(rid.arr_ms, 0))
+        .ok_or(ApiError::UnknownRequest)
 }
 
 /// A new request in line for `identity` (an address or an account); the same place if it
@@ -269,12 +350,20 @@ pub fn enqueue(
     let outcome = room.decide(ring, &uid, &[], now);
     let qn = match (outcome.decision, outcome.queue_number) {
         (Decision::QueueFull, _) => return Err(ApiError::QueueFull),
+        (Decision::SoldOut, _) => return Err(ApiError::Closed("sold_out")),
+        (Decision::Bypass, _) => return Err(ApiError::Closed("room_disabled")),
         (_, Some(qn)) => qn,
-        (_, None) => return Err(ApiError::NumbersPending),
+        (_, None) => {
+            // No number to give: the place the room just made is given back.
+            if let Some(place) = outcome.place {
+                queue.revoke(place, now);
+            }
+            return Err(ApiError::NumbersPending);
+        }
     };
     let rid = RequestId {
         qn,
-        arr: now.secs(),
+        arr_ms: now.millis(),
         nonce,
     };
     let id = rid.write(room.name(), ring);
@@ -299,7 +388,7 @@ pub fn enqueue(
         );
     }
     if outcome.admitted {
-        reached(room, queue, ledger, qn, &outcome, now);
+        reached(room, queue, ledger, &rid, now);
     }
     Ok(status(room, queue, &rid, id, &outcome, now))
 }
@@ -315,23 +404,31 @@ fn forget_oldest(book: &mut Book) {
     }
 }
 
-/// The room let request `qn` in: its place is held until redeemed or expired.
-fn reached(
-    room: &Room,
-    queue: &Capacity,
-    ledger: &Ledger,
-    qn: u64,
-    outcome: &Outcome,
-    now: Timestamp,
-) {
+/// The room let request `rid` in at `now`: its place is held until redeemed or expired.
+fn reached(room: &Room, queue: &Capacity, ledger: &Ledger, rid: &RequestId, now: Timestamp) {
     let hold = hold(room, queue);
     let until = Timestamp::from_millis(now.millis() + (hold + KEEP).as_millis() as u64);
-    queue
-        .store()
-        .mark(room.name(), mark(MarkKind::Reached, qn), until, now);
-    if let Some(place) = outcome.place {
-        let expires = now.millis() + hold.as_millis() as u64;
-        ledger.book().held.push((qn, expires, place));
+    let since = queue.numbering_since();
+    queue.store().mark(
+        room.name(),
+        mark(MarkKind::Reached, rid.qn, since),
+        until,
+        now,
+    );
+    let mut book = ledger.book();
+    book.held
+        .push_back((rid.clone(), now.millis() + hold.as_millis() as u64));
+}
+
+/// The place the room counts for request `rid`, let in at `reached_ms`: the session its
+/// admission made, in the minute it was made (any node can name it).
+fn place_of(rid: &RequestId, reached_ms: u64) -> Place {
+    let mut claims = Claims::new(Dec::Allow, 0, &rid.uid(), "");
+    claims.arr = Some(rid.arr_secs());
+    claims.acc = Some(reached_ms);
+    Place {
+        session: crate::room::capacity::session_of(&claims),
+        minute: reached_ms / 60_000,
     }
 }
 
@@ -344,42 +441,30 @@ pub fn check_in(
     now: Timestamp,
 ) -> Result<Status, ApiError> {
     let queue = queue_of(room, now)?;
+    let rid = read_current(queue, room, ring, id)?;
     sweep(room, ledger, now);
-    let rid = RequestId::read(id, room.name(), ring).ok_or(ApiError::UnknownRequest)?;
-    if queue.before_reset_number(rid.qn) || rid.arr * 1000 < queue.reset_at_ms() {
-        return Err(ApiError::UnknownRequest);
-    }
-    let store = queue.store();
-    if store.is_marked(room.name(), mark(MarkKind::Ended, rid.qn), now) {
+    let marks = marks_of(room, queue, &rid, now);
+    if marks.ended {
         return Err(ApiError::Ended);
     }
-    if let Some(until) = store.marked_until(room.name(), mark(MarkKind::Reached, rid.qn), now) {
-        let hold = hold(room, queue);
-        let at = until
-            .millis()
-            .saturating_sub((hold + KEEP).as_millis() as u64);
-        let redeemed = store.is_marked(room.name(), mark(MarkKind::Redeemed, rid.qn), now);
-        let deadline = at + hold.as_millis() as u64;
-        if !redeemed
-            && room
-                .config
-                .api
-                .as_ref()
-                .is_some_and(|a| !a.position_expiry.is_zero())
-            && now.millis() >= deadline
-        {
+    if let Some(at) = marks.reached_ms {
+        let expiry = room.config.api.as_ref().map(|a| a.position_expiry);
+        let expired = !marks.redeemed
+            && expiry.is_some_and(|e| !e.is_zero() && now.millis() >= at + e.as_millis() as u64);
+        // A session the room counted is over: the request is a new arrival.
+        let over = now.millis() >= at + session(queue).as_millis() as u64;
+        if expired || over {
             return Err(ApiError::Expired);
         }
         let mut s = waiting_status(queue, &rid, id.to_owned(), now);
         s.reached_at = Some(at / 1000);
-        s.expires_at = expiring(room, at, redeemed);
+        s.expires_at = expiring(room, at, marks.redeemed);
+        s.retry_after = 0;
         return Ok(s);
     }
     let token = ledger
-        .book()
-        .requests
-        .get(&rid.qn)
-        .map(|e| e.token.clone())
+        .entry(id, rid.qn)
+        .map(|e| e.token)
         .filter(|t| !t.is_empty())
         .unwrap_or_else(|| again(queue, ring, &rid, now));
     // Gone longer than `rejoin_grace`: the place is lost, as a browser's would be.
@@ -388,12 +473,17 @@ pub fn check_in(
     }
     let outcome = room.decide(ring, &rid.uid(), &[token.as_bytes()], now);
     if let CookieAction::Set(t) = &outcome.cookie {
-        if let Some(e) = ledger.book().requests.get_mut(&rid.qn) {
+        if let Some(e) = ledger
+            .book()
+            .requests
+            .get_mut(&rid.qn)
+            .filter(|e| e.id == id)
+        {
             e.token = t.clone();
         }
     }
     if outcome.admitted {
-        reached(room, queue, ledger, rid.qn, &outcome, now);
+        reached(room, queue, ledger, &rid, now);
     }
     let s = status(room, queue, &rid, id.to_owned(), &outcome, now);
     if outcome.decision == Decision::Allow {
@@ -408,7 +498,7 @@ pub fn check_in(
 fn again(queue: &Capacity, ring: &KeyRing, rid: &RequestId, now: Timestamp) -> Arc<str> {
     let key = ring.active();
     let mut claims = Claims::new(Dec::Wait, now.secs(), &rid.uid(), key.id());
-    claims.arr = Some(rid.arr);
+    claims.arr = Some(rid.arr_secs());
     claims.chk = Some(now.secs().saturating_sub(crate::room::capacity::TICK_SECS));
     claims.refresh = Some(queue.refresh_secs() as u32);
     claims.qn = Some(rid.qn);
@@ -460,7 +550,7 @@ fn status(
 }
 
 /// The JWT of request `id`, once the room has let it in (the same one if it was issued here
-/// before).
+/// before and has not expired). It never outlives the session the room counts for it.
 pub fn token(
     room: &Room,
     ring: &KeyRing,
@@ -471,12 +561,10 @@ pub fn token(
 ) -> Result<Issued, ApiError> {
     let status = check_in(room, ring, ledger, id, now)?;
     let queue = queue_of(room, now)?;
-    let rid = RequestId::read(id, room.name(), ring).ok_or(ApiError::UnknownRequest)?;
+    let rid = read_current(queue, room, ring, id)?;
     if let Some((jwt, exp)) = ledger
-        .book()
-        .requests
-        .get(&rid.qn)
-        .and_then(|e| e.jwt.clone())
+        .entry(id, rid.qn)
+        .and_then(|e| e.jwt)
         .filter(|(_, exp)| *exp > now.secs())
     {
         return Ok(Issued {
@@ -484,12 +572,14 @@ pub fn token(
             expires_in: exp - now.secs(),
         });
     }
+    let reached_ms = status.reached_at.map_or(now.millis(), |s| s * 1000);
+    let left = (reached_ms + session(queue).as_millis() as u64).saturating_sub(now.millis());
+    let validity = Duration::from_millis(left);
     let issued = sign(
         room,
         queue,
         ring,
-        (&issuer.issuer, None),
-        &rid,
+        (&issuer.issuer, None, validity),
         id,
         &status,
         now,
@@ -510,34 +600,40 @@ fn remember(
 ) {
     let exp = now.secs() + issued.expires_in;
     let until = Timestamp::from_secs(exp + KEEP.as_secs());
-    queue
-        .store()
-        .mark(room.name(), mark(MarkKind::Redeemed, rid.qn), until, now);
+    let since = queue.numbering_since();
+    queue.store().mark(
+        room.name(),
+        mark(MarkKind::Redeemed, rid.qn, since),
+        until,
+        now,
+    );
     let mut book = ledger.book();
-    if let Some(e) = book.requests.get_mut(&rid.qn) {
-        e.jwt = Some((issued.access_token.clone(), exp));
-    } else if book.requests.len() < MAX_REQUESTS {
-        book.requests.insert(
-            rid.qn,
-            Entry {
-                id: id.to_owned(),
-                token: Arc::from(""),
-                identity: String::new(),
-                jwt: Some((issued.access_token.clone(), exp)),
-            },
-        );
+    let room_for_more = book.requests.len() < MAX_REQUESTS;
+    match book.requests.get_mut(&rid.qn) {
+        Some(e) if e.id == id => e.jwt = Some((issued.access_token.clone(), exp)),
+        Some(_) => {}
+        None if room_for_more => {
+            book.requests.insert(
+                rid.qn,
+                Entry {
+                    id: id.to_owned(),
+                    token: Arc::from(""),
+                    identity: String::new(),
+                    jwt: Some((issued.access_token.clone(), exp)),
+                },
+            );
+        }
+        None => {}
     }
-    book.held.retain(|(qn, _, _)| *qn != rid.qn);
+    book.held.retain(|(held, _)| held != rid);
 }
 
-/// Signs the JWT of a request the room let in. `issuer` and `validity` override the room's.
-#[allow(clippy::too_many_arguments)]
+/// Signs the JWT of a request. `issuer` and `validity` override the room's; `cap` bounds it.
 fn sign(
     room: &Room,
     queue: &Capacity,
     ring: &KeyRing,
-    (issuer, validity): (&str, Option<Duration>),
-    rid: &RequestId,
+    (issuer, validity, cap): (&str, Option<Duration>, Duration),
     id: &str,
     status: &Status,
     now: Timestamp,
@@ -545,12 +641,15 @@ fn sign(
     if ring.jwt().is_empty() {
         return Err(ApiError::NoKeys);
     }
-    let session = Duration::from_secs(queue.session_minutes() * 60);
     let (audience, configured) = match &room.config.jwt {
         Some(j) => (j.audience.clone(), j.validity),
         None => (room.name().to_owned(), Duration::from_secs(3600)),
     };
-    let validity = validity.unwrap_or(configured.min(session)).as_secs().max(1);
+    let validity = validity
+        .unwrap_or(configured.min(session(queue)))
+        .min(cap)
+        .as_secs()
+        .max(1);
     let iat = now.secs();
     let event = room
         .event_now(now)
@@ -568,7 +667,6 @@ fn sign(
         queue_number: Some(status.queue_number),
         event,
     };
-    let _ = rid;
     Ok(Issued {
         access_token: ring.jwt().sign(&claims),
         expires_in: validity,
@@ -582,27 +680,34 @@ fn random_id() -> String {
     hex::encode(id)
 }
 
-/// Frees the places let in here whose `queue_position_expiry` passed unredeemed.
+/// Frees the places let in here whose `queue_position_expiry` passed unredeemed (those let in
+/// before the room's last reset were cleared with it).
 pub fn sweep(room: &Room, ledger: &Ledger, now: Timestamp) {
     let Ok(queue) = queue_of(room, now) else {
         return;
     };
-    let due: Vec<(u64, u64, Place)> = {
+    let mut due = Vec::new();
+    {
         let mut book = ledger.book();
-        let (due, keep) = book
+        while book
             .held
-            .drain(..)
-            .partition(|(_, expires, _)| *expires <= now.millis());
-        book.held = keep;
-        due
-    };
+            .front()
+            .is_some_and(|(_, expires)| *expires <= now.millis())
+        {
+            if let Some((rid, _)) = book.held.pop_front() {
+                due.push(rid);
+            }
+        }
+    }
     let expiry = room.config.api.as_ref().map(|a| a.position_expiry);
-    for (qn, _, place) in due {
-        let redeemed = queue
-            .store()
-            .is_marked(room.name(), mark(MarkKind::Redeemed, qn), now);
-        if !redeemed && expiry.is_some_and(|e| !e.is_zero()) {
-            queue.revoke(place, now);
+    if expiry.is_none_or(|e| e.is_zero()) {
+        return;
+    }
+    for rid in due {
+        let marks = marks_of(room, queue, &rid, now);
+        let Some(at) = marks.reached_ms else { continue };
+        if !marks.redeemed && !marks.ended && at >= queue.reset_at_ms() {
+            queue.revoke(place_of(&rid, at), now);
         }
     }
 }
@@ -618,21 +723,10 @@ pub fn generate(
     now: Timestamp,
 ) -> Result<Issued, ApiError> {
     let queue = queue_of(room, now)?;
-    let rid = RequestId::read(id, room.name(), ring).ok_or(ApiError::UnknownRequest)?;
-    if queue.before_reset_number(rid.qn) {
-        return Err(ApiError::UnknownRequest);
-    }
+    let rid = read_current(queue, room, ring, id)?;
     let status = waiting_status(queue, &rid, id.to_owned(), now);
-    let issued = sign(
-        room,
-        queue,
-        ring,
-        (issuer, validity),
-        &rid,
-        id,
-        &status,
-        now,
-    )?;
+    let cap = Duration::from_secs(7 * 86_400);
+    let issued = sign(room, queue, ring, (issuer, validity, cap), id, &status, now)?;
     remember(room, queue, ledger, &rid, id, &issued, now);
     Ok(issued)
 }
@@ -655,21 +749,27 @@ pub fn tokens(
     now: Timestamp,
 ) -> Result<(u64, Vec<String>), ApiError> {
     let queue = queue_of(room, now)?;
-    let store = queue.store();
+    let (store, since) = (queue.store(), queue.numbering_since());
+    let reset = queue.reset_at_ms();
     let ended: std::collections::HashSet<u64> = store
         .marks_of(room.name(), MarkKind::Ended, now)
         .into_iter()
-        .map(|(qn, _)| qn)
+        .filter_map(|(id, _)| number_of(id, since))
         .collect();
     let keep = KEEP.as_millis() as u64;
     let mut count = 0;
     let mut ids = Vec::new();
     let book = ledger.book();
-    for (qn, until) in store.marks_of(room.name(), MarkKind::Redeemed, now) {
-        if queue.before_reset_number(qn) {
+    for (id, until) in store.marks_of(room.name(), MarkKind::Redeemed, now) {
+        let Some(qn) = number_of(id, since) else {
+            continue;
+        };
+        let expiry = until.millis().saturating_sub(keep);
+        // Issued before the last reset (a JWT lives at most a week): void, not counted.
+        if expiry.saturating_sub(7 * 86_400_000) < reset && reset > 0 && expiry < reset {
             continue;
         }
-        let expired = until.millis().saturating_sub(keep) <= now.millis();
+        let expired = expiry <= now.millis();
         match state {
             TokenState::Active if !expired && !ended.contains(&qn) => count += 1,
             TokenState::Expired if expired => {
@@ -691,8 +791,8 @@ pub enum SessionEnd {
     Abandoned,
 }
 
-/// Marks request `id`'s session completed or abandoned: its place is freed (once), and its
-/// JWT no longer counts as active.
+/// Marks request `id`'s session completed or abandoned: its place is freed (once, on any
+/// node), and its JWT no longer counts as active.
 pub fn end_session(
     room: &Room,
     ring: &KeyRing,
@@ -702,30 +802,23 @@ pub fn end_session(
     now: Timestamp,
 ) -> Result<(), ApiError> {
     let queue = queue_of(room, now)?;
-    let rid = RequestId::read(id, room.name(), ring).ok_or(ApiError::UnknownRequest)?;
-    if queue.before_reset_number(rid.qn) {
-        return Err(ApiError::UnknownRequest);
-    }
+    let rid = read_current(queue, room, ring, id)?;
+    let marks = marks_of(room, queue, &rid, now);
     let until = Timestamp::from_millis(now.millis() + (KEEP * 2).as_millis() as u64);
-    if !queue
-        .store()
-        .mark(room.name(), mark(MarkKind::Ended, rid.qn), until, now)
-    {
+    let since = queue.numbering_since();
+    if !queue.store().mark(
+        room.name(),
+        mark(MarkKind::Ended, rid.qn, since),
+        until,
+        now,
+    ) {
         // Ended before: nothing more to free.
         return Ok(());
     }
-    // The place the room counts for it: its admission's session, from its allow token.
-    let token = ledger.book().requests.get(&rid.qn).map(|e| e.token.clone());
-    if let Some(t) = token.and_then(|t| Token::parse(t.as_bytes()).ok()) {
-        if t.claims.dec == Dec::Allow {
-            let place = Place {
-                session: crate::room::capacity::session_of(&t.claims),
-                minute: t.claims.chk.map_or(now.minute(), |c| c / 60),
-            };
-            queue.revoke(place, now);
-        }
+    if let Some(at) = marks.reached_ms {
+        queue.revoke(place_of(&rid, at), now);
     }
-    ledger.book().held.retain(|(qn, _, _)| *qn != rid.qn);
+    ledger.book().held.retain(|(held, _)| held != &rid);
     Ok(())
 }
 
@@ -786,7 +879,7 @@ mod tests {
         let ring = ring();
         let id = RequestId {
             qn: 42,
-            arr: T0,
+            arr_ms: T0 * 1000,
             nonce: "00112233445566ff".into(),
         };
         let text = id.write("sale", &ring);
@@ -805,9 +898,16 @@ mod tests {
             None,
             "another number"
         );
+        let upper = {
+            let mut parts: Vec<String> = text.split('.').map(str::to_owned).collect();
+            parts[3] = parts[3].to_uppercase();
+            parts.join(".")
+        };
         for bad in [
             "",
             "42",
+            &text.replacen("42.", "042.", 1),
+            &upper,
             "42.1.2.3.key1",
             &format!("{text}x"),
             &text.replace("key1", "key9"),
@@ -870,7 +970,10 @@ mod tests {
         // An operator's move lets the next in beyond the limits, at once.
         let e = enqueue(sale, &ring, &ledger, &who(5), at(62)).unwrap();
         let f = enqueue(sale, &ring, &ledger, &who(6), at(62)).unwrap();
-        assert!(check_in(sale, &ring, &ledger, &e.request_id, at(63)).is_err());
+        assert!(matches!(
+            check_in(sale, &ring, &ledger, &e.request_id, at(63)),
+            Err(ApiError::NotYet(_))
+        ));
         assert_eq!(sale.numbered(at(63)).unwrap().move_serving(1), 5);
         assert!(check_in(sale, &ring, &ledger, &e.request_id, at(63)).is_ok());
         assert!(matches!(
@@ -961,6 +1064,86 @@ mod tests {
         // The token expires; the private API lists it by id.
         let expired = tokens(sale, &ledger, TokenState::Expired, at(41 + 2 * 3600)).unwrap();
         assert_eq!(expired, (1, vec![b.request_id.clone()]));
+    }
+
+    #[test]
+    fn ids_of_an_earlier_numbering_are_unknown_and_a_session_bounds_the_jwts() {
+        let ring = ring();
+        let (before, ledger) = (room(""), Ledger::default());
+        let old = enqueue(
+            before.iter().next().unwrap(),
+            &ring,
+            &ledger,
+            &who(1),
+            at(0),
+        )
+        .unwrap();
+        // A restarted process: numbers from 1 again, and the old id is nobody's.
+        let (after, ledger) = (room(""), Ledger::default());
+        let sale = after.iter().next().unwrap();
+        assert_eq!(
+            check_in(sale, &ring, &ledger, &old.request_id, at(5)),
+            Err(ApiError::UnknownRequest),
+            "before the new numbering's first number"
+        );
+        let new = enqueue(sale, &ring, &ledger, &who(2), at(10)).unwrap();
+        assert_eq!(
+            new.queue_number, old.queue_number,
+            "the same number, another request"
+        );
+        assert_eq!(
+            token(sale, &ring, &ledger, &issuer(), &old.request_id, at(11)),
+            Err(ApiError::UnknownRequest)
+        );
+        // The new one's JWTs never outlive the session the room counts for it (5 minutes by
+        // default); after it, none.
+        let jwt = token(sale, &ring, &ledger, &issuer(), &new.request_id, at(12)).unwrap();
+        assert!(jwt.expires_in <= 300 - 2, "{jwt:?}");
+        assert_eq!(
+            token(
+                sale,
+                &ring,
+                &ledger,
+                &issuer(),
+                &new.request_id,
+                at(10 + 300)
+            ),
+            Err(ApiError::Expired)
+        );
+    }
+
+    #[test]
+    fn a_rebuilt_room_after_a_reset_keeps_what_it_counted_since() {
+        let toml = "[[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100\napi = true\n";
+        let store: Arc<dyn crate::store::CounterStore> =
+            Arc::new(crate::store::local::LocalStore::new());
+        let build = || {
+            let config = crate::config::Config::parse(
+                &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
+                Path::new("/tmp/x.toml"),
+                &crate::config::testing::Bare,
+            )
+            .unwrap();
+            Room::new(config.rooms.into_iter().next().unwrap(), &store)
+        };
+        let (first, ring, ledger) = (build(), ring(), Ledger::default());
+        for n in 1..=3 {
+            enqueue(&first, &ring, &ledger, &who(n), at(0)).unwrap();
+        }
+        reset(&first, &ledger, at(30)).unwrap();
+        let active = |r: &Room| r.figures(at(31)).unwrap().active;
+        assert_eq!(
+            active(&first),
+            0,
+            "those of before the reset went, its minute's too"
+        );
+        for n in 4..=5 {
+            enqueue(&first, &ring, &ledger, &who(n), at(30)).unwrap();
+        }
+        assert_eq!(active(&first), 2);
+        // A reload builds the room again: what it counted since the reset stays.
+        let second = build();
+        assert_eq!(active(&second), 2);
     }
 
     #[test]

@@ -163,15 +163,19 @@ impl<V> Counters<V> {
         });
     }
 
-    /// Every counter of `scope`, whatever its kind, as (kind, slot, id, value).
+    /// Every counter of `scope`, whatever its kind, as (kind, slot, value).
     pub fn of_scope<'a>(
         &'a mut self,
         scope: &'a str,
-    ) -> impl Iterator<Item = (CounterKind, &'a mut V)> + 'a {
+    ) -> impl Iterator<Item = (CounterKind, u64, &'a mut V)> + 'a {
         self.groups
             .iter_mut()
             .filter(move |(g, _)| &*g.scope == scope)
-            .flat_map(|(g, slots)| slots.values_mut().map(move |v| (g.kind, v)))
+            .flat_map(|(g, slots)| {
+                slots
+                    .iter_mut()
+                    .map(move |(&(slot, _), v)| (g.kind, slot, v))
+            })
     }
 
     pub fn len(&self) -> usize {

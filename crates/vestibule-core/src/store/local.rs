@@ -256,9 +256,15 @@ impl CounterStore for LocalStore {
         self.marks.set(scope, mark, until, now)
     }
 
-    fn number(&self, scope: &str, _now: Timestamp) -> Option<u64> {
+    fn number(&self, scope: &str, now: Timestamp) -> Option<u64> {
         let mut regs = self.registers.lock().unwrap_or_else(|p| p.into_inner());
-        let n = &mut regs.entry(Arc::from(scope)).or_default()[Register::Numbered.index()];
+        let r = regs.entry(Arc::from(scope)).or_default();
+        // A process numbers from 1 from its first number on: what an earlier one gave is void.
+        let since = &mut r[Register::Since.index()];
+        if *since == 0 {
+            *since = now.millis().max(1);
+        }
+        let n = &mut r[Register::Numbered.index()];
         *n += 1;
         Some(*n)
     }
@@ -277,10 +283,12 @@ impl CounterStore for LocalStore {
         value
     }
 
-    fn clear(&self, scope: &str) {
+    fn clear(&self, scope: &str, stale: &dyn Fn(CounterKind, u64) -> bool) {
         let mut exact = self.exact.lock().unwrap_or_else(|p| p.into_inner());
-        for (_, counter) in exact.of_scope(scope) {
-            counter.value = 0;
+        for (kind, slot, counter) in exact.of_scope(scope) {
+            if stale(kind, slot) {
+                counter.value = 0;
+            }
         }
     }
 
@@ -585,7 +593,7 @@ mod tests {
         };
         s.add(&key("a"), 5, now, at(60_000));
         s.add(&key("b"), 4, now, at(60_000));
-        s.clear("a");
+        s.clear("a", &|_, _| true);
         assert_eq!((s.get(&key("a"), now), s.get(&key("b"), now)), (0, 4));
         // Marks are listed by kind.
         let m = |kind, id| Mark { kind, id };

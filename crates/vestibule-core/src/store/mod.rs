@@ -140,16 +140,25 @@ pub enum Register {
     ResetAt,
     /// The last queue number given before the room's last reset.
     ResetBelow,
+    /// When the store's numbering of the room began (Unix ms): numbers of an arrival before it
+    /// belong to an earlier numbering (a restarted process, a store that lost its data) and
+    /// are refused, so no number is ever given to two requests.
+    Since,
+    /// The last reset this node has cleared its counts for (Unix ms). This node's own: never
+    /// shared with the others.
+    Cleared,
 }
 
 impl Register {
     /// Every register, in the order of [`Register::index`].
-    pub const ALL: [Register; 5] = [
+    pub const ALL: [Register; 7] = [
         Register::Numbered,
         Register::Serving,
         Register::Moved,
         Register::ResetAt,
         Register::ResetBelow,
+        Register::Since,
+        Register::Cleared,
     ];
 
     /// Its place in a scope's array of registers.
@@ -165,7 +174,14 @@ impl Register {
             Register::Moved => "mv",
             Register::ResetAt => "ra",
             Register::ResetBelow => "rb",
+            Register::Since => "ns",
+            Register::Cleared => "cl",
         }
+    }
+
+    /// Whether the cluster shares it (all but [`Register::Cleared`]).
+    pub fn is_shared(self) -> bool {
+        self != Register::Cleared
     }
 
     /// The register named `code`.
@@ -176,6 +192,7 @@ impl Register {
             "mv" => Register::Moved,
             "ra" => Register::ResetAt,
             "rb" => Register::ResetBelow,
+            "ns" => Register::Since,
             _ => return None,
         })
     }
@@ -322,13 +339,19 @@ pub trait CounterStore: Send + Sync {
         let _ = scope;
     }
 
+    /// How far apart the clocks that stamp arrivals and [`Register::Since`] may be, ms: 0 for
+    /// one process, a few seconds for a cluster's nodes.
+    fn clock_skew_ms(&self) -> u64 {
+        0
+    }
+
     /// Raises register `reg` of `scope` to at least `value` and returns its value. Registers
     /// only ever grow; in a cluster they are merged by the highest value.
     fn raise(&self, scope: &str, reg: Register, value: u64) -> u64;
 
-    /// Forgets every counter of `scope` this node holds (a room's reset). Other nodes forget
-    /// theirs when they see the reset.
-    fn clear(&self, scope: &str);
+    /// Forgets the counters of `scope` this node holds that `stale` picks by kind and slot (a
+    /// room's reset: those of before it). Other nodes forget theirs when they see the reset.
+    fn clear(&self, scope: &str, stale: &dyn Fn(CounterKind, u64) -> bool);
 
     /// The marks of `kind` in `scope` still set at `now`, with when each ends.
     fn marks_of(&self, scope: &str, kind: MarkKind, now: Timestamp) -> Vec<(u64, Timestamp)>;

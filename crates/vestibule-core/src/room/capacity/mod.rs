@@ -289,8 +289,6 @@ pub struct Capacity {
     views: Mutex<Option<Arc<Views>>>,
     /// `api = true`: arrivals get queue numbers, and admissions move the serving counter.
     numbered: bool,
-    /// The last reset of the room this node has cleared its counters for (Unix ms).
-    reset_seen: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Capacity {
@@ -361,7 +359,6 @@ impl Capacity {
             lanes,
             views: Mutex::new(None),
             numbered: false,
-            reset_seen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -9,10 +9,12 @@
 //! does. A reset ([`Register::ResetAt`], [`Register::ResetBelow`]) voids every token issued
 //! before it and starts the numbers shown over from 1.
 
-use std::sync::atomic::Ordering;
-
 use super::*;
 use crate::store::Register;
+
+/// How long a reset is news: a node that has cleared for no reset yet and learns of an older
+/// one started after it.
+const RESET_NEWS: Duration = Duration::from_secs(10);
 
 impl Capacity {
     /// Arrivals get queue numbers from now on.
@@ -56,19 +58,35 @@ impl Capacity {
         self.store.raise(&self.scope, reg, 0)
     }
 
-    /// The numbers as shown: counted from the last reset.
+    /// The numbers as shown: counted from the last reset (at least 1).
     pub fn shown(&self, qn: u64) -> u64 {
         qn.saturating_sub(self.register(Register::ResetBelow))
+            .max(1)
     }
 
-    /// The serving counter as shown (0 before anyone was let in).
+    /// The serving counter as shown (0 before anyone was let in since the last reset).
     pub fn serving_number(&self) -> u64 {
-        self.shown(self.register(Register::Serving))
+        let serving = self.register(Register::Serving);
+        if serving <= self.register(Register::ResetBelow) {
+            0
+        } else {
+            self.shown(serving)
+        }
     }
 
-    /// The last queue number given, as shown.
+    /// The last queue number given, as shown (0 before any since the last reset).
     pub fn last_number(&self) -> u64 {
-        self.shown(self.register(Register::Numbered))
+        let last = self.register(Register::Numbered);
+        if last <= self.register(Register::ResetBelow) {
+            0
+        } else {
+            self.shown(last)
+        }
+    }
+
+    /// When the store's current numbering of the room began (Unix ms).
+    pub fn numbering_since(&self) -> u64 {
+        self.register(Register::Since)
     }
 
     /// The last reset (Unix ms; 0 = never).
@@ -76,17 +94,22 @@ impl Capacity {
         self.register(Register::ResetAt)
     }
 
-    /// Moves the serving counter `by` numbers past where it is: their holders are let in at
-    /// their next check-in, beyond the limits. Returns the counter as shown.
+    /// Moves the serving counter `by` numbers past where it is, never past the last number
+    /// given: their holders are let in at their next check-in, beyond the limits. Returns the
+    /// counter as shown.
     pub fn move_serving(&self, by: u64) -> u64 {
-        let to = self.register(Register::Serving).saturating_add(by);
+        let last = self.register(Register::Numbered);
+        let to = self
+            .register(Register::Serving)
+            .saturating_add(by)
+            .min(last);
         self.store.raise(&self.scope, Register::Moved, to);
         self.store.raise(&self.scope, Register::Serving, to);
-        self.shown(to)
+        self.serving_number()
     }
 
     /// Resets the room: every token issued until `now` is void, the numbers shown start over,
-    /// and this node forgets its counts (the others do when they see the reset).
+    /// and this node forgets its counts of before now (the others do when they see the reset).
     pub fn reset(&self, now: Timestamp) {
         let last = self
             .register(Register::Numbered)
@@ -96,22 +119,43 @@ impl Capacity {
         self.store.raise(&self.scope, Register::Serving, last);
         self.store
             .raise(&self.scope, Register::ResetAt, now.millis());
-        self.forget_before_reset();
+        self.forget_before_reset(now);
         self.invalidate();
     }
 
-    /// Clears this node's counts once per reset it has not cleared for yet (the views are
-    /// being recomputed, or are invalidated by the caller).
-    pub(super) fn forget_before_reset(&self) {
+    /// Clears this node's counts once per reset, as it learns of it (the views are being
+    /// recomputed, or are invalidated by the caller). What was cleared is remembered in the
+    /// store, which outlives a reload's rebuilt room. A reset this node finds already
+    /// [`RESET_NEWS`] old when it has cleared for none (it started after it) was before
+    /// anything it counted: nothing is cleared.
+    pub(super) fn forget_before_reset(&self, now: Timestamp) {
         if !self.numbered {
             return;
         }
         let at = self.register(Register::ResetAt);
-        if self.reset_seen.fetch_max(at, Ordering::Relaxed) < at {
-            for lane in &self.lanes {
-                self.store.clear(&lane.scope);
-            }
+        let cleared = self.register(Register::Cleared);
+        if at == 0 || cleared >= at {
+            return;
         }
+        self.store.raise(&self.scope, Register::Cleared, at);
+        if cleared == 0 && now.millis() > at + RESET_NEWS.as_millis() as u64 {
+            return;
+        }
+        for lane in &self.lanes {
+            self.store.clear(&lane.scope, &|_, _| true);
+        }
+    }
+
+    /// Whether an arrival at `arrival_ms` (give or take `spread_ms`, its stamp's precision)
+    /// holds a number of the room's current numbering, given since its last reset.
+    pub(crate) fn current_number(&self, arrival_ms: u64, spread_ms: u64) -> bool {
+        let since = self.register(Register::Since);
+        let skew = self.store.clock_skew_ms();
+        // No numbering yet (a fresh process, a node before its first sync): a number shown
+        // now is of an earlier one.
+        since > 0
+            && arrival_ms + spread_ms + skew >= since
+            && arrival_ms + spread_ms >= self.register(Register::ResetAt)
     }
 
     /// The store the room counts in.
@@ -130,30 +174,22 @@ impl Capacity {
         claims.dec != Dec::Wait || claims.chk.is_none() || self.within_grace(claims, 0, now)
     }
 
-    /// Whether queue number `qn` was given before the room's last reset.
-    pub(crate) fn before_reset_number(&self, qn: u64) -> bool {
-        qn <= self.register(Register::ResetBelow)
-    }
-
-    /// Whether a token was issued before the room's last reset.
+    /// Whether a token is void: issued before the room's last reset, or carrying a number of
+    /// an earlier numbering.
     pub(super) fn before_reset(&self, claims: &Claims, now: Timestamp) -> bool {
         if !self.numbered {
             return false;
         }
-        let at = self.register(Register::ResetAt);
-        if at == 0 {
-            return false;
-        }
         let _ = now;
-        // Wait tokens carry their arrival and number; allow tokens their admission.
-        let issued_ms = match (claims.acc, claims.arr) {
-            (Some(acc), _) => acc,
-            (None, Some(arr)) => token_secs(arr) * 1000,
-            (None, None) => 0,
-        };
-        issued_ms < at
-            || claims
-                .qn
-                .is_some_and(|n| n <= self.register(Register::ResetBelow))
+        // Allow tokens carry their admission (ms); wait tokens their arrival (s).
+        let reset = self.register(Register::ResetAt);
+        match (claims.acc, claims.arr) {
+            (Some(acc), _) => acc < reset,
+            (None, Some(arr)) => {
+                let arr_ms = token_secs(arr) * 1000;
+                arr_ms + 999 < reset || (claims.qn.is_some() && !self.current_number(arr_ms, 999))
+            }
+            (None, None) => false,
+        }
     }
 }

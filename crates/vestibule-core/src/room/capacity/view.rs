@@ -96,7 +96,7 @@ impl Capacity {
                 return v.clone();
             }
         }
-        self.forget_before_reset();
+        self.forget_before_reset(now);
         let mut lanes: Vec<QueueView> = (0..self.lanes.len())
             .map(|lane| self.compute_view(lane, now))
             .collect();

@@ -173,6 +173,10 @@ impl CounterStore for SharedStore {
         Some(n)
     }
 
+    fn clock_skew_ms(&self) -> u64 {
+        CLOCK_SKEW_MS
+    }
+
     fn want_numbers(&self, scope: &str) {
         self.numbers().entry(Arc::from(scope)).or_default();
     }
@@ -194,9 +198,11 @@ impl CounterStore for SharedStore {
         }
     }
 
-    fn clear(&self, scope: &str) {
-        for (_, o) in self.own_map().of_scope(scope) {
-            o.value = 0;
+    fn clear(&self, scope: &str, stale: &dyn Fn(CounterKind, u64) -> bool) {
+        for (kind, slot, o) in self.own_map().of_scope(scope) {
+            if stale(kind, slot) {
+                o.value = 0;
+            }
         }
     }
 

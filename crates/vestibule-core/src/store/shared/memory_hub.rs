@@ -134,8 +134,18 @@ impl MemoryHub {
             .blocks
             .iter()
             .map(|(room, size)| {
+                // Never below a number a node remembers giving (a store that lost its data),
+                // and the numbering's start kept, or set now.
+                let floor = hub
+                    .registers
+                    .get(&encode_register(room, Register::Numbered))
+                    .copied()
+                    .unwrap_or(0);
+                hub.registers
+                    .entry(encode_register(room, Register::Since))
+                    .or_insert(now);
                 let last = hub.numbered.entry(room.clone()).or_insert(0);
-                *last += size;
+                *last = (*last).max(floor) + size;
                 (room.clone(), *last)
             })
             .collect();

@@ -62,6 +62,8 @@ pub(crate) const DEAD_AFTER_INTERVALS: u64 = 3;
 /// A node pushes all its counters (not only changed ones) at least this often, so a store that
 /// lost its data (a Redis restart without persistence) is whole again within it.
 const FULL_PUSH_EVERY_MS: u64 = 30_000;
+/// How far apart two nodes' clocks may be, for what they stamp: 5 s.
+pub(crate) const CLOCK_SKEW_MS: u64 = 5_000;
 /// Demand is measured over this long.
 const DEMAND_WINDOW_MS: u64 = 60_000;
 

@@ -288,7 +288,7 @@ impl SharedStore {
         let mut registers = Vec::new();
         for (scope, regs) in self.registers().iter_mut() {
             for (reg, r) in Register::ALL.iter().zip(regs.iter_mut()) {
-                if (full || r.dirty) && r.value > 0 {
+                if (full || r.dirty) && r.value > 0 && reg.is_shared() {
                     r.dirty = false;
                     registers.push((encode_register(scope, *reg), r.value));
                 }
@@ -394,17 +394,27 @@ impl SharedStore {
             }
             c.seen = reply.controls_generation;
         }
+        // Rooms reset since the last sync: their blocks, given out before the reset, go.
+        let mut reset = Vec::new();
         {
             let mut regs = self.registers();
             for (k, v) in &reply.registers {
                 if let Some((scope, reg)) = decode_register(k) {
                     let r = &mut regs.entry(Arc::from(scope)).or_default()[reg.index()];
+                    if reg == Register::ResetAt && *v > r.value {
+                        reset.push(scope.to_owned());
+                    }
                     r.value = r.value.max(*v);
                 }
             }
         }
         {
             let mut numbers = self.numbers();
+            for scope in &reset {
+                if let Some(n) = numbers.get_mut(scope.as_str()) {
+                    n.blocks.clear();
+                }
+            }
             for (room, last) in &reply.blocks {
                 let asked = req.blocks.iter().find(|(r, _)| r == room).map(|(_, n)| *n);
                 if let (Some(n), Some(size)) = (numbers.get_mut(room.as_str()), asked) {
