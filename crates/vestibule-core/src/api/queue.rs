@@ -1147,6 +1147,35 @@ mod tests {
     }
 
     #[test]
+    fn apps_take_numbers_in_an_events_prequeue_and_go_in_at_its_start() {
+        let (set, ring, ledger) = (
+            room("[[room.event]]\nname = \"launch\"\nprequeue_start = \"2027-01-15T08:00:00Z\"\nstart = \"2027-01-15T08:10:00Z\"\nend = \"2027-01-15T09:00:00Z\"\n"),
+            ring(),
+            Ledger::default(),
+        );
+        let sale = set.iter().next().unwrap();
+        let a = enqueue(sale, &ring, &ledger, &who(1), at(10)).unwrap();
+        let b = enqueue(sale, &ring, &ledger, &who(2), at(20)).unwrap();
+        assert_eq!((a.queue_number, b.queue_number), (1, 2));
+        assert!(matches!(
+            check_in(sale, &ring, &ledger, &a.request_id, at(300)),
+            Err(ApiError::NotYet(_))
+        ));
+        // The event starts: the pre-queue goes first, in the order of its numbers.
+        let mut let_in = None;
+        for t in (600..700).step_by(5) {
+            if check_in(sale, &ring, &ledger, &a.request_id, at(t)).is_ok() {
+                let_in = Some(t);
+                break;
+            }
+        }
+        assert!(
+            let_in.is_some(),
+            "the first of the pre-queue is let in after the start"
+        );
+    }
+
+    #[test]
     fn rooms_without_the_api_answer_unknown_room() {
         let set =
             rooms("[[room]]\nname = \"plain\"\nadmission = \"fifo\"\nnew_users_per_minute = 2\n");

@@ -29,6 +29,7 @@ impl Capacity {
         let in_line = waiting
             .filter(|t| t.claims.chk.is_none() && first_interval.contains(&t.claims.exp))
             .map(|t| t.claims.exp);
+        let mut qn = waiting.and_then(|t| t.claims.qn);
         let (cookie, due) = match in_line {
             Some(exp) => (CookieAction::Keep, exp),
             None => {
@@ -50,15 +51,16 @@ impl Capacity {
                 claims.lane = self.lane_claim(self.lane_of(lane));
                 claims.arr = Some(arrival);
                 if self.numbered {
-                    claims.qn = waiting
-                        .and_then(|t| t.claims.qn)
-                        .or_else(|| self.next_number(now));
+                    qn = qn.or_else(|| self.next_number(now));
+                    claims.qn = qn;
                 }
                 claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
                 (CookieAction::Set(claims.sign(key).into()), due)
             }
         };
-        Outcome::prequeued(cookie, due, now)
+        let mut outcome = Outcome::prequeued(cookie, due, now);
+        outcome.queue_number = qn;
+        outcome
     }
 
     /// Where a pre-queued visitor who arrived at `arrival` stands once `event` has started:
