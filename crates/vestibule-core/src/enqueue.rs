@@ -380,6 +380,48 @@ pub fn is_account(uid: &str) -> bool {
     uid.starts_with(ACCOUNT_PREFIX)
 }
 
+/// The account a request is known by in a room whose `enqueue` is on; `Ok(None)` when it is
+/// known by its address (an `optional` room, and no token nor account cookie came). Called once
+/// per request that reaches such a room, before the room decides.
+///
+/// - A token brought (`token`) must be valid: its account, else why not. It is never ignored,
+///   even beside a room cookie.
+/// - Without one, a room cookie (`cookies`, the room cookie's values) signed by `ring` whose
+///   `uid` is an account's stands for that account, from any address: it was issued to whoever
+///   brought that account's token, and it can only ever hold that account's one place. The
+///   room checks it again in full. An address-bound cookie stays bound to its address (this
+///   returns `Ok(None)` for it), and a cookie whose signature fails stands for nobody.
+/// - Otherwise `required` rooms refuse ([`Refusal::Missing`]).
+pub fn identify(
+    settings: &crate::config::RoomEnqueue,
+    room: &str,
+    token: Option<&str>,
+    cookies: &[&[u8]],
+    ring: &(impl crate::sign::Keys + ?Sized),
+    now: Timestamp,
+) -> Result<Option<Identity>, Refusal> {
+    if let Some(token) = token {
+        return verify(token, &settings.key, room, now).map(Some);
+    }
+    if let Some(account) = cookies.iter().find_map(|v| account_of_cookie(v, ring)) {
+        return Ok(Some(account));
+    }
+    match settings.mode {
+        Mode::Required => Err(Refusal::Missing),
+        Mode::Optional | Mode::Off => Ok(None),
+    }
+}
+
+/// The account a room cookie is bound to, if its `uid` is an account's and `ring` signed it.
+fn account_of_cookie(value: &[u8], ring: &(impl crate::sign::Keys + ?Sized)) -> Option<Identity> {
+    let token = crate::token::Token::parse(value).ok()?;
+    if !is_account(&token.claims.uid) {
+        return None;
+    }
+    token.verify_signature(ring).ok()?;
+    Some(Identity::from_encoded(&token.claims.uid))
+}
+
 /// The token a request brings: the [`HEADER`], else the first [`PARAMETER`] of the query. A
 /// header that is not text is kept as `"\u{fffd}"`, so it is refused as malformed rather than
 /// ignored.

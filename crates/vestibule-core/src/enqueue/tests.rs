@@ -292,3 +292,61 @@ fn modes_parse() {
         assert_eq!(r.error() == "enqueue_required", r == Refusal::Missing);
     }
 }
+
+#[test]
+fn a_room_knows_a_request_by_its_token_else_by_an_account_cookie() {
+    use crate::config::RoomEnqueue;
+    use crate::keys::testing::ring;
+    use crate::token::{Claims as Cookie, Dec};
+    let ring = ring();
+    let settings = |mode| RoomEnqueue {
+        mode,
+        key: secret_key(),
+        key_file: "site.key".into(),
+    };
+    let (optional, required) = (settings(Mode::Optional), settings(Mode::Required));
+    let alice = account_identity("sale", "alice");
+    let token = hs256(&claims());
+    let id = |s: &RoomEnqueue, token: Option<&str>, cookies: &[&[u8]]| {
+        identify(s, "sale", token, cookies, &ring, now())
+    };
+    assert_eq!(id(&required, Some(&token), &[]), Ok(Some(alice.clone())));
+    assert_eq!(id(&optional, None, &[]), Ok(None));
+    assert_eq!(id(&required, None, &[]), Err(Refusal::Missing));
+    // A bad token is refused even in an optional room, and even beside a good cookie.
+    let account_cookie = Cookie::new(Dec::Wait, NOW + 60, &alice, "key1").sign(ring.active());
+    let bad = Some("a.b.c");
+    assert_eq!(
+        id(&optional, bad, &[account_cookie.as_bytes()]),
+        Err(Refusal::Malformed)
+    );
+    // The account's cookie stands for it, from any address.
+    assert_eq!(
+        id(&required, None, &[b"junk", account_cookie.as_bytes()]),
+        Ok(Some(alice.clone()))
+    );
+    // An address's cookie does not: the room checks it against the address as ever.
+    let ip = Identity::of_ip("192.0.2.1".parse().unwrap(), 64);
+    let address_cookie = Cookie::new(Dec::Wait, NOW + 60, &ip, "key1").sign(ring.active());
+    assert_eq!(id(&optional, None, &[address_cookie.as_bytes()]), Ok(None));
+    assert_eq!(
+        id(&required, None, &[address_cookie.as_bytes()]),
+        Err(Refusal::Missing)
+    );
+    // An account cookie whose signature fails stands for nobody.
+    let forged = account_cookie.replace("dec=wait", "dec=allow");
+    assert_eq!(
+        id(&required, None, &[forged.as_bytes()]),
+        Err(Refusal::Missing)
+    );
+    let other_ring = crate::keys::KeyRing::from_entries(
+        "key1",
+        &[("key1", "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=")],
+    )
+    .unwrap();
+    let foreign = Cookie::new(Dec::Wait, NOW + 60, &alice, "key1").sign(other_ring.active());
+    assert_eq!(
+        id(&required, None, &[foreign.as_bytes()]),
+        Err(Refusal::Missing)
+    );
+}
