@@ -20,7 +20,7 @@ fn ring_with(jwt: &[(&str, &str, &str)]) -> String {
 
 /// Runs a Python program with PyJWT and returns its stdout, or None (said loudly, a failure
 /// under CI=true) when PyJWT is missing.
-fn pyjwt(program: &str, args: &[&str]) -> Option<String> {
+pub(crate) fn pyjwt(program: &str, args: &[&str]) -> Option<String> {
     let probe = Command::new("python3")
         .args(["-c", "import jwt, cryptography"])
         .output();
