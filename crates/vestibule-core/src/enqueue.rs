@@ -363,7 +363,7 @@ fn check_claims<'c>(claims: &'c Claims, room: &str, now: Timestamp) -> Result<&'
     Ok(sub)
 }
 
-/// The identity an account has in `room`: [`ACCOUNT_PREFIX`], then 128 bits of
+/// The identity an account has in `room`: [`room_prefix`] (the room's tag), then 128 bits of
 /// HMAC-SHA256(room, `sub`) in hex. The account id never appears in a cookie or a log, and the
 /// same account has one identity on every node (nothing random goes in).
 pub fn account_identity(room: &str, sub: &str) -> Identity {
@@ -372,10 +372,22 @@ pub fn account_identity(room: &str, sub: &str) -> Identity {
     mac.update(b"vestibule enqueue account\0");
     mac.update(sub.as_bytes());
     let digest = mac.finalize().into_bytes();
-    Identity::from_encoded(&format!("{ACCOUNT_PREFIX}{}", hex::encode(&digest[..16])))
+    let hex = hex::encode(&digest[..16]);
+    Identity::from_encoded(&format!("{}{hex}", room_prefix(room)))
 }
 
-/// Whether a room cookie's `uid` is an account's (made by [`account_identity`]).
+/// How the account identities of `room` start: [`ACCOUNT_PREFIX`], 32 bits of SHA-256 of the
+/// room's name in hex, and `.`. A cookie copied from another room's account does not stand for
+/// an account here.
+pub fn room_prefix(room: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"vestibule enqueue room\0")
+        .chain_update(room.as_bytes())
+        .finalize();
+    format!("{ACCOUNT_PREFIX}{}.", hex::encode(&digest[..4]))
+}
+
+/// Whether a room cookie's `uid` is an account's (made by [`account_identity`], in any room).
 pub fn is_account(uid: &str) -> bool {
     uid.starts_with(ACCOUNT_PREFIX)
 }
@@ -387,7 +399,7 @@ pub fn is_account(uid: &str) -> bool {
 /// - A token brought (`token`) must be valid: its account, else why not. It is never ignored,
 ///   even beside a room cookie.
 /// - Without one, a room cookie (`cookies`, the room cookie's values) signed by `ring` whose
-///   `uid` is an account's stands for that account, from any address: it was issued to whoever
+///   `uid` is an account's of this room stands for that account, from any address: it was issued to whoever
 ///   brought that account's token, and it can only ever hold that account's one place. The
 ///   room checks it again in full. An address-bound cookie stays bound to its address (this
 ///   returns `Ok(None)` for it), and a cookie whose signature fails stands for nobody.
@@ -403,7 +415,11 @@ pub fn identify(
     if let Some(token) = token {
         return verify(token, &settings.key, room, now).map(Some);
     }
-    if let Some(account) = cookies.iter().find_map(|v| account_of_cookie(v, ring)) {
+    let prefix = room_prefix(room);
+    if let Some(account) = cookies
+        .iter()
+        .find_map(|v| account_of_cookie(v, &prefix, ring))
+    {
         return Ok(Some(account));
     }
     match settings.mode {
@@ -412,10 +428,15 @@ pub fn identify(
     }
 }
 
-/// The account a room cookie is bound to, if its `uid` is an account's and `ring` signed it.
-fn account_of_cookie(value: &[u8], ring: &(impl crate::sign::Keys + ?Sized)) -> Option<Identity> {
+/// The account a room cookie is bound to, if its `uid` is an account's of this room (its
+/// identities start with `prefix`) and `ring` signed it.
+fn account_of_cookie(
+    value: &[u8],
+    prefix: &str,
+    ring: &(impl crate::sign::Keys + ?Sized),
+) -> Option<Identity> {
     let token = crate::token::Token::parse(value).ok()?;
-    if !is_account(&token.claims.uid) {
+    if !token.claims.uid.starts_with(prefix) {
         return None;
     }
     token.verify_signature(ring).ok()?;
@@ -453,6 +474,13 @@ pub fn strip_from_query(query: &str) -> Option<String> {
 pub mod testing {
     /// An HS256 secret file (with the final newline an editor adds).
     pub const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test-secret\n";
+
+    /// The public key of `jwt::testing::ES256_PEM`: a site's ES256 key as `enqueue_key` holds it.
+    pub const ES256_PUBLIC_PEM: &str = "-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE5+X9v8VjDGHltnPTemOQ2C0xCaiv
+gNpzpWMx0IeGSbROkgQ34xeI3ACoIb18oAPTa7/t6EsVZ364pHtrWBV+Ow==
+-----END PUBLIC KEY-----
+";
 
     /// `now` of the tests: 2023-11-14T22:13:20Z.
     pub const NOW: u64 = 1_700_000_000;

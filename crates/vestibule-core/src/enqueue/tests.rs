@@ -28,6 +28,17 @@ fn es256(private: &str) -> (EnqueueKey, jsonwebtoken::EncodingKey) {
     (key, jsonwebtoken::EncodingKey::from_ec_der(der.as_bytes()))
 }
 
+/// The public key PEM of a P-256 private key PEM, as `p256` writes it.
+fn written_pem(private: &str) -> String {
+    use p256::pkcs8::{DecodePrivateKey as _, EncodePublicKey as _};
+    let secret = p256::SecretKey::from_pkcs8_pem(private).unwrap();
+    let pem = secret
+        .public_key()
+        .to_public_key_pem(p256::pkcs8::LineEnding::LF);
+    assert_eq!(pem.as_deref().unwrap(), super::testing::ES256_PUBLIC_PEM);
+    pem.unwrap()
+}
+
 fn ed25519() -> (EnqueueKey, jsonwebtoken::EncodingKey) {
     use ed25519_dalek::pkcs8::{
         DecodePrivateKey as _, EncodePrivateKey as _, EncodePublicKey as _,
@@ -62,6 +73,12 @@ fn hs256_es256_and_eddsa_tokens_are_accepted_as_the_account() {
     );
     let (key, signer) = es256(ES256_PEM);
     assert_eq!(key.algorithm(), "ES256");
+    let written = EnqueueKey::from_bytes(super::testing::ES256_PUBLIC_PEM.as_bytes()).unwrap();
+    assert_eq!(
+        key,
+        EnqueueKey::from_bytes(written_pem(ES256_PEM).as_bytes()).unwrap()
+    );
+    assert_eq!(written.algorithm(), "ES256");
     let token = sign(Algorithm::ES256, &signer, &claims());
     assert_eq!(verify(&token, &key, "sale", now()), Ok(alice.clone()));
     let (key, signer) = ed25519();
@@ -238,7 +255,9 @@ fn keys_are_secrets_or_public_keys() {
 fn account_identities_never_equal_address_or_header_identities() {
     let alice = account_identity("sale", "alice");
     assert!(is_account(alice.as_str()));
-    assert_eq!(alice.as_str().len(), ACCOUNT_PREFIX.len() + 32);
+    assert_eq!(alice.as_str().len(), ACCOUNT_PREFIX.len() + 8 + 1 + 32);
+    assert!(alice.as_str().starts_with(&room_prefix("sale")));
+    assert_ne!(room_prefix("sale"), room_prefix("other"));
     assert_eq!(alice, account_identity("sale", "alice"));
     assert_ne!(alice, account_identity("sale", "bob"));
     assert_ne!(alice, account_identity("other", "alice"));
@@ -324,6 +343,13 @@ fn a_room_knows_a_request_by_its_token_else_by_an_account_cookie() {
     assert_eq!(
         id(&required, None, &[b"junk", account_cookie.as_bytes()]),
         Ok(Some(alice.clone()))
+    );
+    // Nor does another room's account cookie.
+    let elsewhere = account_identity("other", "alice");
+    let copied = Cookie::new(Dec::Wait, NOW + 60, &elsewhere, "key1").sign(ring.active());
+    assert_eq!(
+        id(&required, None, &[copied.as_bytes()]),
+        Err(Refusal::Missing)
     );
     // An address's cookie does not: the room checks it against the address as ever.
     let ip = Identity::of_ip("192.0.2.1".parse().unwrap(), 64);
