@@ -55,6 +55,11 @@ impl WatchSet {
         if let Some(file) = &snapshot.config.admin.token_file {
             set.add(file);
         }
+        for room in &snapshot.config.rooms {
+            if let Some(enqueue) = &room.enqueue {
+                set.add(&enqueue.key_file);
+            }
+        }
         for c in &snapshot.config.tls.certificates {
             for file in [&c.cert, &c.key] {
                 set.add(file);

@@ -169,6 +169,7 @@ impl Loading {
         match crate::keys::load(&config.keys_file) {
             Ok(ring) => {
                 warn_about_keys(&config.keys_file, &ring, &mut self.warnings);
+                warn_about_enqueue_secrets(config, &mut self.warnings);
                 self.jwt_keys_for(config, &ring);
                 Some(ring)
             }
@@ -387,6 +388,35 @@ fn warn_about_keys(path: &Path, ring: &KeyRing, warnings: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// An HS256 `enqueue_key` is a secret that signs: like the key ring, keep it 0600. (A public key
+/// may be read by anyone.)
+fn warn_about_enqueue_secrets(config: &Config, warnings: &mut Vec<String>) {
+    #[cfg(unix)]
+    for room in &config.rooms {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(e) = room
+            .enqueue
+            .as_ref()
+            .filter(|e| e.key.algorithm() == "HS256")
+        else {
+            continue;
+        };
+        if let Ok(meta) = std::fs::metadata(&e.key_file) {
+            let mode = meta.permissions().mode();
+            if mode & 0o077 != 0 {
+                warnings.push(format!(
+                    "{}: readable by group or others (mode {:o}); keep room {}'s enqueue secret 0600",
+                    e.key_file.display(),
+                    mode & 0o777,
+                    room.name
+                ));
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (config, warnings);
 }
 
 /// Said once (a reload logs only new warnings): a folder without some of the pages serves the

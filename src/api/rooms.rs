@@ -94,7 +94,16 @@ pub(super) async fn answer(
             if body.as_ref().is_some_and(|b| !b.is_object()) {
                 return Reply::error(400, "bad_request", "the body must be a JSON object");
             }
-            match core::enqueue(room, ring, &ledger, asked.identity, now) {
+            let token = match body.as_ref().and_then(|b| b.get("enqueue_token")) {
+                None | Some(Value::Null) => enqueue_header(session),
+                Some(Value::String(t)) => Some(t.clone()),
+                Some(_) => {
+                    return Reply::error(400, "bad_request", "enqueue_token must be a string")
+                }
+            };
+            let identity = core::identity_of(room, token.as_deref(), asked.identity, now);
+            count_enqueue(app, room, token.is_some(), &identity);
+            match identity.and_then(|who| core::enqueue(room, ring, &ledger, &who, now)) {
                 Ok(s) => Reply::json(200, queued(&s)),
                 Err(e) => refusal(&e),
             }
@@ -163,6 +172,41 @@ pub(super) async fn answer(
     }
 }
 
+/// The `Vestibule-Enqueue` header's token, if the request sent one (not text: kept, so it is
+/// refused as malformed rather than ignored).
+fn enqueue_header(session: &Session) -> Option<String> {
+    session
+        .req_header()
+        .headers
+        .get(vestibule_core::enqueue::HEADER)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned())
+}
+
+/// Counts an enqueue token a room with `enqueue` on took or refused.
+fn count_enqueue(
+    app: &App,
+    room: &vestibule_core::room::Room,
+    brought: bool,
+    identity: &Result<Identity, ApiError>,
+) {
+    if room.config.enqueue.is_none() {
+        return;
+    }
+    match identity {
+        Ok(_) if brought => app
+            .metrics
+            .enqueue_accepted
+            .with_label_values(&[room.name()])
+            .inc(),
+        Err(ApiError::Enqueue(r)) => app
+            .metrics
+            .enqueue_rejected
+            .with_label_values(&[room.name(), r.as_str()])
+            .inc(),
+        _ => {}
+    }
+}
+
 /// The answer to `queue`.
 fn queued(s: &Status) -> Value {
     json!({
@@ -213,6 +257,19 @@ pub(crate) fn refusal_body(e: &ApiError) -> (u16, Value) {
             "no_jwt_keys",
             "the key ring has no [[jwt_key]] to sign a token with",
         ),
+        ApiError::Enqueue(r) => {
+            return (
+                403,
+                json!({
+                    "error": r.error(),
+                    "reason": r.as_str(),
+                    "message": match r {
+                        vestibule_core::enqueue::Refusal::Missing => "this room asks for an enqueue token",
+                        _ => "the enqueue token is not valid for this room",
+                    },
+                }),
+            )
+        }
         ApiError::NotYet(s) => {
             return (
                 409,

@@ -154,7 +154,7 @@ fn sample_outcome(
         PageKind::PreQueue => Decision::PreQueue,
         PageKind::Challenge => Decision::Challenge,
         PageKind::Invite => Decision::Uninvited,
-        PageKind::RateLimited | PageKind::Error => Decision::Wait,
+        PageKind::RateLimited | PageKind::Error | PageKind::Enqueue => Decision::Wait,
     };
     let mut outcome = Outcome::new(decision, CookieAction::Keep);
     outcome.refresh_secs = room.retry_after();

@@ -19,6 +19,10 @@ impl Host for System {
         std::fs::read_to_string(path)
     }
 
+    fn read_bytes(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
     }
@@ -41,6 +45,10 @@ pub struct Offline;
 impl Host for Offline {
     fn read(&self, path: &Path) -> std::io::Result<String> {
         System.read(path)
+    }
+
+    fn read_bytes(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        System.read_bytes(path)
     }
 
     fn is_dir(&self, path: &Path) -> bool {

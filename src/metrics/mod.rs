@@ -151,6 +151,11 @@ pub struct Metrics {
     pub jwt_issued: IntCounterVec,
     /// JWTs refused, by room and reason (`vestibule_core::jwt::Refusal`).
     pub jwt_rejected: IntCounterVec,
+    /// Enqueue tokens accepted, by room.
+    pub enqueue_accepted: IntCounterVec,
+    /// Enqueue tokens refused (or missing where required), by room and reason
+    /// (`vestibule_core::enqueue::Refusal`).
+    pub enqueue_rejected: IntCounterVec,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -223,6 +228,16 @@ impl Metrics {
             jwt_rejected: counter_vec(
                 "vestibule_jwt_rejected_total",
                 "JWTs presented and refused, by room and reason: malformed, unknown_key, bad_signature, bad_algorithm, expired, not_yet_valid, wrong_issuer, wrong_audience, reset.",
+                &["room", "reason"],
+            ),
+            enqueue_accepted: counter_vec(
+                "vestibule_enqueue_accepted_total",
+                "Requests whose enqueue token a room accepted, by room.",
+                &["room"],
+            ),
+            enqueue_rejected: counter_vec(
+                "vestibule_enqueue_rejected_total",
+                "Requests a room refused for their enqueue token, by room and reason: missing, malformed, bad_signature, bad_algorithm, expired, too_long, wrong_audience, no_subject.",
                 &["room", "reason"],
             ),
             admin_actions: counter_vec(
@@ -455,6 +470,8 @@ impl Metrics {
             Box::new(self.api_requests.clone()),
             Box::new(self.jwt_issued.clone()),
             Box::new(self.jwt_rejected.clone()),
+            Box::new(self.enqueue_accepted.clone()),
+            Box::new(self.enqueue_rejected.clone()),
             Box::new(self.room_override.clone()),
             Box::new(self.room_admit_grants.clone()),
             Box::new(self.room_event_state.clone()),
@@ -558,6 +575,12 @@ impl Metrics {
             self.jwt_issued.with_label_values(&[name]);
             for r in crate::jwt::Refusal::ALL {
                 self.jwt_rejected.with_label_values(&[name, r.as_str()]);
+            }
+        }
+        if room.config.enqueue.is_some() {
+            self.enqueue_accepted.with_label_values(&[name]);
+            for r in crate::enqueue::Refusal::ALL {
+                self.enqueue_rejected.with_label_values(&[name, r.as_str()]);
             }
         }
         for result in INVITATION_RESULTS {

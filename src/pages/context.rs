@@ -22,6 +22,7 @@ pub(crate) fn builtin_source(kind: PageKind) -> &'static str {
         PageKind::PreQueue => include_str!("../../pages/prequeue.html"),
         PageKind::Challenge => include_str!("../../pages/challenge.html"),
         PageKind::Invite => include_str!("../../pages/invite.html"),
+        PageKind::Enqueue => include_str!("../../pages/enqueue.html"),
     }
 }
 

@@ -31,6 +31,7 @@ use crate::snapshot::Snapshot;
 use crate::time::Timestamp;
 
 mod answer;
+mod enqueue;
 #[cfg(test)]
 mod tests;
 mod upstream;
@@ -210,6 +211,15 @@ impl ProxyHttp for Proxy {
                 respond(session, 503, "text/plain; charset=utf-8", extra, body).await?;
                 Ok(true)
             }
+            Answer::EnqueueRefused(room, refusal) => {
+                ctx.notes.slots.clear();
+                let json = ctx
+                    .notes
+                    .wants
+                    .map_or_else(|| wants_json(session), |w| w == Wants::Json);
+                enqueue::write_refusal(session, &snapshot, room, refusal, json, now).await?;
+                Ok(true)
+            }
             Answer::RateLimited(check) => {
                 ctx.notes.slots.clear();
                 let set_cookie = ctx.notes.set_cookie.take();
@@ -271,6 +281,7 @@ impl ProxyHttp for Proxy {
         if let Some(uri) = decide::without_invitation(&upstream.uri) {
             upstream.set_uri(uri);
         }
+        enqueue::strip_parameter(upstream);
         single_content_length(upstream)?;
         strip_room_cookies(upstream, ctx.snapshot.rooms.cookie_names())?;
         // Static values: no allocation, nothing to validate.
@@ -641,6 +652,7 @@ impl Proxy {
     /// Counts what the decision did: the room's decision and each rule's verdict.
     fn record(&self, snapshot: &Snapshot, notes: &Notes) {
         self.record_jwt(snapshot, notes);
+        enqueue::record(&self.app.metrics, snapshot, notes);
         self.app.metrics.with_handles(snapshot, |handles| {
             for (rule, outcome) in &notes.rule_outcomes {
                 if let Some(counters) = handles.rules.get(*rule) {

@@ -455,3 +455,78 @@ fn three_nodes_on_redis_give_unique_numbers_and_share_the_serving_counter() {
     let (s, t) = token_for(&nodes[2], &id);
     assert_eq!(s, 200, "{t}");
 }
+
+/// Enqueue tokens through the API: one place per account, whatever the address; two
+/// accounts behind one address have two; a `required` room refuses a missing or bad token.
+#[test]
+fn an_account_keeps_one_place_through_the_api_and_bad_enqueue_tokens_are_refused() {
+    use crate::enqueue::{claims, path, sign, SECRET};
+    if crate::jwt::pyjwt("print(1)", &[]).is_none() {
+        return;
+    }
+    let origin = Origin::start();
+    let room = "[[room]]\nname = \"sale\"\npaths = [\"/\"]\nadmission = \"fifo\"\n\
+                new_users_per_minute = 1\nrefresh = \"5s\"\napi = true\n\
+                enqueue = \"required\"\nenqueue_key = \"site.key\"\n";
+    let mut setup = Setup::new(origin.addr)
+        .file("jwt-1.pem", generate(Algorithm::Es256))
+        .file("site.key", SECRET)
+        .extra(TRUST_LOCAL)
+        .extra(room);
+    setup.keys = ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+    let v = setup.start();
+    let secret = path(&v.path("site.key")).to_owned();
+    let token = |account: &str| sign("HS256", &secret, claims(account, "sale", 300));
+    let queue = |ip: &str, body: Value| call(&v, "POST", "/queue", ip, Some(&body.to_string()));
+    let alice = token("alice");
+    let (s, a1, _) = queue("10.2.0.1", json!({ "enqueue_token": alice }));
+    assert_eq!(s, 200, "{a1}");
+    // Alice again from her phone (another address, a fresh token): the same place.
+    let (_, a2, _) = queue("10.2.0.99", json!({ "enqueue_token": token("alice") }));
+    assert_eq!(a2["request_id"], a1["request_id"], "{a2}");
+    // Bob behind Alice's first address: a place of his own.
+    let (_, b, _) = queue("10.2.0.1", json!({ "enqueue_token": token("bob") }));
+    assert_ne!(b["queue_number"], a1["queue_number"], "{b}");
+    // The header works as the body does.
+    let resp = client()
+        .post(v.url("/.vestibule/rooms/sale/queue"))
+        .header("X-Forwarded-For", "10.2.0.50")
+        .header("Vestibule-Enqueue", token("alice"))
+        .send()
+        .unwrap();
+    assert_eq!(
+        resp.json::<Value>().unwrap()["request_id"],
+        a1["request_id"]
+    );
+    // Refusals.
+    let (s, e, _) = queue("10.2.0.2", json!({}));
+    assert_eq!(
+        (s, e["error"].as_str()),
+        (403, Some("enqueue_required")),
+        "{e}"
+    );
+    let other_room = sign("HS256", &secret, claims("carol", "elsewhere", 300));
+    let too_long = sign("HS256", &secret, claims("carol", "sale", 3600));
+    let expired = sign("HS256", &secret, claims("carol", "sale", -10));
+    for (bad, reason) in [
+        (other_room.as_str(), "wrong_audience"),
+        (too_long.as_str(), "too_long"),
+        (expired.as_str(), "expired"),
+        ("forged.token.here", "malformed"),
+    ] {
+        let (s, e, _) = queue("10.2.0.3", json!({ "enqueue_token": bad }));
+        assert_eq!(
+            (s, e["error"].as_str(), e["reason"].as_str()),
+            (403, Some("enqueue_invalid"), Some(reason)),
+            "{e}"
+        );
+    }
+    let (s, e, _) = queue("10.2.0.3", json!({ "enqueue_token": 7 }));
+    assert_eq!((s, e["error"].as_str()), (400, Some("bad_request")));
+    let metrics = v.metrics();
+    assert!(
+        metrics.contains("vestibule_enqueue_rejected_total{reason=\"missing\",room=\"sale\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("vestibule_enqueue_accepted_total{room=\"sale\"} 4"));
+}

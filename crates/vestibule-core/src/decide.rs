@@ -19,6 +19,9 @@
 //!    the request is an ACME challenge (with `bypass_acme_challenge`), or there is no key ring:
 //!    - a subresource of a held page (its favicon, say) neither joins nor checks in:
 //!      [`Answer::Held`] unless its visitor is admitted;
+//!    - a room whose `enqueue` is on knows the request by the account of the enqueue token it
+//!      brings, or of its account-bound room cookie ([`enqueue::identify`]); a token refused,
+//!      or none in a `required` room, answers [`Answer::EnqueueRefused`];
 //!    - otherwise the room decides with the request's cookies, proof-of-work solution and
 //!      invitation;
 //!    - a page opened by an invitation's link that got a place answers [`Answer::Invited`]
@@ -44,6 +47,7 @@ use crate::api;
 use crate::bearer;
 use crate::config::{Config, RoomMode, Scope};
 use crate::cookie;
+use crate::enqueue;
 use crate::identity::IdentityPolicy;
 use crate::invite;
 use crate::keys::KeyRing;
@@ -113,6 +117,9 @@ pub enum Answer {
     RoomPage(usize, Outcome),
     /// A rule blocks it.
     RateLimited(Limited),
+    /// This room (an index into the policy's rooms) refuses the request's enqueue token, or
+    /// wants one and got none: a 403.
+    EnqueueRefused(usize, enqueue::Refusal),
     /// A held subresource: a short 503 asking to retry after this many seconds.
     Held(u64),
     /// A page opened by an invitation's link got a place: `303` to the same target without
@@ -166,6 +173,9 @@ pub struct Notes {
     /// `jwt` rooms: the JWT the request brought or got, or why the one it brought was refused
     /// (boxed: nearly every request has none, and the notes stay small).
     pub jwt: Option<Box<crate::bearer::JwtNote>>,
+    /// Rooms whose `enqueue` is on: the enqueue token the request brought was accepted, or why
+    /// it (or its lack) was refused; `None` when it brought none and needed none.
+    pub enqueue: Option<Result<(), enqueue::Refusal>>,
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     pub quotas: SmallVec<[(usize, u64, u64); 2]>,
@@ -272,7 +282,16 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
             {
                 Admission::Decided(Outcome::new(Decision::Allow, CookieAction::Keep), false)
             }
-            (Some(ring), false) => room_admission(req, room, ring, &identity, now, notes),
+            (Some(ring), false) => match room_identity(req, room, ring, now, notes) {
+                Ok(account) => {
+                    let who = account.as_ref().unwrap_or(&identity);
+                    room_admission(req, room, ring, who, now, notes)
+                }
+                Err(refusal) => {
+                    notes.wants = Some(request_wants(req));
+                    return Answer::EnqueueRefused(route.index, refusal);
+                }
+            },
             _ => Admission::Decided(Outcome::new(Decision::Bypass, CookieAction::Keep), false),
         };
         let (outcome, invited_by_link) = match admission {
@@ -326,6 +345,47 @@ enum Admission {
     Held(Outcome),
 }
 
+/// The account a room with `enqueue` on knows the request by (`None`: its address, or the
+/// room has `enqueue` off), or why the room refuses it. A room in shadow mode counts a refusal
+/// and goes on by address.
+fn room_identity(
+    req: &Request,
+    room: &Room,
+    ring: &crate::keys::KeyRing,
+    now: Timestamp,
+    notes: &mut Notes,
+) -> Result<Option<crate::identity::Identity>, enqueue::Refusal> {
+    let Some(settings) = &room.config.enqueue else {
+        return Ok(None);
+    };
+    let token = enqueue::token_of(req.headers, req.uri.query());
+    let cookies = cookie::values(
+        req.headers
+            .get_all(header::COOKIE)
+            .iter()
+            .map(|v| v.as_bytes()),
+        &room.config.cookie.name,
+    );
+    let found = enqueue::identify(settings, room.name(), token, &cookies, ring, now);
+    match &found {
+        Ok(_) if token.is_some() => notes.enqueue = Some(Ok(())),
+        Ok(_) => {}
+        Err(refusal) => notes.enqueue = Some(Err(*refusal)),
+    }
+    match found {
+        Err(_) if room.config.mode == RoomMode::Shadow => Ok(None),
+        found => found,
+    }
+}
+
+/// What the client asked for: a page, JSON, or a subresource.
+fn request_wants(req: &Request) -> Wants {
+    wants::wants(
+        req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
+        req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
+    )
+}
+
 /// The room's part: its cookies, what the client wants, the held subresource, and the room's
 /// own decision with the request's solution and invitation.
 fn room_admission(
@@ -343,10 +403,7 @@ fn room_admission(
             .map(|v| v.as_bytes()),
         &room.config.cookie.name,
     );
-    let wants = wants::wants(
-        req.headers.get(header::ACCEPT).map(|v| v.as_bytes()),
-        req.headers.get(SEC_FETCH_MODE).map(|v| v.as_bytes()),
-    );
+    let wants = request_wants(req);
     notes.wants = Some(wants);
     // A subresource of a held page (its favicon, say) neither joins the queue nor checks in:
     // only an admitted visitor's goes on.
@@ -528,6 +585,20 @@ pub fn without_invitation(uri: &http::Uri) -> Option<http::Uri> {
     http::Uri::from_parts(parts).ok()
 }
 
+/// The request's target without the enqueue token parameter ([`enqueue::PARAMETER`]), when it
+/// had one: the origin never sees a token.
+pub fn without_enqueue_token(uri: &http::Uri) -> Option<http::Uri> {
+    let query = enqueue::strip_from_query(uri.query()?)?;
+    let mut target = uri.path().to_owned();
+    if !query.is_empty() {
+        target.push('?');
+        target.push_str(&query);
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(target.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
+}
+
 const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
 const VESTIBULE_SOLUTION: http::HeaderName = http::HeaderName::from_static("vestibule-solution");
@@ -636,6 +707,145 @@ mod tests {
             tls: sent.tls,
         };
         decide(&request, &snapshot.policy(), at)
+    }
+
+    /// A held `fifo` room whose `enqueue` is `required`, behind a trusted proxy (the tests pick
+    /// the client's address by `X-Forwarded-For`).
+    fn enqueue_room() -> Built {
+        use crate::enqueue::{testing::SECRET, EnqueueKey, Mode};
+        let mut built = snapshot(
+            "",
+            &format!("[identity]\ntrusted_proxies = [\"192.0.2.10/32\"]\n{HELD_ROOM}"),
+        );
+        let mut config = built.config.rooms[0].clone();
+        config.enqueue = Some(crate::config::RoomEnqueue {
+            mode: Mode::Required,
+            key: EnqueueKey::from_bytes(SECRET).unwrap(),
+            key_file: "site.key".into(),
+        });
+        let store: Arc<dyn CounterStore> = Arc::new(LocalStore::new());
+        built.rooms = RoomSet::new(vec![Room::new(config, &store)]);
+        built
+    }
+
+    /// An enqueue token for `account` in the room `sale`, valid for a minute from [`now`].
+    fn enqueue_token(account: &str) -> String {
+        crate::enqueue::testing::hs256(&serde_json::json!({
+            "sub": account, "aud": "sale", "exp": now().secs() + 60,
+        }))
+    }
+
+    /// The room cookie a page answer sets (`name=value`), and its decision.
+    fn placed(v: &Verdict) -> (Decision, Option<String>) {
+        let Answer::RoomPage(0, outcome) = &v.answer else {
+            panic!("{:?}", v.answer);
+        };
+        let cookie = match &outcome.cookie {
+            CookieAction::Set(value) => Some(format!("waiting_room={value}")),
+            _ => None,
+        };
+        (outcome.decision, cookie)
+    }
+
+    #[test]
+    fn an_enqueue_room_binds_places_to_accounts_not_addresses() {
+        use crate::enqueue::Refusal;
+        let snap = enqueue_room();
+        fn from<'a>(ip: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+            let mut headers = vec![("accept", "text/html"), ("x-forwarded-for", ip)];
+            headers.extend_from_slice(extra);
+            headers
+        }
+        // No token: refused, as a page.
+        let v = run(&get("/", &from("198.51.100.1", &[])), &snap, now());
+        assert!(
+            matches!(v.answer, Answer::EnqueueRefused(0, Refusal::Missing)),
+            "{:?}",
+            v.answer
+        );
+        assert_eq!(v.notes.wants, Some(Wants::Page));
+        assert_eq!(v.notes.enqueue, Some(Err(Refusal::Missing)));
+        // Alice joins from one address with her token in the link...
+        let target = format!("/?vestibule_enqueue={}", enqueue_token("alice"));
+        let v = run(&get(&target, &from("198.51.100.1", &[])), &snap, now());
+        assert_eq!(v.notes.enqueue, Some(Ok(())));
+        let (decision, alice) = placed(&v);
+        assert_eq!(decision, Decision::Anon);
+        let alice = alice.expect("a place");
+        assert!(alice.contains("uid=%_acct:"), "{alice}");
+        // ...and her cookie keeps the place from another address, without the token.
+        let v = run(
+            &get("/", &from("203.0.113.9", &[("cookie", &alice)])),
+            &snap,
+            now(),
+        );
+        assert_eq!(placed(&v), (Decision::Wait, None));
+        // So does her token from a third address, with no cookie: the same place.
+        let header = enqueue_token("alice");
+        let v = run(
+            &get("/", &from("192.0.2.77", &[("vestibule-enqueue", &header)])),
+            &snap,
+            now(),
+        );
+        let (_, again) = placed(&v);
+        let uid = |c: &str| {
+            c.split('&')
+                .find(|f| f.starts_with("uid="))
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(uid(&again.unwrap()), uid(&alice));
+        // Bob, behind Alice's first address, gets a place of his own; Alice's cookie beside his
+        // token is not his.
+        let bob = enqueue_token("bob");
+        let v = run(
+            &get(
+                "/",
+                &from(
+                    "198.51.100.1",
+                    &[("vestibule-enqueue", &bob), ("cookie", &alice)],
+                ),
+            ),
+            &snap,
+            now(),
+        );
+        let Answer::RoomPage(0, outcome) = &v.answer else {
+            panic!("{:?}", v.answer);
+        };
+        assert!(outcome.rejected.is_some());
+        let (decision, bobs) = placed(&v);
+        assert_eq!(decision, Decision::Anon);
+        assert_ne!(uid(&bobs.unwrap()), uid(&alice));
+        // A bad token is refused, never ignored, even beside a good cookie; JSON clients too.
+        let v = run(
+            &get(
+                "/",
+                &[
+                    ("accept", "application/json"),
+                    ("vestibule-enqueue", "x.y.z"),
+                    ("cookie", &alice),
+                ],
+            ),
+            &snap,
+            now(),
+        );
+        assert!(
+            matches!(v.answer, Answer::EnqueueRefused(0, Refusal::Malformed)),
+            "{:?}",
+            v.answer
+        );
+        assert_eq!(v.notes.wants, Some(Wants::Json));
+    }
+
+    #[test]
+    fn the_enqueue_parameter_never_reaches_the_origin() {
+        let strip = |t: &str| without_enqueue_token(&t.parse().unwrap()).map(|u| u.to_string());
+        assert_eq!(strip("/a?b=1"), None);
+        assert_eq!(strip("/a?vestibule_enqueue=x.y.z").as_deref(), Some("/a"));
+        assert_eq!(
+            strip("/a?b=1&vestibule_enqueue=x.y.z&c=2").as_deref(),
+            Some("/a?b=1&c=2")
+        );
     }
 
     const HELD_ROOM: &str = "[[room]]\nname = \"sale\"\npaths = [\"/\"]\nbypass_paths = [\"/static/\"]\nadmission = \"fifo\"\nnew_users_per_minute = 1\nqueue_all = true\n";

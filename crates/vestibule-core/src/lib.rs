@@ -48,6 +48,7 @@ pub mod config;
 pub mod controls;
 pub mod cookie;
 pub mod decide;
+pub mod enqueue;
 pub mod identity;
 pub mod inflight;
 pub mod invite;

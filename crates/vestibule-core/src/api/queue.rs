@@ -67,6 +67,8 @@ pub enum ApiError {
     NumbersPending,
     /// The room cannot sign JWTs (no `[[jwt_key]]`).
     NoKeys,
+    /// An `enqueue` room refused the request's enqueue token, or the lack of one.
+    Enqueue(crate::enqueue::Refusal),
 }
 
 /// Where a request stands.
@@ -313,6 +315,30 @@ fn read_current(
     RequestId::read(id, room.name(), ring)
         .filter(|rid| queue.current_number(rid.arr_ms, 0))
         .ok_or(ApiError::UnknownRequest)
+}
+
+/// Who a `POST queue` is in `room`: the account of the enqueue token it brings (`token`: the
+/// body's `enqueue_token`, else the `Vestibule-Enqueue` header) in a room with `enqueue` on,
+/// else `address` (its identity by address or trusted header). A token is never ignored in such
+/// a room: a bad one, or none in a `required` room, is refused.
+pub fn identity_of(
+    room: &Room,
+    token: Option<&str>,
+    address: &Identity,
+    now: Timestamp,
+) -> Result<Identity, ApiError> {
+    let Some(settings) = &room.config.enqueue else {
+        return Ok(address.clone());
+    };
+    match token {
+        Some(t) => {
+            crate::enqueue::verify(t, &settings.key, room.name(), now).map_err(ApiError::Enqueue)
+        }
+        None if settings.mode == crate::enqueue::Mode::Required => {
+            Err(ApiError::Enqueue(crate::enqueue::Refusal::Missing))
+        }
+        None => Ok(address.clone()),
+    }
 }
 
 /// A new request in line for `identity` (an address or an account); the same place if it

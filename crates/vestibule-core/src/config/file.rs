@@ -318,6 +318,10 @@ pub(crate) struct RoomFile {
     pub jwt_audience: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub jwt_validity: Option<Duration>,
+    /// Enqueue tokens: `off`, `optional` or `required`.
+    pub enqueue: Option<String>,
+    /// The site's key for enqueue tokens: an HS256 secret file or a public key PEM.
+    pub enqueue_key: Option<String>,
     /// `[[room.event]]`: scheduled events.
     #[serde(default)]
     pub event: Vec<EventFile>,

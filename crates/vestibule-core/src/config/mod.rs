@@ -79,6 +79,18 @@ pub struct RoomApi {
     pub position_expiry: Duration,
 }
 
+/// A room's enqueue tokens (`enqueue = "optional"` or `"required"`): see
+/// [`crate::enqueue`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomEnqueue {
+    /// `optional` or `required` (a room with `enqueue = "off"` has no `RoomEnqueue`).
+    pub mode: crate::enqueue::Mode,
+    /// The key read from [`RoomEnqueue::key_file`] when the config was checked.
+    pub key: crate::enqueue::EnqueueKey,
+    /// `enqueue_key`, resolved against the config's folder: watched, and read again on reload.
+    pub key_file: PathBuf,
+}
+
 /// `[tls]`: the certificates of the TLS listeners. The files are loaded and checked
 /// with the snapshot (`crate::tls`), and reload like the key ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -391,6 +403,8 @@ pub struct RoomConfig {
     /// `api = true`: the public queue API, queue numbers and the serving counter.
     pub api: Option<RoomApi>,
     pub jwt: Option<RoomJwt>,
+    /// `enqueue = "optional"` or `"required"`: places bound to the site's accounts.
+    pub enqueue: Option<RoomEnqueue>,
 }
 
 /// Who may join a room.
@@ -669,6 +683,10 @@ pub enum LogFormat {
 pub trait Host {
     /// The text of a file the config names (`admin.token_file`, a peer list).
     fn read(&self, path: &Path) -> std::io::Result<String>;
+    /// The bytes of a file the config names that need not be text (a room's `enqueue_key`).
+    fn read_bytes(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        self.read(path).map(String::into_bytes)
+    }
     /// Whether `path` is a folder (a room's default `pages/` is used only when it exists).
     fn is_dir(&self, path: &Path) -> bool;
     /// The addresses of a peer's `host:port`. A host that must not touch the network answers

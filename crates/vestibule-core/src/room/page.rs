@@ -17,11 +17,13 @@ pub enum PageKind {
     PreQueue,
     Challenge,
     Invite,
+    /// A room's enqueue token missing (`required`) or refused.
+    Enqueue,
 }
 
 impl PageKind {
     /// Every page, in file order.
-    pub const ALL: [PageKind; 10] = [
+    pub const ALL: [PageKind; 11] = [
         PageKind::StartWaiting,
         PageKind::KeepWaiting,
         PageKind::Deny,
@@ -32,6 +34,7 @@ impl PageKind {
         PageKind::PreQueue,
         PageKind::Challenge,
         PageKind::Invite,
+        PageKind::Enqueue,
     ];
 
     /// The page's file in a pages folder.
@@ -47,6 +50,7 @@ impl PageKind {
             PageKind::PreQueue => "prequeue.html",
             PageKind::Challenge => "challenge.html",
             PageKind::Invite => "invite.html",
+            PageKind::Enqueue => "enqueue.html",
         }
     }
 }

@@ -396,3 +396,61 @@ fn lanes_are_read_and_checked() {
         "{e}"
     );
 }
+
+/// `enqueue` and `enqueue_key`: the key file is read (relative to the config's folder) and
+/// checked; the errors name the file, the line and the key.
+#[test]
+fn enqueue_keys_parse_and_their_errors_name_file_line_and_key() {
+    use crate::enqueue::{testing::SECRET, Mode};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("vestibule.toml");
+    std::fs::write(dir.path().join("site.key"), SECRET).unwrap();
+    std::fs::write(dir.path().join("short.key"), b"short\n").unwrap();
+    let parse = |room: &str| Config::parse(&format!("{MINIMAL}[[room]]\n{room}"), &config, &Disk);
+    let errors = |room: &str| parse(room).unwrap_err().to_string();
+
+    let c = parse("enqueue = \"required\"\nenqueue_key = \"site.key\"\n").unwrap();
+    let e = c.rooms[0].enqueue.as_ref().unwrap();
+    assert_eq!(e.mode, Mode::Required);
+    assert_eq!(e.key_file, dir.path().join("site.key"));
+    assert_eq!(e.key.algorithm(), "HS256");
+    let c = parse("enqueue = \"optional\"\nenqueue_key = \"site.key\"\n").unwrap();
+    assert_eq!(c.rooms[0].enqueue.as_ref().unwrap().mode, Mode::Optional);
+    assert_eq!(parse("").unwrap().rooms[0].enqueue, None);
+    assert_eq!(parse("enqueue = \"off\"\n").unwrap().rooms[0].enqueue, None);
+
+    let path = config.display();
+    let e = errors("enqueue = \"on\"\n");
+    assert!(
+        e.contains(&format!(
+            "{path}:4: room[0].enqueue: must be \"off\", \"optional\" or \"required\", got \"on\""
+        )),
+        "{e}"
+    );
+    let e = errors("enqueue = \"required\"\n");
+    assert!(
+        e.contains(&format!(
+            "{path}:4: room[0].enqueue: \"required\" needs enqueue_key"
+        )),
+        "{e}"
+    );
+    let e = errors("enqueue_key = \"site.key\"\n");
+    assert!(
+        e.contains(&format!(
+            "{path}:4: room[0].enqueue_key: only applies with enqueue"
+        )),
+        "{e}"
+    );
+    let e = errors("enqueue = \"optional\"\nenqueue_key = \"missing.key\"\n");
+    assert!(
+        e.contains(&format!("{path}:5: room[0].enqueue_key: cannot read")),
+        "{e}"
+    );
+    assert!(e.contains("missing.key"), "{e}");
+    let e = errors("enqueue = \"optional\"\nenqueue_key = \"short.key\"\n");
+    assert!(
+        e.contains(&format!("{path}:5: room[0].enqueue_key:")),
+        "{e}"
+    );
+    assert!(e.contains("short.key: an HS256 secret of 5 bytes"), "{e}");
+}

@@ -39,6 +39,7 @@ impl Validator<'_> {
             let Some(admission) = admission else { continue };
             let jwt = self.room_jwt(i, r, &name);
             let api = self.room_api(i, r, &admission, &events);
+            let enqueue = self.room_enqueue(i, r);
             out.push(RoomConfig {
                 name,
                 enabled: r.enabled.unwrap_or(true),
@@ -63,6 +64,7 @@ impl Validator<'_> {
                 revoked_invitations,
                 jwt,
                 api,
+                enqueue,
             });
         }
         out
@@ -176,6 +178,67 @@ impl Validator<'_> {
             self.err(k("jwt_validity"), "must be between 1m and 7d");
         }
         Some(RoomJwt { audience, validity })
+    }
+
+    /// `enqueue` and `enqueue_key`. `enqueue_key` without `enqueue` on is an error, as is
+    /// `enqueue` on without a key: a room could verify nothing.
+    fn room_enqueue(&mut self, i: usize, r: &RoomFile) -> Option<RoomEnqueue> {
+        use crate::enqueue::{EnqueueKey, Mode};
+        let k = |field: &str| format!("room[{i}].{field}");
+        let value = r.enqueue.as_deref().unwrap_or("off");
+        let Some(mode) = Mode::parse(value) else {
+            self.err(
+                k("enqueue"),
+                format!("must be \"off\", \"optional\" or \"required\", got \"{value}\""),
+            );
+            return None;
+        };
+        let file = r
+            .enqueue_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|f| !f.is_empty());
+        let file = match (mode, file) {
+            (Mode::Off, None) => return None,
+            (Mode::Off, Some(_)) => {
+                self.err(
+                    k("enqueue_key"),
+                    "only applies with enqueue = \"optional\" or \"required\"",
+                );
+                return None;
+            }
+            (_, None) => {
+                self.err(
+                    k("enqueue"),
+                    format!(
+                        "\"{value}\" needs enqueue_key: the site's HS256 secret file or public key PEM"
+                    ),
+                );
+                return None;
+            }
+            (_, Some(file)) => self.resolve(file),
+        };
+        let bytes = match self.host.read_bytes(&file) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.err(
+                    k("enqueue_key"),
+                    format!("cannot read {}: {e}", file.display()),
+                );
+                return None;
+            }
+        };
+        match EnqueueKey::from_bytes(&bytes) {
+            Ok(key) => Some(RoomEnqueue {
+                mode,
+                key,
+                key_file: file,
+            }),
+            Err(e) => {
+                self.err(k("enqueue_key"), format!("{}: {e}", file.display()));
+                None
+            }
+        }
     }
 
     /// The room's `name`, which must be a label and the only room of that name.
