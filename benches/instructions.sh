@@ -54,8 +54,20 @@ ORIGIN_TEXT = (b"hello from the origin", b"demo origin")
 FOLLOW = expect == "origin"
 errors = []
 
+# TARGET: the path asked for ("/" unless set). With ENQUEUE (a queue API path), one request id
+# is taken first and TARGET names it: an app asking after its place.
+TARGET = os.environ.get("TARGET", "/")
+if os.environ.get("ENQUEUE"):
+    import json
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(("POST " + os.environ["ENQUEUE"] + " HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").encode())
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    TARGET += json.loads(answer.split(b"\r\n\r\n", 1)[1])["request_id"]
+
 def request(headers):
-    return ("GET / HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+    return ("GET " + TARGET + " HTTP/1.1\r\nHost: bench\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
 
 def client(n, headers):
     s = socket.create_connection(("127.0.0.1", port))
@@ -200,6 +212,15 @@ measure vestibule_capacity_allowed vestibule origin "$CAPACITY_ROOM" "Cookie: $C
 if [ -n "${JWT_COOKIES:-}" ]; then
   JWT_KEY=$JWT_PEM measure vestibule_jwt_allowed vestibule origin "$JWT_ROOM" "Cookie: $JWT_COOKIES"
 fi
+# The queue API of a capacity room (api = true): the serving counter, and an app asking
+# after a place the room let in (its request id checked, its marks read).
+if [ -n "${JWT_COOKIES:-}" ]; then
+  API_ROOM="$CAPACITY_ROOM
+api = true"
+  TARGET=/.vestibule/rooms/default/serving JWT_KEY=$JWT_PEM measure vestibule_api_serving vestibule page "$API_ROOM"
+  ENQUEUE=/.vestibule/rooms/default/queue TARGET=/.vestibule/rooms/default/queue/ JWT_KEY=$JWT_PEM \
+    measure vestibule_api_check_in vestibule page "$API_ROOM"
+fi
 # A bucket keyed by a header the client sends: that header costs a proxy on its own, so it is
 # compared with the plain proxy fed the same header too.
 measure plain_proxy_api_key_header plain origin "" "X-Api-Key: k-123"
@@ -220,6 +241,8 @@ $RULES_API_KEY" "Cookie: $COOKIE" "X-Api-Key: k-123"
   row vestibule_allowed_with_access_log vestibule_allowed
   row vestibule_jwt_allowed plain_proxy
   row vestibule_jwt_allowed vestibule_allowed
+  row vestibule_api_serving plain_proxy
+  row vestibule_api_check_in plain_proxy
   row plain_proxy_origin_timeouts plain_proxy
   row vestibule_allowed plain_proxy_origin_timeouts
   row vestibule_3_rules plain_proxy_origin_timeouts
