@@ -358,16 +358,17 @@ fn the_api_path_is_reserved_and_answers_json() {
     setup.keys = ring_with(&[("k1", "ES256", "jwt-1.pem")]);
     let v = setup.start();
     let before = origin.served();
-    for path in [
-        "/.vestibule",
-        "/.vestibule/",
-        "/.vestibule/rooms/sale/queue",
-        "//.vestibule//x",
+    for (path, code) in [
+        ("/.vestibule", "not_found"),
+        ("/.vestibule/", "not_found"),
+        // A room without the queue API (api = true).
+        ("/.vestibule/rooms/sale/waiting", "unknown_room"),
+        ("//.vestibule//x", "not_found"),
     ] {
         let resp = client().get(v.url(path)).send().unwrap();
         assert_eq!(resp.status(), 404, "{path}");
         let body: serde_json::Value = resp.json().unwrap();
-        assert_eq!(body["error"], "not_found", "{path}");
+        assert_eq!(body["error"], code, "{path}");
     }
     let resp = client()
         .post(v.url("/.vestibule/jwks.json"))
