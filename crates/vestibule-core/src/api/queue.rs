@@ -545,6 +545,26 @@ fn sign(
     if ring.jwt().is_empty() {
         return Err(ApiError::NoKeys);
     }
+    let mut claims = room_claims(room, queue, issuer, id, validity, now);
+    claims.queue_number = Some(status.queue_number);
+    let _ = rid;
+    Ok(Issued {
+        access_token: ring.jwt().sign(&claims),
+        expires_in: claims.exp - claims.iat,
+    })
+}
+
+/// The claims of a room's JWT for `sub`, whom `room` let in at `now`: the room's audience and
+/// validity (at most a session; `validity` overrides it), its running event, a fresh `jti`.
+/// Used by the queue API's tokens and the OpenID Provider's access tokens alike.
+pub fn room_claims(
+    room: &Room,
+    queue: &Capacity,
+    issuer: &str,
+    sub: &str,
+    validity: Option<Duration>,
+    now: Timestamp,
+) -> JwtClaims {
     let session = Duration::from_secs(queue.session_minutes() * 60);
     let (audience, configured) = match &room.config.jwt {
         Some(j) => (j.audience.clone(), j.validity),
@@ -556,23 +576,18 @@ fn sign(
         .event_now(now)
         .filter(|p| p.state == crate::room::event::EventState::Running)
         .map(|p| p.event.name.clone());
-    let claims = JwtClaims {
+    JwtClaims {
         iss: issuer.to_owned(),
         aud: audience,
-        sub: id.to_owned(),
+        sub: sub.to_owned(),
         iat,
         nbf: iat,
         exp: iat + validity,
         jti: random_id(),
         room: room.name().to_owned(),
-        queue_number: Some(status.queue_number),
+        queue_number: None,
         event,
-    };
-    let _ = rid;
-    Ok(Issued {
-        access_token: ring.jwt().sign(&claims),
-        expires_in: validity,
-    })
+    }
 }
 
 fn random_id() -> String {
