@@ -209,6 +209,23 @@ mod tests {
         }
     }
 
+    /// The fuzz seed, made outside (HMAC-SHA512 in Python): the same code.
+    #[test]
+    fn the_fuzz_seed_is_a_code_of_the_test_ring() {
+        let grant = Grant {
+            client_id: "app".into(),
+            redirect_uri: "https://app.example/cb".into(),
+            code_challenge: "GzvTOs9KrAsb2JgyJA1RSaH5OuAKgJJi-K-8XM8CVLo".into(),
+            nonce: Some("n1".into()),
+            sub: "00112233445566778899aabbccddeeff".into(),
+            issued_at: now().secs(),
+        };
+        let ring = crate::keys::testing::ring();
+        let seed = include_str!("../../../../fuzz/seeds/oidc/valid_code");
+        assert_eq!(grant.seal(&ring), seed);
+        assert_eq!(Grant::open(seed, &ring, now()), Ok(grant));
+    }
+
     #[test]
     fn each_code_has_its_own_mark() {
         let a = grant().seal(&ring());
