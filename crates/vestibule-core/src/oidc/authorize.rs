@@ -229,7 +229,7 @@ mod tests {
     #[test]
     fn an_unknown_client_or_redirect_uri_is_never_redirected() {
         let cases = [
-            query("").replace("client_id=app", "client_id=other"),
+            query("").replace("client_id=app", "client_id=stranger"),
             query("").replace("client_id=app&", ""),
             query("").replace("app.example%2Fcb", "evil.example%2Fcb"),
             query("").replace("app.example%2Fcb", "app.example%2Fcb%2Fmore"),

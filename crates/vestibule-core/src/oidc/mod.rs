@@ -69,19 +69,27 @@ pub(crate) mod testing {
     use crate::config::{OidcClient, OidcConfig};
     use crate::keys::KeyRing;
 
-    /// One client, `app`, with secret `s3cret-s3cret-s3cret` and two redirect URIs.
+    /// Two clients: `app`, with secret `s3cret-s3cret-s3cret` and two redirect URIs, and
+    /// `other`, with secret `other-other-other` and the first of them.
     pub fn config() -> OidcConfig {
         OidcConfig {
             issuer: "https://q.example/.vestibule/oidc".into(),
             room: "sale".into(),
-            clients: vec![OidcClient {
-                id: "app".into(),
-                secret: "s3cret-s3cret-s3cret".into(),
-                redirect_uris: vec![
-                    "https://app.example/cb".into(),
-                    "https://app.example/cb?x=1".into(),
-                ],
-            }],
+            clients: vec![
+                OidcClient {
+                    id: "app".into(),
+                    secret: "s3cret-s3cret-s3cret".into(),
+                    redirect_uris: vec![
+                        "https://app.example/cb".into(),
+                        "https://app.example/cb?x=1".into(),
+                    ],
+                },
+                OidcClient {
+                    id: "other".into(),
+                    secret: "other-other-other".into(),
+                    redirect_uris: vec!["https://app.example/cb".into()],
+                },
+            ],
         }
     }
 

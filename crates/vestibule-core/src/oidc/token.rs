@@ -426,6 +426,14 @@ mod tests {
             Err(Error::InvalidClient { basic: false })
         );
 
+        // Another registered client, with its own secret, cannot trade it.
+        let mut stolen = request(&code, VERIFIER, "other-other-other");
+        stolen.credentials.as_mut().unwrap().id = "other".into();
+        assert_eq!(
+            redeem(&oidc, &room, &ring, &jwt, &stolen, at),
+            Err(Error::InvalidGrant("the code was issued to another client"))
+        );
+
         let tokens = redeem(
             &oidc,
             &room,
