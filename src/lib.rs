@@ -40,6 +40,6 @@ pub mod upstream;
 
 // The decision core, under the paths the edge has always used.
 pub use vestibule_core::{
-    autopilot, bearer, challenge, cookie, decide, enqueue, identity, inflight, invite, jwt, path,
-    ratelimit, room, shard, sketch, thread_cache, token,
+    autopilot, bearer, challenge, cookie, decide, enqueue, identity, inflight, invite, jwt, oidc,
+    path, ratelimit, room, shard, sketch, thread_cache, token,
 };

@@ -180,20 +180,23 @@ impl Loading {
         }
     }
 
-    /// A room with `jwt = true` or `api = true` needs a `[[jwt_key]]` in the ring to sign with.
+    /// A room with `jwt = true` or `api = true`, and `[oidc]` when enabled, need a `[[jwt_key]]`
+    /// in the ring to sign with.
     fn jwt_keys_for(&mut self, config: &Config, ring: &KeyRing) {
         if !ring.jwt().is_empty() {
             return;
         }
         let text = std::fs::read_to_string(&config.path).unwrap_or_default();
-        for (i, room) in config.rooms.iter().enumerate() {
-            let field = match (room.jwt.is_some(), room.api.is_some()) {
-                (true, _) => "jwt",
-                (false, true) => "api",
-                (false, false) => continue,
-            };
+        let rooms = config.rooms.iter().enumerate().filter_map(|(i, room)| {
+            match (room.jwt.is_some(), room.api.is_some()) {
+                (true, _) => Some(format!("room[{i}].jwt")),
+                (false, true) => Some(format!("room[{i}].api")),
+                (false, false) => None,
+            }
+        });
+        let oidc = config.oidc.as_ref().map(|_| "oidc.enabled".to_owned());
+        for key in rooms.chain(oidc) {
             {
-                let key = format!("room[{i}].{field}");
                 let line = crate::config::locate::line_of_key(&text, &key);
                 self.errors.push(
                     ConfigError::new(

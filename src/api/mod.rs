@@ -16,17 +16,20 @@ use crate::snapshot::Snapshot;
 
 pub use vestibule_core::api::*;
 
+mod oidc;
 mod rooms;
 
 pub(crate) use rooms::{refusal_body, MAX_BODY};
 
 const JSON: &str = "application/json";
 
-/// Answers a request for `endpoint`, sent by `identity`.
+/// Answers a request for `endpoint`, sent by `identity`. `cookie` is the room's `Set-Cookie`
+/// the decision noted (the OpenID Provider's sign-in, once the room let the visitor in).
 pub(crate) async fn answer(
     session: &mut Session,
     endpoint: Endpoint,
     identity: &vestibule_core::identity::Identity,
+    cookie: Option<String>,
     snapshot: &Snapshot,
     app: &App,
 ) -> Result<()> {
@@ -51,6 +54,12 @@ pub(crate) async fn answer(
                     identity,
                 };
                 let answer = rooms::answer(session, asked, snapshot, app).await;
+                cache_control = answer.cache_control;
+                extra.extend(answer.headers);
+                (answer.status, answer.body)
+            }
+            (Endpoint::Oidc(what), _) => {
+                let answer = oidc::answer(session, *what, &method, snapshot, cookie).await;
                 cache_control = answer.cache_control;
                 extra.extend(answer.headers);
                 (answer.status, answer.body)

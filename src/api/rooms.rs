@@ -35,7 +35,7 @@ pub(super) struct Reply {
 }
 
 impl Reply {
-    fn json(status: u16, body: Value) -> Reply {
+    pub(super) fn json(status: u16, body: Value) -> Reply {
         Reply {
             status,
             body: Bytes::from(body.to_string()),
@@ -44,7 +44,7 @@ impl Reply {
         }
     }
 
-    fn error(status: u16, code: &str, message: &str) -> Reply {
+    pub(super) fn error(status: u16, code: &str, message: &str) -> Reply {
         let (status, body) = error(status, code, message);
         Reply {
             status,
@@ -54,7 +54,7 @@ impl Reply {
         }
     }
 
-    fn allow(mut self, methods: &'static str) -> Reply {
+    pub(super) fn allow(mut self, methods: &'static str) -> Reply {
         self.headers
             .push((header::ALLOW, HeaderValue::from_static(methods)));
         self
@@ -305,6 +305,17 @@ fn refusal(e: &ApiError) -> Reply {
 
 /// The body as JSON: `None` when empty; a reply for one too long or malformed.
 async fn read_json(session: &mut Session) -> Result<Option<Value>, Reply> {
+    let body = read_body(session).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|_| Reply::error(400, "bad_request", "the body is not JSON"))
+}
+
+/// The body, at most [`MAX_BODY`] bytes; a reply for one too long or unreadable.
+pub(super) async fn read_body(session: &mut Session) -> Result<Vec<u8>, Reply> {
     let too_long = || {
         Reply::error(
             413,
@@ -340,10 +351,5 @@ async fn read_json(session: &mut Session) -> Result<Option<Value>, Reply> {
             }
         }
     }
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|_| Reply::error(400, "bad_request", "the body is not JSON"))
+    Ok(body)
 }

@@ -153,7 +153,9 @@ impl ProxyHttp for Proxy {
         match answer {
             Answer::Forward => Ok(false),
             Answer::Api { endpoint, identity } => {
-                crate::api::answer(session, endpoint, &identity, &snapshot, &self.app).await?;
+                let cookie = ctx.notes.set_cookie.take();
+                crate::api::answer(session, endpoint, &identity, cookie, &snapshot, &self.app)
+                    .await?;
                 Ok(true)
             }
             Answer::Redirect(location) => {

@@ -27,6 +27,7 @@ mod jwt;
 mod languages;
 mod lottery;
 mod memory;
+mod oidc;
 mod operations;
 mod origin_pool;
 mod packaging;

@@ -15,6 +15,9 @@
 //! 3. **The API**: a path under `[server] api_prefix` (or the well-known JWKS path) answers
 //!    [`Answer::Api`] with the endpoint it names ([`api::route`]); no room sees it and it is
 //!    never forwarded.
+//!    The exception is the OpenID Provider's authorization endpoint (`[oidc]`): a well-formed
+//!    sign-in is decided in the `[oidc]` room as step 4 would decide a request for it, and
+//!    answers that room's page ([`Answer::RoomPage`]) until the room lets the visitor in.
 //! 4. **The room** the host and path route to, unless the route is a bypass, the room is off,
 //!    the request is an ACME challenge (with `bypass_acme_challenge`), or there is no key ring:
 //!    - a subresource of a held page (its favicon, say) neither joins nor checks in:
@@ -53,7 +56,9 @@ use crate::invite;
 use crate::keys::KeyRing;
 use crate::path::RequestPath;
 use crate::ratelimit::{Checks, Outcome as RuleOutcome, RequestView, RuleSet};
-use crate::room::{Brought, CookieAction, Decision, Outcome, Place, PowCount, Room, RoomSet};
+use crate::room::{
+    Brought, CookieAction, Decision, Outcome, Place, PowCount, Room, RoomSet, Route,
+};
 use crate::time::Timestamp;
 use crate::token::{Dec, Reject};
 use crate::wants::{self, Wants};
@@ -257,6 +262,11 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         if let Some(limited) = check_rules(policy, Scope::All, &view, now, notes) {
             return Answer::RateLimited(limited);
         }
+        if endpoint == api::Endpoint::Oidc(api::OidcEndpoint::Authorize) {
+            if let Some(answer) = oidc_authorize(req, policy, &identity, now, notes) {
+                return answer;
+            }
+        }
         return Answer::Api { endpoint, identity };
     }
     let route = policy.rooms.route(&req.host, &req.path, client_ip);
@@ -265,76 +275,123 @@ pub fn decide_into(req: &Request, policy: &Policy, now: Timestamp, notes: &mut N
         return Answer::RateLimited(limited);
     }
     if let Some(route) = route {
-        let room = route.room;
-        // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
-        // renewals fail: no room, challenge or invitation holds them (rate rules still do).
-        let acme = policy.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
-        let admission = match (policy.keys, route.bypass || acme || !room.config.enabled) {
-            (Some(ring), false)
-                if bearer::check(
-                    req.headers,
-                    room,
-                    ring,
-                    &policy.config.jwt,
-                    now,
-                    &mut notes.jwt,
-                ) && bearer::admits_alone(req.headers, room) =>
-            {
-                Admission::Decided(Outcome::new(Decision::Allow, CookieAction::Keep), false)
-            }
-            (Some(ring), false) => match room_identity(req, room, ring, now, notes) {
-                Ok(account) => {
-                    let who = account.as_ref().unwrap_or(&identity);
-                    room_admission(req, room, ring, who, now, notes)
-                }
-                Err(refusal) => {
-                    notes.wants = Some(request_wants(req));
-                    return Answer::EnqueueRefused(route.index, refusal);
-                }
-            },
-            _ => Admission::Decided(Outcome::new(Decision::Bypass, CookieAction::Keep), false),
-        };
-        let (outcome, invited_by_link) = match admission {
-            Admission::Decided(outcome, invited_by_link) => (outcome, invited_by_link),
-            Admission::Held(outcome) => {
-                notes.counted = Some((route.index, Counted::from(&outcome)));
-                notes.decision = Some(outcome.decision);
-                return Answer::Held(room.retry_after());
-            }
-        };
-        notes.counted = Some((route.index, Counted::from(&outcome)));
-        notes.decision = Some(outcome.decision);
-        if invited_by_link && room.config.mode == RoomMode::Enforce {
-            if let Some(location) = invitation_free_target(req.uri) {
-                let cookies = set_cookie_value(room, &outcome.cookie, notes.secure);
-                return Answer::Invited {
-                    location,
-                    cookies: cookies.into_iter().collect(),
-                };
-            }
-        }
-        // A shadow room decides, sets its cookie and counts like any other, and forwards.
-        if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
-            if let Some(jwt) = notes.jwt.as_mut() {
-                jwt.admission = None;
-            }
-            return Answer::RoomPage(route.index, outcome);
-        }
-        notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
-        notes.place = outcome.place;
-        if let (Some(ring), Some(_)) = (policy.keys, &room.config.jwt) {
-            let shown = room
-                .numbered(now)
-                .and_then(|q| outcome.queue_number.map(|n| q.shown(n)));
-            let admitted = (outcome.decision == Decision::Allow, shown);
-            let jwt = &policy.config.jwt;
-            bearer::settle(admitted, room, ring, jwt, now, notes.secure, &mut notes.jwt);
+        if let Some(answer) = in_room(req, policy, route, &identity, now, notes) {
+            return answer;
         }
     }
     match check_rules(policy, Scope::Origin, &view, now, notes) {
         Some(limited) => Answer::RateLimited(limited),
         None => Answer::Forward,
     }
+}
+
+/// The OpenID Provider's authorization endpoint: a request whose client and redirect URI are
+/// registered (and otherwise well formed) is decided in the `[oidc]` room as a request for that
+/// room would be, with the same cookies and pages: `Some` answer (its page) while the room holds
+/// the visitor; `None` once it lets them in (noted as for any room), and for a request the edge
+/// refuses ([`crate::oidc::authorize::check`]), which the room never sees.
+fn oidc_authorize(
+    req: &Request,
+    policy: &Policy,
+    identity: &crate::identity::Identity,
+    now: Timestamp,
+    notes: &mut Notes,
+) -> Option<Answer> {
+    let oidc = policy.config.oidc.as_ref()?;
+    if !matches!(*req.method, http::Method::GET | http::Method::HEAD) {
+        return None;
+    }
+    crate::oidc::authorize::check(req.uri.query(), oidc).ok()?;
+    let (index, room) = policy
+        .rooms
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.name() == oidc.room)?;
+    notes.room = Some(index);
+    let route = Route {
+        index,
+        room,
+        bypass: false,
+    };
+    in_room(req, policy, route, identity, now, notes)
+}
+
+/// Step 4, the room `route` names: `Some` answer when the room holds, invites or shows its
+/// page; `None` when the request goes on to the origin (the room's cookie and JWT noted).
+fn in_room(
+    req: &Request,
+    policy: &Policy,
+    route: Route,
+    identity: &crate::identity::Identity,
+    now: Timestamp,
+    notes: &mut Notes,
+) -> Option<Answer> {
+    let room = route.room;
+    // ACME HTTP-01 validators must reach the origin during a long sale, or certificate
+    // renewals fail: no room, challenge or invitation holds them (rate rules still do).
+    let acme = policy.config.server.bypass_acme_challenge && req.path.is_under(ACME_CHALLENGE);
+    let admission = match (policy.keys, route.bypass || acme || !room.config.enabled) {
+        (Some(ring), false)
+            if bearer::check(
+                req.headers,
+                room,
+                ring,
+                &policy.config.jwt,
+                now,
+                &mut notes.jwt,
+            ) && bearer::admits_alone(req.headers, room) =>
+        {
+            Admission::Decided(Outcome::new(Decision::Allow, CookieAction::Keep), false)
+        }
+        (Some(ring), false) => match room_identity(req, room, ring, now, notes) {
+            Ok(account) => {
+                let who = account.as_ref().unwrap_or(identity);
+                room_admission(req, room, ring, who, now, notes)
+            }
+            Err(refusal) => {
+                notes.wants = Some(request_wants(req));
+                return Some(Answer::EnqueueRefused(route.index, refusal));
+            }
+        },
+        _ => Admission::Decided(Outcome::new(Decision::Bypass, CookieAction::Keep), false),
+    };
+    let (outcome, invited_by_link) = match admission {
+        Admission::Decided(outcome, invited_by_link) => (outcome, invited_by_link),
+        Admission::Held(outcome) => {
+            notes.counted = Some((route.index, Counted::from(&outcome)));
+            notes.decision = Some(outcome.decision);
+            return Some(Answer::Held(room.retry_after()));
+        }
+    };
+    notes.counted = Some((route.index, Counted::from(&outcome)));
+    notes.decision = Some(outcome.decision);
+    if invited_by_link && room.config.mode == RoomMode::Enforce {
+        if let Some(location) = invitation_free_target(req.uri) {
+            let cookies = set_cookie_value(room, &outcome.cookie, notes.secure);
+            return Some(Answer::Invited {
+                location,
+                cookies: cookies.into_iter().collect(),
+            });
+        }
+    }
+    // A shadow room decides, sets its cookie and counts like any other, and forwards.
+    if !outcome.decision.forwards() && room.config.mode == RoomMode::Enforce {
+        if let Some(jwt) = notes.jwt.as_mut() {
+            jwt.admission = None;
+        }
+        return Some(Answer::RoomPage(route.index, outcome));
+    }
+    notes.set_cookie = set_cookie_value(room, &outcome.cookie, notes.secure);
+    notes.place = outcome.place;
+    if let (Some(ring), Some(_)) = (policy.keys, &room.config.jwt) {
+        let shown = room
+            .numbered(now)
+            .and_then(|q| outcome.queue_number.map(|n| q.shown(n)));
+        let admitted = (outcome.decision == Decision::Allow, shown);
+        let jwt = &policy.config.jwt;
+        bearer::settle(admitted, room, ring, jwt, now, notes.secure, &mut notes.jwt);
+    }
+    None
 }
 
 /// What a room made of a request it looked at.
@@ -1097,5 +1154,49 @@ mod tests {
             later,
         );
         assert_eq!(jwt(&v).refused, Some(crate::jwt::Refusal::Expired));
+    }
+
+    /// A sign-in at the OpenID Provider waits in the `[oidc]` room like a request for it, and
+    /// is answered by the API once the room lets the visitor in; an unregistered client never
+    /// reaches the room.
+    #[test]
+    fn an_oidc_sign_in_waits_in_its_room() {
+        let oidc = "[oidc]\nenabled = true\nissuer = \"https://q.example/.vestibule/oidc\"\nroom = \"sale\"\n\
+                    clients = [{ id = \"app\", secret = \"0123456789abcdef\", redirect_uris = [\"https://app.example/cb\"] }]\n";
+        let room = "[[room]]\nname = \"sale\"\npaths = [\"/shop/\"]\nadmission = \"fifo\"\nnew_users_per_minute = 100\napi = true\n";
+        let authorize = "/.vestibule/oidc/authorize?response_type=code&client_id=app\
+                         &redirect_uri=https%3A%2F%2Fapp.example%2Fcb&scope=openid\
+                         &code_challenge=GzvTOs9KrAsb2JgyJA1RSaH5OuAKgJJi-K-8XM8CVLo\
+                         &code_challenge_method=S256";
+        let html = [("accept", "text/html")];
+        let held = snapshot("", &format!("{}queue_all = true\n{oidc}", room));
+        let v = run(&get(authorize, &html), &held, now());
+        assert!(matches!(v.answer, Answer::RoomPage(0, _)), "{:?}", v.answer);
+        assert_eq!(v.notes.counted.map(|(room, _)| room), Some(0));
+
+        let open = snapshot("", &format!("{room}{oidc}"));
+        let v = run(&get(authorize, &html), &open, now());
+        assert!(
+            matches!(
+                &v.answer,
+                Answer::Api {
+                    endpoint: api::Endpoint::Oidc(api::OidcEndpoint::Authorize),
+                    ..
+                }
+            ),
+            "{:?}",
+            v.answer
+        );
+        let cookie = v.notes.set_cookie.as_deref().unwrap_or_default();
+        assert!(
+            cookie.starts_with("waiting_room="),
+            "the room's place: {cookie}"
+        );
+
+        // The room never sees a client it does not know: the API refuses it.
+        let stranger = authorize.replace("client_id=app", "client_id=other");
+        let v = run(&get(&stranger, &html), &held, now());
+        assert!(matches!(v.answer, Answer::Api { .. }), "{:?}", v.answer);
+        assert!(v.notes.counted.is_none());
     }
 }

@@ -54,6 +54,7 @@ pub mod inflight;
 pub mod invite;
 pub mod jwt;
 pub mod keys;
+pub mod oidc;
 pub mod path;
 pub mod problem;
 pub mod ratelimit;

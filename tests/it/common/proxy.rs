@@ -159,7 +159,9 @@ impl Vestibule {
             .map(|t| t.trim_end_matches('"').parse().expect("admin addr"))
             .unwrap_or(admin_addr);
         let config = dir.path().join("vestibule.toml");
-        std::fs::write(&config, Self::config_text(&setup, proxy, &admin)).expect("config");
+        // `@PROXY@` in the config is the proxy's address (an OpenID issuer names it, say).
+        let text = Self::config_text(&setup, proxy, &admin).replace("@PROXY@", &proxy.to_string());
+        std::fs::write(&config, text).expect("config");
         let envs: Vec<(&str, &str)> = setup
             .env
             .iter()

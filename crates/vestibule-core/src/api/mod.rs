@@ -20,6 +20,8 @@ pub enum Endpoint {
     Jwks,
     /// `{api_prefix}/rooms/<room>/...`: one room's queue.
     Room(String, RoomEndpoint),
+    /// `{api_prefix}/oidc/...`: the OpenID Provider (`[oidc]`, see [`crate::oidc`]).
+    Oidc(OidcEndpoint),
     /// A path under the prefix that no endpoint serves (answered with a JSON 404).
     Unknown,
 }
@@ -39,6 +41,32 @@ pub enum RoomEndpoint {
     Token,
 }
 
+/// What a request asks of the OpenID Provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OidcEndpoint {
+    /// `.well-known/openid-configuration`: the discovery document (GET).
+    Discovery,
+    /// `authorize`: sign in, that is wait in the room (GET).
+    Authorize,
+    /// `token`: a code traded for tokens (POST).
+    Token,
+    /// `jwks`: the public keys of the tokens (GET).
+    Jwks,
+}
+
+impl OidcEndpoint {
+    /// The endpoint `rest` (what follows `/oidc/`) names.
+    fn at(rest: &str) -> Option<OidcEndpoint> {
+        Some(match rest {
+            ".well-known/openid-configuration" => OidcEndpoint::Discovery,
+            "authorize" => OidcEndpoint::Authorize,
+            "token" => OidcEndpoint::Token,
+            "jwks" => OidcEndpoint::Jwks,
+            _ => return None,
+        })
+    }
+}
+
 impl Endpoint {
     /// The `endpoint` label of the API's metrics.
     pub fn as_str(&self) -> &'static str {
@@ -49,6 +77,7 @@ impl Endpoint {
             Endpoint::Room(_, RoomEndpoint::Serving) => "serving",
             Endpoint::Room(_, RoomEndpoint::Waiting) => "waiting",
             Endpoint::Room(_, RoomEndpoint::Token) => "token",
+            Endpoint::Oidc(_) => "oidc",
             Endpoint::Unknown => "unknown",
         }
     }
@@ -97,10 +126,13 @@ pub fn route(path: &RequestPath, prefix: &str, jwks: bool) -> Option<Endpoint> {
     let rest = path.as_str().get(prefix.len()..).unwrap_or("");
     Some(match rest {
         "/jwks.json" => Endpoint::Jwks,
-        _ => rest
-            .strip_prefix("/rooms/")
-            .and_then(room_endpoint)
-            .unwrap_or(Endpoint::Unknown),
+        _ => match rest.strip_prefix("/oidc/") {
+            Some(oidc) => OidcEndpoint::at(oidc).map_or(Endpoint::Unknown, Endpoint::Oidc),
+            None => rest
+                .strip_prefix("/rooms/")
+                .and_then(room_endpoint)
+                .unwrap_or(Endpoint::Unknown),
+        },
     })
 }
 
@@ -146,6 +178,24 @@ mod tests {
             at("/.vestibule/rooms/sale/queue/1.2.ab").unwrap().as_str(),
             "queue_status"
         );
+    }
+
+    #[test]
+    fn oidc_endpoints_sit_under_the_prefix() {
+        let oidc = |e| Some(Endpoint::Oidc(e));
+        assert_eq!(
+            at("/.vestibule/oidc/.well-known/openid-configuration"),
+            oidc(OidcEndpoint::Discovery)
+        );
+        assert_eq!(
+            at("/.vestibule/oidc/authorize"),
+            oidc(OidcEndpoint::Authorize)
+        );
+        assert_eq!(at("/.vestibule/oidc/token"), oidc(OidcEndpoint::Token));
+        assert_eq!(at("/.vestibule/oidc/jwks"), oidc(OidcEndpoint::Jwks));
+        assert_eq!(at("/.vestibule/oidc/other"), Some(Endpoint::Unknown));
+        assert_eq!(at("/.vestibule/oidc"), Some(Endpoint::Unknown));
+        assert_eq!(at("/.vestibule/oidc/token").unwrap().as_str(), "oidc");
     }
 
     #[test]

@@ -667,13 +667,32 @@ fn sign(
     if ring.jwt().is_empty() {
         return Err(ApiError::NoKeys);
     }
+    let mut claims = room_claims(room, queue, issuer, id, validity, now);
+    claims.exp = claims.exp.min(claims.iat + cap.as_secs().max(1));
+    claims.queue_number = Some(status.queue_number);
+    Ok(Issued {
+        access_token: ring.jwt().sign(&claims),
+        expires_in: claims.exp - claims.iat,
+    })
+}
+
+/// The claims of a room's JWT for `sub`, whom `room` let in at `now`: the room's audience and
+/// validity (at most a session; `validity` overrides it), its running event, a fresh `jti`.
+/// Used by the queue API's tokens and the OpenID Provider's access tokens alike.
+pub fn room_claims(
+    room: &Room,
+    queue: &Capacity,
+    issuer: &str,
+    sub: &str,
+    validity: Option<Duration>,
+    now: Timestamp,
+) -> JwtClaims {
     let (audience, configured) = match &room.config.jwt {
         Some(j) => (j.audience.clone(), j.validity),
         None => (room.name().to_owned(), Duration::from_secs(3600)),
     };
     let validity = validity
         .unwrap_or(configured.min(session(queue)))
-        .min(cap)
         .as_secs()
         .max(1);
     let iat = now.secs();
@@ -681,22 +700,18 @@ fn sign(
         .event_now(now)
         .filter(|p| p.state == crate::room::event::EventState::Running)
         .map(|p| p.event.name.clone());
-    let claims = JwtClaims {
+    JwtClaims {
         iss: issuer.to_owned(),
         aud: audience,
-        sub: id.to_owned(),
+        sub: sub.to_owned(),
         iat,
         nbf: iat,
         exp: iat + validity,
         jti: random_id(),
         room: room.name().to_owned(),
-        queue_number: Some(status.queue_number),
+        queue_number: None,
         event,
-    };
-    Ok(Issued {
-        access_token: ring.jwt().sign(&claims),
-        expires_in: validity,
-    })
+    }
 }
 
 fn random_id() -> String {

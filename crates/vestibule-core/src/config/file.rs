@@ -36,6 +36,36 @@ pub(crate) struct FileConfig {
     pub tls: TlsFile,
     #[serde(default)]
     pub jwt: JwtFile,
+    #[serde(default)]
+    pub oidc: OidcFile,
+}
+
+/// `[oidc]`: the OpenID Provider for one room.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct OidcFile {
+    pub enabled: bool,
+    pub issuer: Option<String>,
+    pub room: Option<String>,
+    pub clients: Vec<OidcClientFile>,
+}
+
+/// One `oidc.clients` entry: a relying party.
+#[derive(Deserialize)]
+pub(crate) struct OidcClientFile {
+    pub id: String,
+    pub secret: String,
+    #[serde(default)]
+    pub redirect_uris: Vec<String>,
+}
+
+impl std::fmt::Debug for OidcClientFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcClientFile")
+            .field("id", &self.id)
+            .field("redirect_uris", &self.redirect_uris)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `[jwt]`: the JWTs admitted visitors get.

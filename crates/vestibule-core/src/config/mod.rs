@@ -53,6 +53,49 @@ pub struct Config {
     pub tls: TlsConfig,
     /// `[jwt]`: the JWTs of rooms with `jwt = true`.
     pub jwt: JwtConfig,
+    /// `[oidc]`: the OpenID Provider for one room; `None` unless `enabled = true`.
+    pub oidc: Option<OidcConfig>,
+}
+
+/// `[oidc]` with `enabled = true`: vestibule is an OpenID Provider whose sign-in is a wait in
+/// one room (see `crate::oidc`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OidcConfig {
+    /// The public URL of `{api_prefix}/oidc`: the `iss` of every ID token, and the base of
+    /// every endpoint discovery names.
+    pub issuer: String,
+    /// The room visitors wait in before they are signed in (an `api = true` room).
+    pub room: String,
+    /// The relying parties.
+    pub clients: Vec<OidcClient>,
+}
+
+impl OidcConfig {
+    /// The client of this id, if one is registered.
+    pub fn client(&self, id: &str) -> Option<&OidcClient> {
+        self.clients.iter().find(|c| c.id == id)
+    }
+}
+
+/// One relying party of `[oidc]`. `Debug` never prints the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OidcClient {
+    /// `client_id`.
+    pub id: String,
+    /// `client_secret` (never in logs, `/status` or metrics).
+    pub secret: String,
+    /// Where the authorization endpoint may send the visitor back to, exactly as registered.
+    pub redirect_uris: Vec<String>,
+}
+
+impl std::fmt::Debug for OidcClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcClient")
+            .field("id", &self.id)
+            .field("secret", &"***")
+            .field("redirect_uris", &self.redirect_uris)
+            .finish()
+    }
 }
 
 /// `[jwt]`.

@@ -62,6 +62,8 @@ fn known_keys(table: &str) -> Option<&'static [&'static str]> {
         "tls" => fields::<TlsFile>(),
         "tls.certificates" => fields::<CertificateFile>(),
         "jwt" => fields::<super::file::JwtFile>(),
+        "oidc" => fields::<super::file::OidcFile>(),
+        "oidc.clients" => fields::<super::file::OidcClientFile>(),
         _ => return None,
     })
 }

@@ -408,8 +408,8 @@ impl JwtKeys {
     }
 
     /// `claims` signed by the first key (header `alg`, `kid`, `typ: JWT`): called when a room
-    /// lets a visitor through. Panics on an empty ring; the edge signs only with keys loaded.
-    pub fn sign(&self, claims: &Claims) -> String {
+    /// lets a visitor through ([`Claims`]) and for OpenID Connect ID tokens. Panics on an empty ring; the edge signs only with keys loaded.
+    pub fn sign<C: Serialize>(&self, claims: &C) -> String {
         let key = self.keys.first().expect("a JWT ring that signs has a key");
         let mut header = Header::new(key.algorithm.jose());
         header.kid = Some(key.kid.clone());

@@ -125,6 +125,9 @@ pub enum MarkKind {
     Redeemed,
     /// An API request whose session was marked completed or abandoned (id: its queue number).
     Ended,
+    /// An OpenID Connect authorization code traded for tokens (id: from its MAC; scope: the
+    /// `[oidc]` room), until the code expires: a second trade is refused.
+    CodeUsed,
 }
 
 /// A value per scope that only grows, merged across nodes by the highest.

@@ -21,6 +21,7 @@ use crate::identity::{IdentityPolicy, Source};
 
 mod admission;
 mod cluster;
+mod oidc;
 mod rooms;
 mod rules;
 mod server;
@@ -129,6 +130,9 @@ impl Validator<'_> {
         let cluster = self.cluster(&file);
         let tls = self.tls(&file);
         let jwt = self.jwt(&file.jwt);
+        let oidc = server
+            .as_ref()
+            .and_then(|s| self.oidc(&file.oidc, &s.api_prefix, &rooms));
         let keys_file = self.resolve(&file.keys.file);
         if file.keys.file.trim().is_empty() {
             self.err("keys.file", "must name the key ring file");
@@ -146,6 +150,7 @@ impl Validator<'_> {
             cluster,
             tls,
             jwt,
+            oidc,
         })
     }
 

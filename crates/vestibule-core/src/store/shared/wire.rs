@@ -238,6 +238,7 @@ pub fn encode_mark(scope: &str, m: Mark) -> String {
         MarkKind::Reached => 'q',
         MarkKind::Redeemed => 't',
         MarkKind::Ended => 'e',
+        MarkKind::CodeUsed => 'o',
     };
     format!("m|{kind}|{}|{scope}", m.id)
 }
@@ -254,6 +255,7 @@ pub fn decode_mark(s: &str) -> Option<(String, Mark)> {
         "q" => MarkKind::Reached,
         "t" => MarkKind::Redeemed,
         "e" => MarkKind::Ended,
+        "o" => MarkKind::CodeUsed,
         _ => return None,
     };
     let id = parts.next()?.parse().ok()?;
