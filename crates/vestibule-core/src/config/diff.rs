@@ -118,6 +118,7 @@ pub fn describe(old: &Config, new: &Config) -> Vec<String> {
         &vec![("issuer", format!("{:?}", new.jwt.issuer))],
         &mut out,
     );
+    diff_oidc(old, new, &mut out);
     if old.admin.token != new.admin.token {
         out.push("admin: token changed".into());
     }
@@ -148,6 +149,49 @@ pub fn describe(old: &Config, new: &Config) -> Vec<String> {
 }
 
 type Fields = Vec<(&'static str, String)>;
+
+/// `[oidc]`: its issuer and room, and each client added, removed or changed (a secret only as
+/// "changed").
+fn diff_oidc(old: &Config, new: &Config, out: &mut Vec<String>) {
+    let fields = |c: &Config| -> Fields {
+        match &c.oidc {
+            Some(o) => vec![
+                ("enabled", "true".into()),
+                ("issuer", format!("{:?}", o.issuer)),
+                ("room", format!("{:?}", o.room)),
+            ],
+            None => vec![
+                ("enabled", "false".into()),
+                ("issuer", "-".into()),
+                ("room", "-".into()),
+            ],
+        }
+    };
+    diff_fields("oidc", &fields(old), &fields(new), out);
+    let clients = |c: &Config| c.oidc.as_ref().map_or(&[][..], |o| &o.clients[..]).to_vec();
+    let (before, after) = (clients(old), clients(new));
+    for n in &after {
+        match before.iter().find(|o| o.id == n.id) {
+            None => out.push(format!("oidc client {:?}: added", n.id)),
+            Some(o) => {
+                if o.secret != n.secret {
+                    out.push(format!("oidc client {:?}: secret changed", n.id));
+                }
+                if o.redirect_uris != n.redirect_uris {
+                    out.push(format!(
+                        "oidc client {:?}: redirect_uris {:?} -> {:?}",
+                        n.id, o.redirect_uris, n.redirect_uris
+                    ));
+                }
+            }
+        }
+    }
+    for o in &before {
+        if !after.iter().any(|n| n.id == o.id) {
+            out.push(format!("oidc client {:?}: removed", o.id));
+        }
+    }
+}
 
 fn diff_fields(prefix: &str, old: &Fields, new: &Fields, out: &mut Vec<String>) {
     for ((name, a), (_, b)) in old.iter().zip(new) {
@@ -465,6 +509,29 @@ mod tests {
         let new = parse("[admin]\ntoken = \"bbbbbbbbbbbbbbbbbbbb\"\n");
         let lines = describe(&old, &new).join("\n");
         assert_eq!(lines, "admin: token changed");
+    }
+
+    #[test]
+    fn oidc_clients_are_named_and_their_secrets_never_printed() {
+        let room = "[[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 5\napi = true\n";
+        let oidc = |secret: &str, extra: &str| {
+            parse(&format!(
+                "{room}[oidc]\nenabled = true\nissuer = \"https://q.example/.vestibule/oidc\"\nroom = \"sale\"\nclients = [{{ id = \"shop\", secret = \"{secret}\", redirect_uris = [\"https://shop.example/cb\"] }}{extra}]\n"
+            ))
+        };
+        let old = oidc("aaaaaaaaaaaaaaaaaaaa", "");
+        let new = oidc(
+            "bbbbbbbbbbbbbbbbbbbb",
+            ", { id = \"app\", secret = \"cccccccccccccccccccc\", redirect_uris = [\"https://app.example/cb\"] }",
+        );
+        let lines = describe(&old, &new).join("\n");
+        assert_eq!(
+            lines,
+            "oidc client \"shop\": secret changed\noidc client \"app\": added"
+        );
+        let off = describe(&new, &parse(room)).join("\n");
+        assert!(off.contains("oidc: enabled true -> false"), "{off}");
+        assert!(!off.contains("cccc") && !lines.contains("bbbb"), "{off}");
     }
 
     #[test]
