@@ -423,7 +423,14 @@ fn room_identity(
             .map(|v| v.as_bytes()),
         &room.config.cookie.name,
     );
-    let found = enqueue::identify(settings, room.name(), token, &cookies, ring, now);
+    let found = enqueue::identify(
+        (settings.mode, &settings.key),
+        room.name(),
+        token,
+        &cookies,
+        ring,
+        now,
+    );
     match &found {
         Ok(_) if token.is_some() => notes.enqueue = Some(Ok(())),
         Ok(_) => {}

@@ -405,7 +405,7 @@ pub fn is_account(uid: &str) -> bool {
 ///   returns `Ok(None)` for it), and a cookie whose signature fails stands for nobody.
 /// - Otherwise `required` rooms refuse ([`Refusal::Missing`]).
 pub fn identify(
-    settings: &crate::config::RoomEnqueue,
+    (mode, key): (Mode, &EnqueueKey),
     room: &str,
     token: Option<&str>,
     cookies: &[&[u8]],
@@ -413,7 +413,7 @@ pub fn identify(
     now: Timestamp,
 ) -> Result<Option<Identity>, Refusal> {
     if let Some(token) = token {
-        return verify(token, &settings.key, room, now).map(Some);
+        return verify(token, key, room, now).map(Some);
     }
     let prefix = room_prefix(room);
     if let Some(account) = cookies
@@ -422,7 +422,7 @@ pub fn identify(
     {
         return Ok(Some(account));
     }
-    match settings.mode {
+    match mode {
         Mode::Required => Err(Refusal::Missing),
         Mode::Optional | Mode::Off => Ok(None),
     }

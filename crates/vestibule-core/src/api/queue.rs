@@ -874,21 +874,21 @@ pub fn reset(room: &Room, ledger: &Ledger, now: Timestamp) -> Result<(), ApiErro
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use std::path::Path;
 
     use super::*;
-    use crate::jwt::testing::{expect, ES256_PEM};
+    use crate::jwt::testing::ES256_PEM;
     use crate::room::testing::rooms;
 
-    const T0: u64 = 1_800_000_000;
+    pub const T0: u64 = 1_800_000_000;
 
-    fn at(secs: u64) -> Timestamp {
+    pub fn at(secs: u64) -> Timestamp {
         Timestamp::from_secs(T0 + secs)
     }
 
     /// The test HMAC key and an ES256 JWT key.
-    fn ring() -> KeyRing {
+    pub fn ring() -> KeyRing {
         let text = format!(
             "active = \"key1\"\n[ring]\nkey1 = \"{}\"\n[[jwt_key]]\nkid = \"es1\"\nalgorithm = \"ES256\"\nprivate_key = \"es.pem\"\n",
             crate::keys::testing::KEY1
@@ -899,21 +899,31 @@ mod tests {
         .unwrap()
     }
 
-    fn room(extra: &str) -> crate::room::RoomSet {
+    pub fn room(extra: &str) -> crate::room::RoomSet {
         rooms(&format!(
             "[[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 2\nrefresh = \"10s\"\napi = true\n{extra}"
         ))
     }
 
-    fn who(n: u8) -> Identity {
+    pub fn who(n: u8) -> Identity {
         Identity::of_ip(std::net::IpAddr::from([10, 0, 0, n]), 64)
     }
 
-    fn issuer() -> JwtConfig {
+    pub fn issuer() -> JwtConfig {
         JwtConfig {
             issuer: "vestibule".into(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::tests_support::*;
+    use super::*;
+    use crate::jwt::testing::expect;
+    use crate::room::testing::rooms;
 
     #[test]
     fn request_ids_are_signed_and_bound_to_their_room() {
@@ -1225,5 +1235,41 @@ mod tests {
             enqueue(plain, &ring(), &Ledger::default(), &who(1), at(0)),
             Err(ApiError::UnknownRoom)
         );
+    }
+}
+
+#[cfg(test)]
+mod account_tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::enqueue::account_identity;
+
+    /// Two devices of one account, each without the other's cookie: one place, one number;
+    /// another account behind the same address: a place of its own.
+    #[test]
+    fn an_accounts_devices_share_one_place_in_a_capacity_room() {
+        let (set, ring) = (room(""), ring());
+        let sale = set.iter().next().unwrap();
+        // Two let in straight away fill the minute; the line forms.
+        for n in 1..=2 {
+            sale.decide(&ring, &who(n), &[], at(0));
+        }
+        let alice = account_identity("sale", "alice");
+        let phone = sale.decide(&ring, &alice, &[], at(1));
+        let laptop = sale.decide(&ring, &alice, &[], at(30));
+        assert_eq!(phone.decision, Decision::Anon);
+        assert_eq!(laptop.queue_number, phone.queue_number, "one number");
+        let arrival = |o: &Outcome| match &o.cookie {
+            CookieAction::Set(t) => Token::parse(t.as_bytes()).unwrap().claims.arr,
+            _ => None,
+        };
+        assert_eq!(arrival(&laptop), arrival(&phone), "one place");
+        let bob = sale.decide(&ring, &account_identity("sale", "bob"), &[], at(31));
+        assert_ne!(bob.queue_number, phone.queue_number);
+        assert_ne!(arrival(&bob), arrival(&phone));
+        // Addresses never share: two arrivals by address are two places.
+        let a = sale.decide(&ring, &who(9), &[], at(32));
+        let b = sale.decide(&ring, &who(9), &[], at(33));
+        assert_ne!(a.queue_number, b.queue_number);
     }
 }

@@ -97,6 +97,9 @@ pub enum CounterKind {
     Granted,
     /// Admissions taken from the grant made at `slot`.
     GrantUsed,
+    /// An account's place in a capacity room (enqueue tokens), so its other devices find it:
+    /// `slot` names the account; id 0 holds its arrival (Unix s), id 1 its queue number.
+    Account,
 }
 
 /// Something that happens once and is remembered until it cannot matter any more: a mark.

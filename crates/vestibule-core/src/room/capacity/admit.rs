@@ -156,6 +156,10 @@ impl Capacity {
     ) -> Outcome {
         self.store.demand(&self.scope, 1, now);
         let lane = self.lane_of(hold.lane);
+        // Another device of an account already in line (enqueue tokens): its place.
+        if let Some(kept) = self.account_place(uid, now) {
+            return self.rejoin(ring, uid, lane, kept, now);
+        }
         let views = self.views(now);
         let full = self.max_waiting > 0 && views.expected_waiting() >= self.max_waiting as f64;
         // Every arrival with a place (straight in, or in line) has a queue number.
@@ -179,6 +183,7 @@ impl Capacity {
         let bucket = self.bucket(now.secs());
         let interval = self.interval(arrival_draw(uid, now));
         self.join(lane, bucket, now);
+        self.keep_account(uid, (now.secs(), qn), now);
         self.invalidate();
         let place = (lane, now.secs());
         let cookie = CookieAction::Set(self.wait_token(ring, uid, place, (interval, qn), now));
@@ -186,6 +191,28 @@ impl Capacity {
         let views = self.views(now);
         let mut outcome =
             self.waiting_outcome(Decision::Anon, cookie, &views, place, interval, now);
+        outcome.queue_number = qn;
+        outcome
+    }
+
+    /// A device of an account whose place is kept (`arrival`, `qn`): a wait token for that
+    /// place, counted as waiting from now, due at its next check-in.
+    fn rejoin(
+        &self,
+        ring: &KeyRing,
+        uid: &Identity,
+        lane: usize,
+        (arrival, qn): (u64, Option<u64>),
+        now: Timestamp,
+    ) -> Outcome {
+        let interval = self.interval(arrival_draw(uid, now));
+        self.touch_waiting(lane, self.bucket(arrival), None, now);
+        self.invalidate();
+        let place = (lane, arrival);
+        let cookie = CookieAction::Set(self.wait_token(ring, uid, place, (interval, qn), now));
+        let views = self.views(now);
+        let mut outcome =
+            self.waiting_outcome(Decision::Wait, cookie, &views, place, interval, now);
         outcome.queue_number = qn;
         outcome
     }
@@ -271,6 +298,7 @@ impl Capacity {
         }
         self.checkins.observe(lane as u64, 1, now);
         self.store.demand(&self.scope, 1, now);
+        self.keep_account(uid, (arrival, qn), now);
         let Some(mut rng) = token.rng(ring) else {
             // Its key left the ring since it was checked: not trusted.
             return self.arrive(ring, uid, hold, now);

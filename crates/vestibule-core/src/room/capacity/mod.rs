@@ -499,6 +499,10 @@ impl Capacity {
             CounterKind::Arrivals | CounterKind::Returned => (slot + RETURN_MINUTES + 2) * 60,
             // Not capacity counters.
             CounterKind::Window | CounterKind::Granted | CounterKind::GrantUsed => (slot + 2) * 60,
+            // Kept while the account checks in (`keep_account`).
+            CounterKind::Account => {
+                now.secs() + self.rejoin_grace.as_secs() + self.live_window().as_secs()
+            }
         };
         self.store.add(
             &self.key_in(scope, kind, slot, id),

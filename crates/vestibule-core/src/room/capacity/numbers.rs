@@ -193,3 +193,67 @@ impl Capacity {
         }
     }
 }
+
+/// Places kept for accounts (enqueue tokens): an account's devices share one place.
+impl Capacity {
+    /// The account `uid` names, as a counter slot; `None` for an identity by address.
+    fn account_slot(uid: &Identity) -> Option<u64> {
+        let uid = uid.as_str();
+        if !crate::enqueue::is_account(uid) {
+            return None;
+        }
+        let tail = uid.get(uid.len().checked_sub(16)?..)?;
+        u64::from_str_radix(tail, 16).ok()
+    }
+
+    /// The place account `uid` holds (arrival, Unix s; queue number), if one of its devices
+    /// joined the line within `rejoin_grace` of its last check-in. A value that is no arrival
+    /// (two nodes that each kept one before they synced) is no place: the device joins anew.
+    pub(super) fn account_place(
+        &self,
+        uid: &Identity,
+        now: Timestamp,
+    ) -> Option<(u64, Option<u64>)> {
+        let slot = Self::account_slot(uid)?;
+        let arrival = self
+            .store
+            .get(&self.key(CounterKind::Account, slot, 0), now);
+        let plausible = arrival > 0
+            && (arrival as u64) <= now.secs()
+            && now.secs() - (arrival as u64) < 7 * 86_400;
+        if !plausible {
+            return None;
+        }
+        let qn = self
+            .store
+            .get(&self.key(CounterKind::Account, slot, 1), now);
+        Some((
+            arrival as u64,
+            (qn > 0 && self.numbered).then_some(qn as u64),
+        ))
+    }
+
+    /// Keeps account `uid`'s place (`arrival`, `qn`): set when it joins, and kept alive by
+    /// each of its check-ins.
+    pub(super) fn keep_account(
+        &self,
+        uid: &Identity,
+        (arrival, qn): (u64, Option<u64>),
+        now: Timestamp,
+    ) {
+        let Some(slot) = Self::account_slot(uid) else {
+            return;
+        };
+        let set = |id: u64, value: u64| {
+            let current = self
+                .store
+                .get(&self.key(CounterKind::Account, slot, id), now);
+            let delta = if current == 0 { value as i64 } else { 0 };
+            self.add(CounterKind::Account, slot, id, delta, now);
+        };
+        set(0, arrival);
+        if let Some(n) = qn {
+            set(1, n);
+        }
+    }
+}

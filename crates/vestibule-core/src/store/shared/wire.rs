@@ -166,6 +166,7 @@ pub(super) fn kind_code(k: CounterKind) -> char {
         CounterKind::Window => 'x',
         CounterKind::Granted => 'g',
         CounterKind::GrantUsed => 'u',
+        CounterKind::Account => 'k',
     }
 }
 
@@ -180,6 +181,7 @@ pub(super) fn kind_of(c: &str) -> Option<CounterKind> {
         "x" => CounterKind::Window,
         "g" => CounterKind::Granted,
         "u" => CounterKind::GrantUsed,
+        "k" => CounterKind::Account,
         _ => return None,
     })
 }
