@@ -327,7 +327,7 @@ fn a_room_knows_a_request_by_its_token_else_by_an_account_cookie() {
     let alice = account_identity("sale", "alice");
     let token = hs256(&claims());
     let id = |s: &RoomEnqueue, token: Option<&str>, cookies: &[&[u8]]| {
-        identify(s, "sale", token, cookies, &ring, now())
+        identify((s.mode, &s.key), "sale", token, cookies, &ring, now())
     };
     assert_eq!(id(&required, Some(&token), &[]), Ok(Some(alice.clone())));
     assert_eq!(id(&optional, None, &[]), Ok(None));
