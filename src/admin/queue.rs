@@ -71,7 +71,7 @@ pub(super) fn answer(
                         "increment_by must be a whole number from 1 to 1000000",
                     )
                 })?;
-            let serving = queue.move_serving(by);
+            let serving = queue.move_serving(by, now);
             done(
                 "serving",
                 format!("serving counter moved by {by} to {serving}"),

@@ -1025,10 +1025,19 @@ mod tests {
             check_in(sale, &ring, &ledger, &e.request_id, at(63)),
             Err(ApiError::NotYet(_))
         ));
-        assert_eq!(sale.numbered(at(63)).unwrap().move_serving(1), 5);
+        assert_eq!(sale.numbered(at(63)).unwrap().move_serving(1, at(63)), 5);
         assert!(check_in(sale, &ring, &ledger, &e.request_id, at(63)).is_ok());
         assert!(matches!(
             check_in(sale, &ring, &ledger, &f.request_id, at(63)),
+            Err(ApiError::NotYet(_))
+        ));
+        // A move far past the last number lets in those in line, not whoever comes next.
+        let queue = sale.numbered(at(64)).unwrap();
+        assert!(queue.move_serving(100, at(64)) > 100);
+        assert!(check_in(sale, &ring, &ledger, &f.request_id, at(65)).is_ok());
+        let g = enqueue(sale, &ring, &ledger, &who(7), at(70)).unwrap();
+        assert!(matches!(
+            check_in(sale, &ring, &ledger, &g.request_id, at(80)),
             Err(ApiError::NotYet(_))
         ));
     }

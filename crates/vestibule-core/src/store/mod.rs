@@ -142,6 +142,9 @@ pub enum Register {
     Serving,
     /// The numbers an operator's `serving` move let in, beyond the room's own admissions.
     Moved,
+    /// When the last `serving` move was made (Unix ms): it lets in only numbers of arrivals
+    /// before it.
+    MovedAt,
     /// When the room was last reset, Unix milliseconds.
     ResetAt,
     /// The last queue number given before the room's last reset.
@@ -157,17 +160,18 @@ pub enum Register {
 
 impl Register {
     /// Every register, in the order of [`Register::index`].
-    pub const ALL: [Register; 7] = [
+    pub const ALL: [Register; 8] = [
         Register::Numbered,
         Register::Serving,
         Register::Moved,
+        Register::MovedAt,
         Register::ResetAt,
         Register::ResetBelow,
         Register::Since,
         Register::Cleared,
     ];
 
-    /// Its place in a scope's array of registers.
+    /// Its place in a scope's array of registers (the order of [`Register::ALL`]).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -178,6 +182,7 @@ impl Register {
             Register::Numbered => "qn",
             Register::Serving => "sv",
             Register::Moved => "mv",
+            Register::MovedAt => "ma",
             Register::ResetAt => "ra",
             Register::ResetBelow => "rb",
             Register::Since => "ns",
@@ -196,6 +201,7 @@ impl Register {
             "qn" => Register::Numbered,
             "sv" => Register::Serving,
             "mv" => Register::Moved,
+            "ma" => Register::MovedAt,
             "ra" => Register::ResetAt,
             "rb" => Register::ResetBelow,
             "ns" => Register::Since,

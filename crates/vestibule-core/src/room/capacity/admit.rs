@@ -283,7 +283,7 @@ impl Capacity {
         let counted = c.chk.map(|v| token_secs(v) / TICK_SECS);
         // Too early: no chance, nothing counted, the cookie stands; unless the serving counter
         // has passed their number (they are at the head, and are let in as soon as they ask).
-        let head = self.is_served(qn) || self.is_moved_past(qn);
+        let head = self.is_served(qn) || self.is_moved_past(qn, arrival);
         if now.secs() < c.exp && !head {
             let mut outcome = self.waiting_outcome(
                 Decision::Wait,
@@ -354,7 +354,7 @@ impl Capacity {
                 QueueOrder::Random => true,
             };
         // An operator's move of the serving counter past their number, also beyond the limits.
-        let moved = !hold.held && self.is_moved_past(qn);
+        let moved = !hold.held && self.is_moved_past(qn, arrival);
         if moved || (at_head && (hold.grant)()) {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
             self.count_lane_admission(lane, now);

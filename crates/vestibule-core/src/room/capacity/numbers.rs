@@ -50,8 +50,14 @@ impl Capacity {
     }
 
     /// Whether an operator moved the serving counter past `qn`.
-    pub(super) fn is_moved_past(&self, qn: Option<u64>) -> bool {
-        self.numbered && qn.is_some_and(|n| n <= self.register(Register::Moved))
+    /// Whether an operator moved the serving counter past `qn`, given to an arrival at
+    /// `arrival_secs`: a move lets in the numbers of those already in line, never of arrivals
+    /// after it (a move past the last number given holds no place for whoever comes next).
+    pub(super) fn is_moved_past(&self, qn: Option<u64>, arrival_secs: u64) -> bool {
+        self.numbered
+            && qn.is_some_and(|n| n <= self.register(Register::Moved))
+            && arrival_secs.saturating_mul(1000)
+                <= self.register(Register::MovedAt) + self.store.clock_skew_ms()
     }
 
     fn register(&self, reg: Register) -> u64 {
@@ -94,15 +100,13 @@ impl Capacity {
         self.register(Register::ResetAt)
     }
 
-    /// Moves the serving counter `by` numbers past where it is, never past the last number
-    /// given: their holders are let in at their next check-in, beyond the limits. Returns the
-    /// counter as shown.
-    pub fn move_serving(&self, by: u64) -> u64 {
-        let last = self.register(Register::Numbered);
-        let to = self
-            .register(Register::Serving)
-            .saturating_add(by)
-            .min(last);
+    /// Moves the serving counter `by` numbers past where it is at `now`: the holders of those
+    /// numbers who arrived before now are let in at their next check-in, beyond the limits.
+    /// Returns the counter as shown.
+    pub fn move_serving(&self, by: u64, now: Timestamp) -> u64 {
+        let to = self.register(Register::Serving).saturating_add(by);
+        self.store
+            .raise(&self.scope, Register::MovedAt, now.millis());
         self.store.raise(&self.scope, Register::Moved, to);
         self.store.raise(&self.scope, Register::Serving, to);
         self.serving_number()
