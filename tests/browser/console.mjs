@@ -188,8 +188,22 @@ await step("resume", async () => {
 await step("viewer", async () => {
   await op.click('#logout button[type="submit"]');
   await op.waitForSelector('form[action="/console/login"]');
-  const stream_after_logout = await op.evaluate(async () => (await fetch("/console/stream", { credentials: "same-origin" }).then((r) => { const s = r.status; try { r.body.cancel(); } catch {} return s; })));
-  findings.logout = { login_form_shown: true, stream_status_after: stream_after_logout };
+  // The old session no longer reaches the stream (a refusal, or a redirect to the login page).
+  const stream_after_logout = await op.evaluate(async () => {
+    const r = await fetch("/console/stream", { credentials: "same-origin", redirect: "manual" });
+    const out = { status: r.status, type: r.headers.get("content-type") };
+    try {
+      r.body && r.body.cancel();
+    } catch {
+      // nothing to cancel
+    }
+    return out;
+  });
+  findings.logout = {
+    login_form_shown: true,
+    stream_after: stream_after_logout,
+    stream_refused: !(stream_after_logout.status === 200 && String(stream_after_logout.type).startsWith("text/event-stream")),
+  };
   await operator.context.close();
 
   const viewer = await newPage();
