@@ -1,46 +1,163 @@
-//! The admin endpoint: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//! The admin endpoint: `/metrics`, `/healthz`, `/readyz`, `/status`, the operator actions,
+//! the audit log and the console.
 //!
-//! It binds to loopback by default; config validation refuses any other address without a
-//! bearer token, and when a token is set every path requires it (compared in constant time).
-//! `/status` shows settings and live figures, never a secret: key ids but not keys, whether the
-//! admin token is set but not its value.
+//! It binds to loopback by default; config validation refuses any other address without an
+//! operator. Once any operator is configured (`[admin] operators`, or the plain `token` as the
+//! operator `admin`), every path but the probes (`/healthz`, `/readyz`) and the console's login
+//! form needs one: a bearer token, or the console's session cookie. A request that changes
+//! something by session also needs the session's CSRF token and must not come from another
+//! site; a viewer changes nothing. `/status` shows settings and live figures, never a secret:
+//! key ids but not keys, whether a token is set but not its value.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::{header, Response, StatusCode};
-use pingora::apps::http_app::ServeHttp;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use pingora::http::ResponseHeader;
 use serde_json::{json, Value};
-use subtle::ConstantTimeEq;
 
 use crate::app::App;
 use crate::config::event::rfc3339;
-use crate::config::{Action as RuleAction, Admission, Algorithm, KeyPart, Scope};
+use crate::config::{Action as RuleAction, Admission, Algorithm, KeyPart, Role, Scope};
 use crate::controls::{Action, Controls};
 use crate::ratelimit::Rule;
 use crate::room::Room;
 use crate::snapshot::Snapshot;
 
+pub(crate) mod audit;
+pub(crate) mod auth;
+mod console;
+pub(crate) mod history;
 mod queue;
+
+use auth::{Via, Who};
 
 pub(crate) struct Admin {
     app: Arc<App>,
+    sessions: auth::Sessions,
+    streams: console::Streams,
+    audit: audit::Audit,
+}
+
+/// The name of a room's admissions in the console's history.
+pub(crate) fn history_room(name: &str) -> String {
+    format!("room:{name}")
+}
+
+/// The name of a rule's denials in the console's history.
+pub(crate) fn history_rule(name: &str) -> String {
+    format!("rule:{name}")
+}
+
+/// Who acts, and from where: what the audit log records besides the action.
+pub(crate) struct Actor<'a> {
+    pub who: &'a Who,
+    pub source: String,
+}
+
+impl Actor<'_> {
+    fn via(&self, session: &ServerSession) -> &'static str {
+        match self.who.via {
+            Via::Session { .. } => "console",
+            Via::Bearer => {
+                let ua = session
+                    .req_header()
+                    .headers
+                    .get(header::USER_AGENT)
+                    .map(|v| v.as_bytes())
+                    .unwrap_or_default();
+                if ua.starts_with(b"vestibule-ctl/") {
+                    "ctl"
+                } else {
+                    "api"
+                }
+            }
+        }
+    }
 }
 
 impl Admin {
     pub fn new(app: Arc<App>) -> Admin {
-        Admin { app }
+        Admin {
+            app,
+            sessions: auth::Sessions::default(),
+            streams: console::Streams::default(),
+            audit: audit::Audit::default(),
+        }
+    }
+
+    /// Counts a refused request by `reason` (`vestibule_admin_refused_total`).
+    fn refused(&self, reason: &str) {
+        self.app
+            .metrics
+            .admin_refused
+            .with_label_values(&[reason])
+            .inc();
+    }
+
+    /// Records an action: the audit line (fsynced), the metric and the log line. A record that
+    /// cannot be written is logged as an error; the action stands (pausing a sale must not wait
+    /// for a disk).
+    pub(crate) fn record(
+        &self,
+        session: &ServerSession,
+        actor: &Actor<'_>,
+        room: &str,
+        action: &str,
+        (args, before, after): (Value, Value, Value),
+        detail: &str,
+    ) -> bool {
+        let snapshot = self.app.snapshot();
+        self.app
+            .metrics
+            .admin_actions
+            .with_label_values(&[room, action, &actor.who.name])
+            .inc();
+        log::info!(
+            "room {room}: operator action {action} by {} from {}: {detail}",
+            actor.who.name,
+            actor.source
+        );
+        let record = audit::Record {
+            operator: actor.who.name.clone(),
+            source: actor.source.clone(),
+            via: actor.via(session),
+            room: room.to_owned(),
+            action: action.to_owned(),
+            args,
+            before,
+            after,
+        };
+        let path = &snapshot.config.admin.audit_file;
+        match self
+            .audit
+            .append(path, &crate::time::now().rfc3339(), &record)
+        {
+            Ok(_) => true,
+            Err(e) => {
+                self.app.metrics.audit_errors.inc();
+                log::error!("room {room}: the action {action} is not in the audit log: {e}");
+                false
+            }
+        }
     }
 
     /// An operator action: `/rooms/<room>/<action>`.
-    async fn action(&self, session: &mut ServerSession, snapshot: &Snapshot) -> Response<Vec<u8>> {
-        if snapshot.config.admin.token.is_none() {
+    async fn action(
+        &self,
+        session: &mut ServerSession,
+        snapshot: &Snapshot,
+        actor: Option<Actor<'_>>,
+    ) -> Response<Vec<u8>> {
+        let Some(actor) = actor else {
             return text(
                 StatusCode::FORBIDDEN,
-                "operator actions need a bearer token: set [admin] token in the config\n",
+                "operator actions need an operator: set [admin] token or [admin] operators in the config\n",
             );
-        }
+        };
         let req = session.req_header();
         let method = req.method.clone();
         let path = req.uri.path().to_owned();
@@ -53,17 +170,28 @@ impl Admin {
                 &format!("no room is named \"{}\"", name.escape_default()),
             );
         };
-        let body = match read_body(session).await {
+        let body = match read_body(session, crate::api::MAX_BODY).await {
             Ok(body) => body,
-            Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+            Err(e) => return problem(StatusCode::BAD_REQUEST, &e.to_string()),
         };
-        if let Some((status, body)) = queue::answer(
+        if let Some((status, body, done)) = queue::answer(
             &self.app,
             room,
             (&method, what, &query, &body),
             snapshot.keys.as_ref(),
             &snapshot.config.jwt.issuer,
         ) {
+            if let Some(done) = done {
+                let persisted = self.record(
+                    session,
+                    &actor,
+                    room.name(),
+                    done.action,
+                    (done.args, done.before, done.after),
+                    &done.detail,
+                );
+                let _ = persisted;
+            }
             return reply(
                 status,
                 "application/json",
@@ -76,24 +204,21 @@ impl Admin {
         };
         let now = crate::time::now();
         let store = &*self.app.state.store;
+        let controls = &self.app.state.controls;
+        let before = json!(controls.overrides(room.name()));
         let (overrides, written) =
-            self.app
-                .state
-                .controls
-                .apply(room.name(), &action, "admin", store, now);
-        self.app
-            .metrics
-            .admin_actions
-            .with_label_values(&[room.name(), action.label()])
-            .inc();
+            controls.apply(room.name(), &action, &actor.who.name, store, now);
         let detail = match &action {
             Action::Admit(n) => format!("{n} more let in"),
             _ => crate::controls::describe(&overrides),
         };
-        log::info!(
-            "room {}: operator action {} by admin: {detail}",
+        let audited = self.record(
+            session,
+            &actor,
             room.name(),
-            action.label()
+            action.label(),
+            (action_args(&action), before, json!(overrides)),
+            &detail,
         );
         if let Err(e) = &written {
             log::error!(
@@ -104,11 +229,13 @@ impl Admin {
         let body = json!({
             "room": room.name(),
             "action": action.label(),
+            "operator": actor.who.name,
             "overrides": overrides,
             "sold_out": room.sold_out(),
             "paused": room.controls().held().paused,
             "admit_grants_left": crate::controls::grants_left(store, room.name(), now),
             "persisted": written.is_ok(),
+            "audited": audited,
         });
         reply(
             StatusCode::OK,
@@ -141,7 +268,14 @@ impl Admin {
             },
             "admin": {
                 "listen": config.admin.listen.to_string(),
-                "token_required": config.admin.token.is_some(),
+                "token_required": !config.admin.operators.is_empty(),
+                "operators": config.admin.operators.iter().map(|o| json!({
+                    "name": o.name,
+                    "role": o.role.as_str(),
+                })).collect::<Vec<_>>(),
+                "audit_file": config.admin.audit_file.display().to_string(),
+                "console_sessions": self.sessions.open(now),
+                "console_streams": self.streams.open(),
             },
             "keys": snapshot.keys.as_ref().map(|ring| json!({
                 "active": ring.active().id(),
@@ -399,39 +533,12 @@ fn problem(status: StatusCode, message: &str) -> Response<Vec<u8>> {
     )
 }
 
-/// Most bytes an action body may have: 500 characters of 4 bytes each.
-const MAX_BODY: usize = crate::controls::MAX_MESSAGE_CHARS * 4;
-
-/// Reads an action's body, refusing one longer than [`MAX_BODY`] without reading it all.
-async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
-    let too_long = || {
-        format!(
-            "the body is longer than {} characters",
-            crate::controls::MAX_MESSAGE_CHARS
-        )
-    };
-    let declared = session
-        .req_header()
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(too_long());
-    }
-    let mut body = Vec::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY {
-                    return Err(too_long());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(body),
-            Err(e) => return Err(format!("cannot read the body: {e}")),
-        }
-    }
+/// Reads a request's body, at most `cap` bytes.
+pub(crate) async fn read_body(
+    session: &mut ServerSession,
+    cap: usize,
+) -> Result<Vec<u8>, crate::body::BodyError> {
+    crate::body::read(session, cap).await
 }
 
 /// The action a method, path tail, query and body ask for.
@@ -497,60 +604,134 @@ fn parse_action(
     Ok(action)
 }
 
-/// Whether the request carries `Authorization: Bearer <token>`.
-fn authorized(session: &ServerSession, token: &str) -> bool {
-    let Some(value) = session.req_header().headers.get(header::AUTHORIZATION) else {
-        return false;
-    };
-    // The scheme is case-insensitive (RFC 9110 §11.1); the token is compared in constant time.
-    let value = value.as_bytes();
-    let Some((scheme, given)) = value
-        .iter()
-        .position(|b| *b == b' ')
-        .map(|i| (&value[..i], value[i + 1..].trim_ascii()))
-    else {
-        return false;
-    };
-    scheme.eq_ignore_ascii_case(b"bearer") && bool::from(given.ct_eq(token.as_bytes()))
+/// The arguments of an action, as the audit log records them.
+fn action_args(action: &Action) -> Value {
+    match action {
+        Action::Admit(n) => json!({ "count": n }),
+        Action::SetMessage(text) => json!({ "text": text }),
+        _ => json!({}),
+    }
 }
 
-#[async_trait]
-impl ServeHttp for Admin {
+/// What a request asks of the admin listener, once its operator is known.
+enum Access {
+    /// Serve it, as `who` (`None`: no operator is configured, so reading is open and acting
+    /// is off).
+    Serve(Option<Who>),
+    /// Refused: the answer.
+    Refused(Response<Vec<u8>>),
+}
+
+impl Admin {
+    /// Who is asking, by bearer token or console session, and whether they may do what they ask.
+    fn access(&self, session: &ServerSession, snapshot: &Snapshot) -> Access {
+        let operators = &snapshot.config.admin.operators;
+        let req = session.req_header();
+        let authorization = req
+            .headers
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        let who = match auth::bearer(operators, authorization) {
+            Some(Some(op)) => Some(Who {
+                name: op.name.clone(),
+                role: op.role,
+                via: Via::Bearer,
+            }),
+            Some(None) if !operators.is_empty() => {
+                self.refused("unauthenticated");
+                return Access::Refused(unauthorized());
+            }
+            _ => console::session_id(session)
+                .and_then(|id| self.sessions.who(operators, &id, crate::time::now())),
+        };
+        let path = req.uri.path();
+        let console_open = path == "/console"
+            || path == "/console/"
+            || path == "/console/login"
+            || path == "/console/logout"
+            || path == "/console/console.js"
+            || path == "/console/console.css";
+        if who.is_none() && !operators.is_empty() && !console_open {
+            self.refused("unauthenticated");
+            return Access::Refused(unauthorized());
+        }
+        let changes = req.method != http::Method::GET && req.method != http::Method::HEAD;
+        if !changes || path == "/console/login" {
+            return Access::Serve(who);
+        }
+        if let Some(Who {
+            via: Via::Session { csrf },
+            role,
+            ..
+        }) = &who
+        {
+            let h = &req.headers;
+            let host = h
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+            let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+            if auth::cross_site(origin, site, host) {
+                self.refused("origin");
+                return Access::Refused(text(
+                    StatusCode::FORBIDDEN,
+                    "refused: the request comes from another site\n",
+                ));
+            }
+            // Logout takes its token from the form too; it checks it itself.
+            if path != "/console/logout"
+                && !auth::csrf_ok(csrf, h.get("x-csrf-token").map(|v| v.as_bytes()))
+            {
+                self.refused("csrf");
+                return Access::Refused(text(
+                    StatusCode::FORBIDDEN,
+                    "refused: the X-CSRF-Token header is missing or wrong; reload the console\n",
+                ));
+            }
+            if *role == Role::Viewer && path != "/console/logout" {
+                self.refused("role");
+                return Access::Refused(viewer_refused());
+            }
+        }
+        if let Some(Who {
+            via: Via::Bearer,
+            role: Role::Viewer,
+            ..
+        }) = &who
+        {
+            self.refused("role");
+            return Access::Refused(viewer_refused());
+        }
+        Access::Serve(who)
+    }
+
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let snapshot = self.app.snapshot();
-        if let Some(token) = &snapshot.config.admin.token {
-            if !authorized(session, token) {
-                let mut resp = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
-                resp.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    header::HeaderValue::from_static("Bearer realm=\"vestibule\""),
-                );
-                return resp;
-            }
+        let path = session.req_header().uri.path().to_owned();
+        let method = session.req_header().method.clone();
+        let reading = method == http::Method::GET || method == http::Method::HEAD;
+        // Probes never need a token: a load balancer cannot send one.
+        match path.as_str() {
+            "/healthz" | "/readyz" if reading => return probe(&path, &snapshot),
+            _ => {}
         }
-        if session.req_header().uri.path().starts_with("/rooms/") {
-            return self.action(session, &snapshot).await;
+        let who = match self.access(session, &snapshot) {
+            Access::Serve(who) => who,
+            Access::Refused(resp) => return resp,
+        };
+        if path == "/console" || path.starts_with("/console/") {
+            return self.console(session, &snapshot, who).await;
         }
-        let req = session.req_header();
-        if req.method != http::Method::GET && req.method != http::Method::HEAD {
+        if path.starts_with("/rooms/") {
+            let source = source_of(session);
+            let actor = who.as_ref().map(|who| Actor { who, source });
+            return self.action(session, &snapshot, actor).await;
+        }
+        if !reading {
             return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served here\n");
         }
-        match req.uri.path() {
-            "/healthz" => text(StatusCode::OK, "ok\n"),
-            "/readyz" => {
-                let healthy = snapshot.upstream.healthy_count();
-                if healthy > 0 {
-                    text(
-                        StatusCode::OK,
-                        &format!("ready: {healthy} healthy origin peer(s)\n"),
-                    )
-                } else {
-                    text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: no healthy origin peer\n",
-                    )
-                }
-            }
+        match path.as_str() {
             "/metrics" => {
                 self.app.metrics.refresh(&snapshot, &*self.app.state.store);
                 reply(
@@ -563,6 +744,7 @@ impl ServeHttp for Admin {
                 let body = serde_json::to_vec_pretty(&self.status(&snapshot)).unwrap_or_default();
                 reply(StatusCode::OK, "application/json", body)
             }
+            "/audit" => self.audit_list(session, &snapshot),
             "/status.html" | "/" => {
                 let body = status_html(&self.status(&snapshot));
                 reply(
@@ -573,8 +755,152 @@ impl ServeHttp for Admin {
             }
             _ => text(
                 StatusCode::NOT_FOUND,
-                "not found; try /metrics /healthz /readyz /status /status.html\n",
+                "not found; try /console /metrics /healthz /readyz /status /status.html /audit\n",
             ),
+        }
+    }
+
+    /// `GET /audit?room=&limit=`: the newest records, newest first.
+    fn audit_list(&self, session: &ServerSession, snapshot: &Snapshot) -> Response<Vec<u8>> {
+        let query = session.req_header().uri.query().unwrap_or("");
+        let (room, limit) = match audit_query(query) {
+            Ok(q) => q,
+            Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+        };
+        match audit::newest(&snapshot.config.admin.audit_file, room.as_deref(), limit) {
+            Ok(records) => reply(
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_vec_pretty(&records).unwrap_or_default(),
+            ),
+            Err(e) => {
+                log::error!("GET /audit: {e}");
+                problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the audit log cannot be read; see the log",
+                )
+            }
+        }
+    }
+}
+
+/// `room=` and `limit=` of `GET /audit` (100 by default, at most 1000).
+pub(crate) fn audit_query(query: &str) -> Result<(Option<String>, usize), String> {
+    let mut room = None;
+    let mut limit = 100;
+    for (k, v) in query.split('&').filter_map(|kv| kv.split_once('=')) {
+        match k {
+            "room" if !v.is_empty() => {
+                let v = String::from_utf8(console_decode(v.as_bytes()))
+                    .map_err(|_| "room must be UTF-8".to_owned())?;
+                room = Some(v);
+            }
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=audit::MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        format!("limit must be a whole number from 1 to {}", audit::MAX_LIMIT)
+                    })?;
+            }
+            _ => {}
+        }
+    }
+    Ok((room, limit))
+}
+
+fn console_decode(v: &[u8]) -> Vec<u8> {
+    console::form_field(&[b"v=", v].concat(), "v").unwrap_or_default()
+}
+
+/// `/healthz` and `/readyz`.
+fn probe(path: &str, snapshot: &Snapshot) -> Response<Vec<u8>> {
+    if path == "/healthz" {
+        return text(StatusCode::OK, "ok\n");
+    }
+    let healthy = snapshot.upstream.healthy_count();
+    if healthy > 0 {
+        text(
+            StatusCode::OK,
+            &format!("ready: {healthy} healthy origin peer(s)\n"),
+        )
+    } else {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no healthy origin peer\n",
+        )
+    }
+}
+
+/// The address a request came from, for the audit log.
+fn source_of(session: &ServerSession) -> String {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|| "unix".to_owned())
+}
+
+fn unauthorized() -> Response<Vec<u8>> {
+    let mut resp = text(
+        StatusCode::UNAUTHORIZED,
+        "an operator's bearer token is required (or sign in at /console)\n",
+    );
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"vestibule\""),
+    );
+    resp
+}
+
+fn viewer_refused() -> Response<Vec<u8>> {
+    text(
+        StatusCode::FORBIDDEN,
+        "refused: a viewer sees the admin listener but changes nothing\n",
+    )
+}
+
+#[async_trait]
+impl HttpServerApp for Admin {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut http: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        match http.read_request().await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                log::debug!("admin: cannot read a request: {e}");
+                return None;
+            }
+        }
+        http.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
+        let req = http.req_header();
+        if req.uri.path() == "/console/stream" && req.method == http::Method::GET {
+            let snapshot = self.app.snapshot();
+            if let Access::Serve(Some(who)) = self.access(&http, &snapshot) {
+                self.stream(&mut http, &who, shutdown).await;
+                return None;
+            }
+        }
+        let (parts, body) = self.response(&mut http).await.into_parts();
+        let header: ResponseHeader = parts.into();
+        if let Err(e) = http.write_response_header(Box::new(header)).await {
+            log::debug!("admin: cannot answer: {e}");
+            return None;
+        }
+        if !body.is_empty() {
+            if let Err(e) = http.write_response_body(body.into(), true).await {
+                log::debug!("admin: cannot answer: {e}");
+                return None;
+            }
+        }
+        let settings = HttpPersistentSettings::for_session(&http);
+        match http.finish().await {
+            Ok(c) => c.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
+            Err(_) => None,
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct App {
     /// Reloads run one at a time.
     reloading: Mutex<()>,
     pub started_at: Timestamp,
+    /// The console's last half hour of admissions and denials.
+    pub(crate) history: crate::admin::history::History,
 }
 
 impl App {
@@ -74,6 +76,7 @@ impl App {
             last_reload_error: Mutex::new(None),
             reloading: Mutex::new(()),
             started_at: now,
+            history: Default::default(),
         }))
     }
 

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod alloc;
 pub mod api;
 pub mod app;
+pub(crate) mod body;
 pub mod config;
 pub mod controls;
 pub mod demo;

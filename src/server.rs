@@ -283,7 +283,13 @@ impl BackgroundService for Housekeeping {
                     crate::alloc::collect();
                 }
                 _ = flush.tick() => crate::logging::flush(),
-                _ = steer.tick() => self.app.steer(crate::time::now()),
+                _ = steer.tick() => {
+                    let now = crate::time::now();
+                    self.app.steer(now);
+                    let snapshot = self.app.snapshot();
+                    let counters = self.app.metrics.console_counters(&snapshot);
+                    self.app.history.sample(counters, now);
+                }
             }
         }
     }

@@ -10,30 +10,39 @@ use vestibule_core::api::queue::{self as core, SessionEnd, TokenState};
 use crate::app::App;
 use crate::room::Room;
 
-/// What the private API answers: `None` when `what` is none of its paths (an operator action).
+/// An action of the private API, for the audit log.
+pub(super) struct Done {
+    pub action: &'static str,
+    pub args: Value,
+    pub before: Value,
+    pub after: Value,
+    pub detail: String,
+}
+
+/// What the private API answers, and the action it took if any: `None` when `what` is none of
+/// its paths (an operator action).
 pub(super) fn answer(
     app: &App,
     room: &Room,
     (method, what, query, body): (&Method, &str, &str, &[u8]),
     keys: Option<&vestibule_core::keys::KeyRing>,
     issuer: &str,
-) -> Option<(StatusCode, Value)> {
+) -> Option<(StatusCode, Value, Option<Done>)> {
     let private = matches!(what, "serving" | "tokens" | "reset") || what.starts_with("sessions/");
     if !private {
         return None;
     }
     let now = crate::time::now();
     let Some(queue) = room.numbered(now) else {
-        return Some(bad(
+        let (status, body) = bad(
             StatusCode::NOT_FOUND,
             "this room has no queue API (api = true)",
-        ));
+        );
+        return Some((status, body, None));
     };
     let Some(ring) = keys else {
-        return Some(bad(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the key ring is not loaded",
-        ));
+        let (status, body) = bad(StatusCode::SERVICE_UNAVAILABLE, "the key ring is not loaded");
+        return Some((status, body, None));
     };
     let ledger = app.state.ledgers.cell(room.name());
     let json_body = || -> Result<Value, (StatusCode, Value)> {
@@ -48,16 +57,7 @@ pub(super) fn answer(
             .filter(Value::is_object)
             .ok_or_else(|| bad(StatusCode::BAD_REQUEST, "the body must be a JSON object"))
     };
-    let done = |action: &str, detail: String| {
-        app.metrics
-            .admin_actions
-            .with_label_values(&[room.name(), action])
-            .inc();
-        log::info!(
-            "room {}: operator action {action} by admin: {detail}",
-            room.name()
-        );
-    };
+    let mut done: Option<Done> = None;
     let result = match (method, what) {
         (&Method::POST, "serving") => (|| {
             let b = json_body()?;
@@ -71,11 +71,15 @@ pub(super) fn answer(
                         "increment_by must be a whole number from 1 to 1000000",
                     )
                 })?;
+            let before = queue.serving_number();
             let serving = queue.move_serving(by, now);
-            done(
-                "serving",
-                format!("serving counter moved by {by} to {serving}"),
-            );
+            done = Some(Done {
+                action: "serving",
+                args: json!({ "increment_by": by }),
+                before: json!({ "serving_number": before }),
+                after: json!({ "serving_number": serving }),
+                detail: format!("serving counter moved by {by} to {serving}"),
+            });
             Ok((StatusCode::OK, json!({ "serving_number": serving })))
         })(),
         (&Method::POST, "tokens") => (|| {
@@ -120,13 +124,21 @@ pub(super) fn answer(
                 .jwt_issued
                 .with_label_values(&[room.name()])
                 .inc();
-            done(
-                "tokens",
-                format!(
+            // The token itself is a secret: the record names the request, not the token.
+            done = Some(Done {
+                action: "tokens",
+                args: json!({
+                    "queue_number": id.split('.').next().unwrap_or(""),
+                    "validity_seconds": validity.map(|d| d.as_secs()),
+                    "issuer": issuer,
+                }),
+                before: json!({}),
+                after: json!({ "expires_in": issued.expires_in }),
+                detail: format!(
                     "a token for queue number {}",
                     id.split('.').next().unwrap_or("")
                 ),
-            );
+            });
             Ok((
                 StatusCode::OK,
                 json!({ "access_token": issued.access_token, "expires_in": issued.expires_in }),
@@ -175,7 +187,16 @@ pub(super) fn answer(
                 SessionEnd::Completed => "completed",
                 SessionEnd::Abandoned => "abandoned",
             };
-            done("session", format!("a session marked {label}"));
+            done = Some(Done {
+                action: "session",
+                args: json!({
+                    "queue_number": id.split('.').next().unwrap_or(""),
+                    "status": label,
+                }),
+                before: json!({}),
+                after: json!({ "status": label }),
+                detail: format!("a session marked {label}"),
+            });
             Ok((StatusCode::OK, json!({ "status": label })))
         })(),
         (&Method::POST, "reset") => (|| {
@@ -186,8 +207,18 @@ pub(super) fn answer(
                     "a reset needs {\"confirm\": \"<the room's name>\"}",
                 ));
             }
+            let before = json!({
+                "queue_number": queue.last_number(),
+                "serving_number": queue.serving_number(),
+            });
             core::reset(room, &ledger, now).map_err(|e| refused(&e))?;
-            done("reset", "the queue was reset".to_owned());
+            done = Some(Done {
+                action: "reset",
+                args: json!({ "confirm": room.name() }),
+                before,
+                after: json!({ "queue_number": 0, "serving_number": 0 }),
+                detail: "the queue was reset".to_owned(),
+            });
             Ok((
                 StatusCode::OK,
                 json!({ "reset": true, "serving_number": 0 }),
@@ -198,7 +229,8 @@ pub(super) fn answer(
             &format!("{method} does not apply to {what}; see the queue API in the docs"),
         )),
     };
-    Some(result.unwrap_or_else(|e| e))
+    let (status, body) = result.unwrap_or_else(|e| e);
+    Some((status, body, done.filter(|_| status.is_success())))
 }
 
 fn bad(status: StatusCode, message: &str) -> (StatusCode, Value) {

@@ -316,40 +316,14 @@ async fn read_json(session: &mut Session) -> Result<Option<Value>, Reply> {
 
 /// The body, at most [`MAX_BODY`] bytes; a reply for one too long or unreadable.
 pub(super) async fn read_body(session: &mut Session) -> Result<Vec<u8>, Reply> {
-    let too_long = || {
-        Reply::error(
-            413,
-            "payload_too_large",
-            &format!("the body is longer than {MAX_BODY} bytes"),
-        )
-    };
-    let declared = session
-        .req_header()
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(too_long());
-    }
-    let mut body = Vec::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY {
-                    return Err(too_long());
-                }
-                body.extend_from_slice(&chunk);
+    crate::body::read(session, MAX_BODY)
+        .await
+        .map_err(|e| match e {
+            crate::body::BodyError::TooLong(_) => {
+                Reply::error(413, "payload_too_large", &e.to_string())
             }
-            Ok(None) => break,
-            Err(_) => {
-                return Err(Reply::error(
-                    400,
-                    "bad_request",
-                    "the body could not be read",
-                ))
+            crate::body::BodyError::Unreadable(_) => {
+                Reply::error(400, "bad_request", "the body could not be read")
             }
-        }
-    }
-    Ok(body)
+        })
 }

@@ -28,7 +28,7 @@ pub use cell::{
     check_message, describe, grant, Action, Admitted, Held, Message, RoomCell, RoomOverrides,
     SoldOut, Stamp,
 };
-pub(crate) use cell::{grants_left, MAX_ADMIT, MAX_MESSAGE_CHARS};
+pub(crate) use cell::{grants_left, MAX_ADMIT};
 
 use crate::store::CounterStore;
 use crate::time::Timestamp;
@@ -48,7 +48,12 @@ pub struct Controls {
     cells: Mutex<HashMap<String, Arc<RoomCell>>>,
     doc: Mutex<StateDoc>,
     file: Mutex<Option<PathBuf>>,
+    /// The newest overrides taken in from other nodes, newest last (for the console).
+    adopted: Mutex<std::collections::VecDeque<serde_json::Value>>,
 }
+
+/// How many overrides from other nodes the console is shown.
+const ADOPTED_KEPT: usize = 50;
 
 impl Controls {
     /// The cell of room `name` (the same one for every snapshot).
@@ -196,6 +201,19 @@ impl Controls {
                 describe(&o)
             );
             self.cell(&room).set(&o);
+            {
+                let mut adopted = self.adopted.lock().unwrap_or_else(|p| p.into_inner());
+                if adopted.len() >= ADOPTED_KEPT {
+                    adopted.pop_front();
+                }
+                let newest = newest_stamp(&o);
+                adopted.push_back(serde_json::json!({
+                    "room": room,
+                    "by": newest.map(|s| s.by.clone()),
+                    "at": newest.map(|s| s.at.clone()),
+                    "summary": describe(&o),
+                }));
+            }
             doc.rooms.insert(room, o);
             changed = true;
         }
@@ -211,6 +229,28 @@ impl Controls {
             }
         }
     }
+}
+
+/// The overrides taken in from other nodes of a cluster, newest first: what reached this
+/// node through the override sync rather than by an action here.
+impl Controls {
+    pub fn adopted(&self) -> Vec<serde_json::Value> {
+        let adopted = self.adopted.lock().unwrap_or_else(|p| p.into_inner());
+        adopted.iter().rev().cloned().collect()
+    }
+}
+
+/// The newest stamp of `o` (who acted last, and when).
+fn newest_stamp(o: &RoomOverrides) -> Option<&crate::controls::Stamp> {
+    [
+        o.paused.as_ref(),
+        o.sold_out.as_ref().map(|s| &s.stamp),
+        o.message.as_ref().map(|m| &m.stamp),
+        o.last_admit.as_ref().map(|a| &a.stamp),
+    ]
+    .into_iter()
+    .flatten()
+    .max_by(|a, b| a.at.cmp(&b.at))
 }
 
 /// Offers a room's overrides to the other nodes of a cluster.

@@ -131,8 +131,12 @@ pub struct Metrics {
     pub downstream_requests: [Arc<Counter>; 4],
     downstream_requests_vec: sharded::CounterVec,
     pub tls_certificate_expiry: GaugeVec,
-    /// Operator actions, by room and action.
+    /// Operator actions, by room, action and operator.
     pub admin_actions: IntCounterVec,
+    /// Admin requests refused, by reason.
+    pub admin_refused: IntCounterVec,
+    /// Operator actions that could not be written to the audit log.
+    pub audit_errors: IntCounter,
     /// Operator overrides in force, by room and override (`paused`, `sold_out`, `message`).
     pub room_override: IntGaugeVec,
     /// Admissions granted by `admit` and not taken yet, by room.
@@ -242,9 +246,19 @@ impl Metrics {
             ),
             admin_actions: counter_vec(
                 "vestibule_admin_actions_total",
-                "Operator actions taken on the admin endpoint, by room and action.",
-                &["room", "action"],
+                "Operator actions taken on the admin endpoint, by room, action and operator.",
+                &["room", "action", "operator"],
             ),
+            admin_refused: counter_vec(
+                "vestibule_admin_refused_total",
+                "Admin requests refused, by reason: unauthenticated, csrf, origin, role, login, login_throttled.",
+                &["reason"],
+            ),
+            audit_errors: IntCounter::new(
+                "vestibule_audit_errors_total",
+                "Operator actions that could not be appended to the audit log.",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
             room_override: int_gauge_vec(
                 "vestibule_room_override",
                 "Operator overrides in force (1) or not (0), by room and override: paused, sold_out (the room is sold out, by override or config), message.",
@@ -467,6 +481,8 @@ impl Metrics {
             Box::new(self.downstream_requests_vec.clone()),
             Box::new(self.tls_certificate_expiry.clone()),
             Box::new(self.admin_actions.clone()),
+            Box::new(self.admin_refused.clone()),
+            Box::new(self.audit_errors.clone()),
             Box::new(self.api_requests.clone()),
             Box::new(self.jwt_issued.clone()),
             Box::new(self.jwt_rejected.clone()),
@@ -498,6 +514,26 @@ impl Metrics {
 
     /// Creates every labelled series of a snapshot's rooms and rules, so dashboards show zeros
     /// rather than gaps, and refreshes the gauges that are read rather than counted.
+    /// The console's counters now: each room's admissions and each rule's denials (limited or
+    /// penalized), named as its history keeps them.
+    pub fn console_counters(&self, snapshot: &Snapshot) -> Vec<(String, u64)> {
+        let rooms = snapshot.rooms.iter().map(|r| {
+            (
+                crate::admin::history_room(r.name()),
+                self.room_admitted.with_label_values(&[r.name()]).get(),
+            )
+        });
+        let rules = snapshot.rules.iter().map(|rule| {
+            let name = &rule.config.name;
+            let denied = ["limited", "penalized"]
+                .iter()
+                .map(|o| self.ratelimit_decisions.with_label_values(&[name, o]).get())
+                .sum();
+            (crate::admin::history_rule(name), denied)
+        });
+        rooms.chain(rules).collect()
+    }
+
     pub fn refresh(&self, snapshot: &Snapshot, store: &dyn CounterStore) {
         let now = crate::time::now();
         match store.cluster() {
@@ -590,9 +626,6 @@ impl Metrics {
             for result in CHALLENGE_RESULTS {
                 self.room_challenges.with_label_values(&[name, result]);
             }
-        }
-        for action in crate::controls::Action::LABELS {
-            self.admin_actions.with_label_values(&[name, action]);
         }
     }
 

@@ -466,3 +466,116 @@ fn a_visitor_types_an_invitation_into_the_page() {
         "{found}"
     );
 }
+
+/// The operator console in a real browser (`tests/browser/console.mjs`): it signs in, watches
+/// the waiting count move while visitors arrive, pauses through the button and sees it in
+/// `/status` and the audit log, is refused without the CSRF header, and as a viewer sees no
+/// button and is refused by the server; a phone-sized window does not scroll sideways.
+#[test]
+fn an_operator_runs_the_console_in_a_real_browser() {
+    use crate::console::{start_console, ALICE, VERA};
+    use std::io::BufRead;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = match driver_ready(&dir) {
+        Ok(c) => c,
+        Err(why) => {
+            crate::common::missing_tool(
+                "an_operator_runs_the_console_in_a_real_browser (headless chromium driven from node)",
+                why,
+            );
+            return;
+        }
+    };
+    let origin = Origin::start();
+    let v = start_console(origin.addr);
+    // One visitor holds the room's one place before the console opens.
+    User::new(1).get(&v, "/");
+    let arg = serde_json::json!({
+        "admin": format!("http://{}", v.admin),
+        "operator_token": ALICE,
+        "viewer_token": VERA,
+        "room": "sale",
+        "add_visitors_cmd": null,
+        "shots": std::env::var("VESTIBULE_SHOTS").ok(),
+    });
+    let started = Instant::now();
+    let mut child = Command::new("node")
+        .arg(dir.join("console.mjs"))
+        .arg(arg.to_string())
+        .env("CHROMIUM", &chromium)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    // The driver asks for visitors on stderr once it watches the waiting count.
+    let stderr = child.stderr.take().expect("stderr");
+    let proxy = v.proxy;
+    let watcher = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("ready_for_visitors") {
+                for i in 2..5 {
+                    let _ = client()
+                        .get(format!("http://{proxy}/"))
+                        .header("X-Forwarded-For", format!("10.9.0.{i}"))
+                        .send();
+                }
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    let out = child.wait_with_output().expect("the driver ends");
+    let stderr = watcher.join().unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let found: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}\n{}", v.log_text())
+    });
+    eprintln!(
+        "console findings after {:?}:\n{}",
+        started.elapsed(),
+        serde_json::to_string_pretty(&found).unwrap()
+    );
+    assert!(
+        out.status.success() && found.get("failed").is_none(),
+        "the console driver failed: {found}\n{stderr}\n{}",
+        v.log_text()
+    );
+
+    let f = &found["login_form"];
+    assert_eq!(f["form"]["password"], true, "{f}");
+    assert!(f["wrong_token_alert"].as_str().unwrap().contains("Sign-in refused"), "{f}");
+    assert_eq!(f["cookies_after_wrong_login"], serde_json::json!([]), "{f}");
+    let f = &found["login_operator"];
+    assert_eq!(f["cookies"][0]["name"], "vestibule_console", "{f}");
+    assert_eq!(f["cookies"][0]["httpOnly"], true, "{f}");
+    assert_eq!(f["cookies"][0]["sameSite"], "Strict", "{f}");
+    assert_eq!(f["csrf_meta"], true, "{f}");
+    assert_eq!(f["focus_kept"], true, "{f}");
+    let f = &found["live_waiting"];
+    assert_eq!(f["changed"], true, "the waiting count moved: {f}");
+    assert_eq!(f["reloads"], 0, "without reloading the page: {f}");
+    let f = &found["pause"];
+    assert_eq!(f["paused"], true, "{f}");
+    assert_eq!(f["audit_newest_is_pause"], true, "{f}");
+    assert_eq!(f["audit_operator"], "alice", "{f}");
+    let f = &found["csrf_missing"];
+    assert_eq!(f["status"], 403, "{f}");
+    assert_eq!(f["still_paused"], true, "{f}");
+    assert_eq!(found["resume"]["paused"], false, "{}", found["resume"]);
+    assert_eq!(found["logout"]["stream_refused"], true, "{}", found["logout"]);
+    let f = &found["viewer"];
+    assert_eq!(f["actions"], 0, "{f}");
+    assert_eq!(f["pause_status"], 403, "{f}");
+    assert_eq!(f["paused_after"], false, "{f}");
+    assert_eq!(found["phone"]["no_horizontal_scroll"], true, "{}", found["phone"]);
+    // The server's side of it: alice's two actions are the audit log, and /status agrees.
+    let (code, body) = v.admin_get("/audit");
+    assert_eq!(code, 200);
+    let records: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let actions: Vec<_> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["resume", "pause"], "{body}");
+    assert!(records.iter().all(|r| r["via"] == "console" && r["operator"] == "alice"));
+    assert_eq!(v.status()["rooms"][0]["paused"], false);
+}

@@ -16,6 +16,7 @@ mod browser;
 mod capacity;
 mod challenge;
 mod cluster;
+mod console;
 mod enqueue;
 mod events;
 mod flood;

@@ -450,8 +450,11 @@ fn the_admin_token_can_live_in_a_file_and_probe_uses_it() {
     assert!(out.contains("ready"), "{out}");
     let (code, _, err) = run_cli(&["probe", "--config", config_str, "--path", "/healthz"]);
     assert_eq!(code, 0, "{err}");
-    // The token guards the listener: without it, 401; with the file's content, 200.
-    let url = format!("http://{admin}/healthz");
+    // The token guards the listener but not its probes: without it, 401; with the file's
+    // content, 200.
+    let health = format!("http://{admin}/healthz");
+    assert_eq!(client().get(&health).send().unwrap().status(), 200);
+    let url = format!("http://{admin}/status");
     assert_eq!(client().get(&url).send().unwrap().status(), 401);
     let resp = client().get(&url).bearer_auth(token).send().unwrap();
     assert_eq!(resp.status(), 200);

@@ -624,7 +624,8 @@ function updateCard(c, r) {
 
   // active overrides
   const o = r.overrides && typeof r.overrides === "object" ? r.overrides : {};
-  const lines = Object.keys(o).filter((k) => o[k] !== null && o[k] !== undefined).map((k) => [k, overrideText(k, o[k])]);
+  // `version` orders overrides across a cluster; it is no override itself.
+  const lines = Object.keys(o).filter((k) => k !== "version" && o[k] !== null && typeof o[k] === "object").map((k) => [k, overrideText(k, o[k])]);
   const okey = JSON.stringify(lines);
   if (c.ovr._key !== okey) {
     c.ovr._key = okey;

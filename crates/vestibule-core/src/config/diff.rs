@@ -122,6 +122,49 @@ pub fn describe(old: &Config, new: &Config) -> Vec<String> {
     if old.admin.token != new.admin.token {
         out.push("admin: token changed".into());
     }
+    let named = |c: &Config| -> Vec<String> {
+        c.admin
+            .operators
+            .iter()
+            .filter(|o| !(o.name == "admin" && c.admin.token.is_some()))
+            .map(|o| format!("{} ({})", o.name, o.role.as_str()))
+            .collect()
+    };
+    let (was, now) = (named(old), named(new));
+    for o in now.iter().filter(|o| !was.contains(o)) {
+        out.push(format!("admin: operator {o} added"));
+    }
+    for o in was.iter().filter(|o| !now.contains(o)) {
+        out.push(format!("admin: operator {o} removed"));
+    }
+    let tokens = |c: &Config| -> Vec<(String, [u8; 32])> {
+        c.admin
+            .operators
+            .iter()
+            .map(|o| (o.name.clone(), o.token_sha256))
+            .collect()
+    };
+    for (name, hash) in tokens(new) {
+        if name == "admin" && new.admin.token.is_some() {
+            continue;
+        }
+        if tokens(old).iter().any(|(n, h)| *n == name && *h != hash) {
+            out.push(format!("admin: operator {name}'s token changed"));
+        }
+    }
+    if old.admin.audit_file != new.admin.audit_file {
+        out.push(format!(
+            "admin: audit_file {} -> {}",
+            old.admin.audit_file.display(),
+            new.admin.audit_file.display()
+        ));
+    }
+    if old.admin.cookie_secure != new.admin.cookie_secure {
+        out.push(format!(
+            "admin: cookie_secure {} -> {}",
+            old.admin.cookie_secure, new.admin.cookie_secure
+        ));
+    }
     if old.keys_file != new.keys_file {
         out.push(format!(
             "keys: file {} -> {}",

@@ -199,6 +199,22 @@ pub(crate) struct AdminFile {
     pub token: String,
     pub token_file: String,
     pub state_file: String,
+    pub operators: Vec<OperatorFile>,
+    pub audit_file: String,
+    pub cookie_secure: bool,
+}
+
+/// One `admin.operators` entry: a named person and the SHA-256 of their token.
+#[derive(Debug, Deserialize)]
+pub(crate) struct OperatorFile {
+    pub name: String,
+    pub token_sha256: String,
+    #[serde(default = "operator_role")]
+    pub role: String,
+}
+
+fn operator_role() -> String {
+    "operator".into()
 }
 
 impl Default for AdminFile {
@@ -208,6 +224,9 @@ impl Default for AdminFile {
             token: String::new(),
             token_file: String::new(),
             state_file: "state/overrides.json".into(),
+            operators: Vec::new(),
+            audit_file: "state/audit.jsonl".into(),
+            cookie_secure: false,
         }
     }
 }

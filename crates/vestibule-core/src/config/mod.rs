@@ -366,6 +366,49 @@ pub struct AdminConfig {
     pub token_file: Option<PathBuf>,
     /// Where operator actions are kept across restarts.
     pub state_file: PathBuf,
+    /// Who may use the admin listener: the named `operators`, and the plain `token` as an
+    /// operator named `admin`. Empty: nobody signs in, and operator actions are off.
+    pub operators: Vec<Operator>,
+    /// The append-only record of every operator action.
+    pub audit_file: PathBuf,
+    /// The console's session cookie is `Secure`.
+    pub cookie_secure: bool,
+}
+
+/// What an operator may do on the admin listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Sees everything and acts.
+    Operator,
+    /// Sees everything, acts on nothing.
+    Viewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+/// One named operator: the SHA-256 of their token (the token itself is never kept), and their
+/// role.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Operator {
+    pub name: String,
+    pub token_sha256: [u8; 32],
+    pub role: Role,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for AdminConfig {
@@ -375,6 +418,9 @@ impl std::fmt::Debug for AdminConfig {
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("token_file", &self.token_file)
             .field("state_file", &self.state_file)
+            .field("operators", &self.operators)
+            .field("audit_file", &self.audit_file)
+            .field("cookie_secure", &self.cookie_secure)
             .finish()
     }
 }

@@ -64,6 +64,7 @@ fn known_keys(table: &str) -> Option<&'static [&'static str]> {
         "jwt" => fields::<super::file::JwtFile>(),
         "oidc" => fields::<super::file::OidcFile>(),
         "oidc.clients" => fields::<super::file::OidcClientFile>(),
+        "admin.operators" => fields::<super::file::OperatorFile>(),
         _ => return None,
     })
 }

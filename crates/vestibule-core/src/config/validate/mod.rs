@@ -233,11 +233,12 @@ impl Validator<'_> {
 }
 
 /// Why the admin endpoint on `listen` cannot go without a token, if it cannot.
-fn admin_token_missing(listen: SocketAddr, token: Option<&str>) -> Option<String> {
-    (!listen.ip().is_loopback() && token.is_none()).then(|| {
+fn admin_token_missing(listen: SocketAddr, has_operators: bool) -> Option<String> {
+    (!listen.ip().is_loopback() && !has_operators).then(|| {
         format!(
             "is required because admin.listen ({listen}) is not a loopback address \
-             (write it here, or keep it in a file named by admin.token_file)"
+             (write it here, keep it in a file named by admin.token_file, or name \
+             admin.operators)"
         )
     })
 }
@@ -247,7 +248,7 @@ fn admin_token_missing(listen: SocketAddr, token: Option<&str>) -> Option<String
 /// apply an edit that is only safe together with a socket change it cannot make.
 pub(super) fn check_as_run(config: &Config, host: &dyn Host) -> Vec<ConfigError> {
     let mut errors = Vec::new();
-    if let Some(message) = admin_token_missing(config.admin.listen, config.admin.token.as_deref()) {
+    if let Some(message) = admin_token_missing(config.admin.listen, !config.admin.operators.is_empty()) {
         let text = host.read(&config.path).unwrap_or_default();
         errors.push(
             ConfigError::new(

@@ -230,7 +230,8 @@ impl Validator<'_> {
     pub(super) fn admin(&mut self, file: &FileConfig) -> Option<AdminConfig> {
         let listen = self.socket_addr("admin.listen".into(), &file.admin.listen)?;
         let (token, token_file) = self.admin_token(file);
-        if let Some(message) = admin_token_missing(listen, token.as_deref()) {
+        let operators = self.operators(file, token.as_deref());
+        if let Some(message) = admin_token_missing(listen, !operators.is_empty()) {
             self.err("admin.token", message);
         }
         if token.as_ref().is_some_and(|t| t.len() < 16) {
@@ -249,12 +250,106 @@ impl Validator<'_> {
             );
         }
         let state_file = self.resolve(state_file);
+        let audit_file = file.admin.audit_file.trim();
+        if audit_file.is_empty() {
+            self.err(
+                "admin.audit_file",
+                "must name a file (every operator action is recorded in it)",
+            );
+        }
+        let audit_file = self.resolve(audit_file);
         Some(AdminConfig {
             listen,
             token,
             token_file,
             state_file,
+            operators,
+            audit_file,
+            cookie_secure: file.admin.cookie_secure,
         })
+    }
+
+    /// The named operators, then the plain token as an operator named `admin`.
+    fn operators(&mut self, file: &FileConfig, token: Option<&str>) -> Vec<Operator> {
+        use sha2::Digest;
+        let mut out: Vec<Operator> = Vec::new();
+        for (i, o) in file.admin.operators.iter().enumerate() {
+            let k = |field: &str| format!("admin.operators[{i}].{field}");
+            let name = o.name.trim();
+            let name_ok = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._@-".contains(c));
+            if !name_ok {
+                self.err(
+                    k("name"),
+                    "must be 1 to 64 letters, digits or . _ @ - (it is shown in the audit log)",
+                );
+                continue;
+            }
+            if out.iter().any(|p| p.name == name) {
+                self.err(k("name"), format!("\"{name}\" is named twice"));
+                continue;
+            }
+            if name == "admin" && token.is_some() {
+                self.err(
+                    k("name"),
+                    "\"admin\" is the operator of admin.token: choose another name",
+                );
+                continue;
+            }
+            let hex = o.token_sha256.trim();
+            let mut hash = [0u8; 32];
+            let parsed = hex.len() == 64
+                && hex.is_ascii()
+                && (0..32).all(|j| match u8::from_str_radix(&hex[2 * j..2 * j + 2], 16) {
+                    Ok(b) => {
+                        hash[j] = b;
+                        true
+                    }
+                    Err(_) => false,
+                });
+            if !parsed {
+                self.err(
+                    k("token_sha256"),
+                    "must be 64 hex digits: the SHA-256 of the operator's token \
+                     (printf %s \"$TOKEN\" | sha256sum)",
+                );
+                continue;
+            }
+            let role = match o.role.as_str() {
+                "operator" => Role::Operator,
+                "viewer" => Role::Viewer,
+                other => {
+                    self.err(
+                        k("role"),
+                        format!("must be \"operator\" or \"viewer\", got \"{}\"", other.escape_debug()),
+                    );
+                    continue;
+                }
+            };
+            if out.iter().any(|p| p.token_sha256 == hash) {
+                self.err(
+                    k("token_sha256"),
+                    "is another operator's token: every operator needs a token of their own",
+                );
+                continue;
+            }
+            out.push(Operator {
+                name: name.to_owned(),
+                token_sha256: hash,
+                role,
+            });
+        }
+        if let Some(token) = token {
+            out.push(Operator {
+                name: "admin".into(),
+                token_sha256: sha2::Sha256::digest(token.as_bytes()).into(),
+                role: Role::Operator,
+            });
+        }
+        out
     }
 
     /// The admin token, written in the config (`token`) or kept in a file of its own

@@ -1,0 +1,489 @@
+//! The operator console (`/console`): the login and logout forms, the page and its two assets,
+//! and the live feed (`/console/stream`, server-sent events) its room cards are drawn from.
+//!
+//! The page acts through the admin API's own paths (`/rooms/<room>/…`), with its session cookie
+//! and the `X-CSRF-Token` header; [`super::Admin`] checks both. Everything is served from the
+//! binary, under a content security policy that allows this origin only.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Response, StatusCode};
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use pingora::http::ResponseHeader;
+use serde_json::{json, Value};
+
+use super::auth::{self, LoginRefused, Via, Who};
+use super::Admin;
+use crate::snapshot::Snapshot;
+
+/// How often the feed sends the console's figures.
+pub(crate) const STREAM_EVERY: Duration = Duration::from_secs(1);
+/// How long one feed connection lasts before the browser is asked to reconnect (which
+/// `EventSource` does by itself): no connection is held forever.
+const STREAM_FOR: Duration = Duration::from_secs(3600);
+/// Most feeds open at once on this node; past it, 503 and the browser retries.
+pub(crate) const MAX_STREAMS: usize = 64;
+/// Audit records the feed carries.
+const FEED_AUDIT: usize = 20;
+/// The login form's largest body.
+const MAX_FORM: usize = 4096;
+
+/// The one message of every refused login: it tells nobody which part was wrong.
+const LOGIN_REFUSED: &str = "Sign-in refused. Check the token; after 5 failed tries, wait a minute.";
+
+/// The console's headers: nothing from another origin, never framed, never cached.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Open feeds on this node.
+#[derive(Default)]
+pub(crate) struct Streams {
+    open: AtomicUsize,
+}
+
+struct StreamSlot<'a>(&'a Streams);
+
+impl Drop for StreamSlot<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Streams {
+    fn take(&self) -> Option<StreamSlot<'_>> {
+        let before = self.open.fetch_add(1, Ordering::Relaxed);
+        let slot = StreamSlot(self);
+        (before < MAX_STREAMS).then_some(slot)
+    }
+
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+fn templates() -> &'static minijinja::Environment<'static> {
+    static ENV: std::sync::OnceLock<minijinja::Environment<'static>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = minijinja::Environment::new();
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+        for (name, text) in [
+            ("login.html", include_str!("console/login.html")),
+            ("console.html", include_str!("console/console.html")),
+        ] {
+            // Tested below: a broken template fails the tests, not a request.
+            if let Err(e) = env.add_template(name, text) {
+                log::error!("the console template {name}: {e}");
+            }
+        }
+        env
+    })
+}
+
+fn page(status: StatusCode, name: &str, ctx: Value) -> Response<Vec<u8>> {
+    let body = templates()
+        .get_template(name)
+        .and_then(|t| t.render(ctx))
+        .unwrap_or_else(|e| {
+            log::error!("the console page {name}: {e}");
+            "the console page cannot be shown; see the log".to_owned()
+        });
+    secured(status, "text/html; charset=utf-8", body.into_bytes())
+}
+
+fn secured(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    let mut resp = super::reply(status, content_type, body);
+    let h = resp.headers_mut();
+    for (k, v) in [
+        ("content-security-policy", CSP),
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "same-origin"),
+        ("cache-control", "no-store"),
+    ] {
+        h.insert(k, header::HeaderValue::from_static(v));
+    }
+    resp
+}
+
+fn login_page(status: StatusCode, snapshot: &Snapshot, error: Option<&str>) -> Response<Vec<u8>> {
+    page(
+        status,
+        "login.html",
+        json!({
+            "error": error,
+            "no_operators": snapshot.config.admin.operators.is_empty(),
+        }),
+    )
+}
+
+fn see_other(location: &'static str, cookie: Option<String>) -> Response<Vec<u8>> {
+    let mut resp = secured(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", Vec::new());
+    let h = resp.headers_mut();
+    h.insert(
+        header::LOCATION,
+        header::HeaderValue::from_static(location),
+    );
+    if let Some(c) = cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
+        h.insert(header::SET_COOKIE, c);
+    }
+    resp
+}
+
+/// The session cookie: HttpOnly, SameSite=Strict, Secure when asked; `None` ends it.
+fn session_cookie(id: Option<&str>, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    match id {
+        Some(id) => format!(
+            "{}={id}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
+            auth::COOKIE,
+            auth::SESSION_TTL
+        ),
+        None => format!(
+            "{}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}",
+            auth::COOKIE
+        ),
+    }
+}
+
+/// The `token` field of a login form (`application/x-www-form-urlencoded`).
+pub(crate) fn form_field(body: &[u8], name: &str) -> Option<Vec<u8>> {
+    body.split(|b| *b == b'&')
+        .filter_map(|kv| {
+            let i = kv.iter().position(|b| *b == b'=')?;
+            Some((&kv[..i], &kv[i + 1..]))
+        })
+        .find(|(k, _)| *k == name.as_bytes())
+        .map(|(_, v)| percent_decode(v))
+}
+
+fn percent_decode(v: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(v.len());
+    let mut i = 0;
+    while i < v.len() {
+        match v[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < v.len() => {
+                match (hex(v[i + 1]), hex(v[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push(h << 4 | l);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+impl Admin {
+    /// Everything under `/console`, except a signed-in feed (served by [`Admin::stream`]).
+    pub(super) async fn console(
+        &self,
+        session: &mut ServerSession,
+        snapshot: &Snapshot,
+        who: Option<Who>,
+    ) -> Response<Vec<u8>> {
+        let req = session.req_header();
+        let method = req.method.clone();
+        let path = req.uri.path().to_owned();
+        let now = crate::time::now();
+        let secure = snapshot.config.admin.cookie_secure;
+        match (method.as_str(), path.as_str()) {
+            ("GET" | "HEAD", "/console/console.js") => secured(
+                StatusCode::OK,
+                "text/javascript; charset=utf-8",
+                include_bytes!("console/console.js").to_vec(),
+            ),
+            ("GET" | "HEAD", "/console/console.css") => secured(
+                StatusCode::OK,
+                "text/css; charset=utf-8",
+                include_bytes!("console/console.css").to_vec(),
+            ),
+            ("GET" | "HEAD", "/console" | "/console/") => match who {
+                Some(who) => {
+                    let csrf = match &who.via {
+                        Via::Session { csrf } => csrf.clone(),
+                        // A bearer client sees the page but cannot act from it.
+                        Via::Bearer => String::new(),
+                    };
+                    page(
+                        StatusCode::OK,
+                        "console.html",
+                        json!({
+                            "operator": who.name,
+                            "role": who.role.as_str(),
+                            "csrf": csrf,
+                            "can_act": who.role == crate::config::Role::Operator
+                                && !csrf.is_empty(),
+                            "version": env!("CARGO_PKG_VERSION"),
+                        }),
+                    )
+                }
+                None => login_page(StatusCode::OK, snapshot, None),
+            },
+            ("POST", "/console/login") => {
+                let h = &session.req_header().headers;
+                let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+                let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+                let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+                if auth::cross_site(origin, site, host) {
+                    self.refused("origin");
+                    return super::text(StatusCode::FORBIDDEN, "a login from another site\n");
+                }
+                let body = match super::read_body(session, MAX_FORM).await {
+                    Ok(b) => b,
+                    Err(e) => return super::text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+                };
+                let token = form_field(&body, "token").unwrap_or_default();
+                let addr = session
+                    .client_addr()
+                    .and_then(|a| a.as_inet())
+                    .map(|a| a.ip());
+                let ops = &snapshot.config.admin.operators;
+                match self.sessions.login(ops, addr, token.trim_ascii(), now) {
+                    Ok((id, who)) => {
+                        log::info!("console: {} signed in", who.name);
+                        see_other("/console", Some(session_cookie(Some(&id), secure)))
+                    }
+                    Err(why) => {
+                        let (status, reason) = match why {
+                            LoginRefused::Invalid => (StatusCode::UNAUTHORIZED, "login"),
+                            LoginRefused::Throttled => {
+                                (StatusCode::TOO_MANY_REQUESTS, "login_throttled")
+                            }
+                        };
+                        self.refused(reason);
+                        let mut resp = login_page(status, snapshot, Some(LOGIN_REFUSED));
+                        if status == StatusCode::TOO_MANY_REQUESTS {
+                            resp.headers_mut().insert(
+                                header::RETRY_AFTER,
+                                header::HeaderValue::from(60 - now.secs() % 60),
+                            );
+                        }
+                        resp
+                    }
+                }
+            }
+            ("POST", "/console/logout") => {
+                // The caller checked the session's origin; the token may also come as a form
+                // field, so a plain form can sign out.
+                let Some(Who {
+                    via: Via::Session { csrf },
+                    name,
+                    ..
+                }) = who
+                else {
+                    return see_other("/console", Some(session_cookie(None, secure)));
+                };
+                let header_token = session
+                    .req_header()
+                    .headers
+                    .get("x-csrf-token")
+                    .map(|v| v.as_bytes().to_vec());
+                let body = super::read_body(session, MAX_FORM).await.unwrap_or_default();
+                let given = header_token.or_else(|| form_field(&body, "csrf"));
+                if !auth::csrf_ok(&csrf, given.as_deref()) {
+                    self.refused("csrf");
+                    return super::text(StatusCode::FORBIDDEN, "the CSRF token is missing\n");
+                }
+                if let Some(id) = session_id(session) {
+                    self.sessions.logout(&id);
+                }
+                log::info!("console: {name} signed out");
+                see_other("/console", Some(session_cookie(None, secure)))
+            }
+            ("GET" | "HEAD", "/console/stream") => {
+                self.refused("unauthenticated");
+                super::text(StatusCode::UNAUTHORIZED, "sign in at /console first\n")
+            }
+            _ => super::text(
+                StatusCode::NOT_FOUND,
+                "not found; the console is at /console\n",
+            ),
+        }
+    }
+
+    /// The console's figures now, as one feed message carries them.
+    pub(super) fn console_state(&self, snapshot: &Snapshot, who: &Who) -> Value {
+        let now = crate::time::now();
+        let status = self.status(snapshot);
+        let history = &self.app.history;
+        let rooms: Vec<Value> = status["rooms"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|mut r| {
+                let name = r["name"].as_str().unwrap_or("").to_owned();
+                r["history"] = json!({
+                    "admitted_per_minute": history.minutes(&super::history_room(&name), now),
+                });
+                r
+            })
+            .collect();
+        let rules: Vec<Value> = snapshot
+            .rules
+            .iter()
+            .map(|rule| {
+                let name = &rule.config.name;
+                json!({
+                    "name": name,
+                    "policy": rule.policy(),
+                    "denied_per_minute": history.minutes(&super::history_rule(name), now),
+                })
+            })
+            .collect();
+        let audit = super::audit::newest(&snapshot.config.admin.audit_file, None, FEED_AUDIT)
+            .unwrap_or_default();
+        json!({
+            "time": now.rfc3339(),
+            "operator": { "name": who.name, "role": who.role.as_str() },
+            "generation": status["generation"],
+            "last_reload_error": status["last_reload_error"],
+            "cluster": status["cluster"],
+            "upstream": status["upstream"],
+            "rooms": rooms,
+            "rate_limits": rules,
+            "audit": audit,
+            "cluster_actions": self.app.state.controls.adopted(),
+        })
+    }
+
+    /// The live feed of a signed-in console: an `event: status` every [`STREAM_EVERY`] until the
+    /// browser goes, the process shuts down, or [`STREAM_FOR`] is up.
+    pub(super) async fn stream(
+        &self,
+        http: &mut ServerSession,
+        who: &Who,
+        shutdown: &ShutdownWatch,
+    ) -> bool {
+        let Some(_slot) = self.streams.take() else {
+            let mut resp = ResponseHeader::build(StatusCode::SERVICE_UNAVAILABLE, None)
+                .expect("a status line");
+            let _ = resp.insert_header(header::RETRY_AFTER, "5");
+            let _ = resp.insert_header(header::CONTENT_LENGTH, "0");
+            return http.write_response_header(Box::new(resp)).await.is_ok();
+        };
+        let mut resp = ResponseHeader::build(StatusCode::OK, None).expect("a status line");
+        for (k, v) in [
+            ("content-type", "text/event-stream; charset=utf-8"),
+            ("cache-control", "no-store"),
+            ("x-content-type-options", "nosniff"),
+            ("transfer-encoding", "chunked"),
+        ] {
+            let _ = resp.insert_header(k, v);
+        }
+        http.set_keepalive(None);
+        if http.write_response_header(Box::new(resp)).await.is_err() {
+            return false;
+        }
+        let until = tokio::time::Instant::now() + STREAM_FOR;
+        let mut tick = tokio::time::interval(STREAM_EVERY);
+        let mut shutdown = shutdown.clone();
+        // The browser waits this long before reconnecting after the feed ends.
+        let mut first = true;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
+            let snapshot = self.app.snapshot();
+            // An operator removed (or a token changed) by a reload loses the feed too.
+            let still = match &who.via {
+                Via::Session { .. } => session_id(http)
+                    .and_then(|id| {
+                        self.sessions.who(
+                            &snapshot.config.admin.operators,
+                            &id,
+                            crate::time::now(),
+                        )
+                    })
+                    .is_some(),
+                Via::Bearer => true,
+            };
+            if !still {
+                let _ = http
+                    .write_response_body(Bytes::from_static(b"event: signed_out\ndata: {}\n\n"), false)
+                    .await;
+                break;
+            }
+            let data = serde_json::to_string(&self.console_state(&snapshot, who)).unwrap_or_default();
+            let retry = if first { "retry: 2000\n" } else { "" };
+            first = false;
+            let msg = format!("{retry}event: status\ndata: {data}\n\n");
+            if http
+                .write_response_body(Bytes::from(msg), false)
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        let _ = http.write_response_body(Bytes::new(), true).await;
+        let _ = http.finish_body().await;
+        false
+    }
+}
+
+/// The console session id a request's cookie carries.
+pub(super) fn session_id(session: &ServerSession) -> Option<String> {
+    session
+        .req_header()
+        .headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| auth::cookie(c, auth::COOKIE).map(str::to_owned))
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_form_is_read_with_its_escapes() {
+        assert_eq!(
+            form_field(b"token=a%2Bb+c%3D&x=1", "token").unwrap(),
+            b"a+b c="
+        );
+        assert_eq!(form_field(b"x=1&token=", "token").unwrap(), b"");
+        assert_eq!(form_field(b"x=1", "token"), None);
+        assert_eq!(form_field(b"token=%zz%4", "token").unwrap(), b"%zz%4");
+        assert_eq!(form_field(b"token=%", "token").unwrap(), b"%");
+    }
+
+    #[test]
+    fn the_templates_render() {
+        let login = templates()
+            .get_template("login.html")
+            .unwrap()
+            .render(json!({"error": "<b>", "no_operators": false}))
+            .unwrap();
+        assert!(login.contains("name=\"token\""), "{login}");
+        assert!(login.contains("&lt;b&gt;"), "{login}");
+        for can_act in [true, false] {
+            let page = templates()
+                .get_template("console.html")
+                .unwrap()
+                .render(json!({
+                    "operator": "alice<", "role": "operator", "csrf": "c0ffee",
+                    "can_act": can_act, "version": "1"
+                }))
+                .unwrap();
+            assert!(page.contains("name=\"csrf-token\" content=\"c0ffee\""), "{page}");
+            assert!(page.contains("alice&lt;"), "{page}");
+            assert_eq!(page.contains("data-action"), can_act, "{page}");
+        }
+    }
+}
