@@ -14,9 +14,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use http::{header, Response, StatusCode};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
-use pingora::http::ResponseHeader;
 use serde_json::{json, Value};
 
 use crate::app::App;
@@ -627,10 +627,7 @@ impl Admin {
     fn access(&self, session: &ServerSession, snapshot: &Snapshot) -> Access {
         let operators = &snapshot.config.admin.operators;
         let req = session.req_header();
-        let authorization = req
-            .headers
-            .get(header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
+        let authorization = req.headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
         let who = match auth::bearer(operators, authorization) {
             Some(Some(op)) => Some(Who {
                 name: op.name.clone(),
@@ -801,7 +798,10 @@ pub(crate) fn audit_query(query: &str) -> Result<(Option<String>, usize), String
                     .ok()
                     .filter(|n| (1..=audit::MAX_LIMIT).contains(n))
                     .ok_or_else(|| {
-                        format!("limit must be a whole number from 1 to {}", audit::MAX_LIMIT)
+                        format!(
+                            "limit must be a whole number from 1 to {}",
+                            audit::MAX_LIMIT
+                        )
                     })?;
             }
             _ => {}
@@ -880,9 +880,11 @@ impl HttpServerApp for Admin {
         let req = http.req_header();
         if req.uri.path() == "/console/stream" && req.method == http::Method::GET {
             let snapshot = self.app.snapshot();
-            if let Access::Serve(Some(who)) = self.access(&http, &snapshot) {
-                self.stream(&mut http, &who, shutdown).await;
-                return None;
+            if let Access::Serve(who) = self.access(&http, &snapshot) {
+                if let Some(who) = who.or_else(|| console::anonymous(&snapshot)) {
+                    self.stream(&mut http, &who, shutdown).await;
+                    return None;
+                }
             }
         }
         let (parts, body) = self.response(&mut http).await.into_parts();
@@ -925,6 +927,30 @@ fn cell(v: &Value) -> String {
         },
         other => other.to_string(),
     }
+}
+
+/// A room's state in a word or two: off, paused, sold out, queue-all, an event's state, open.
+fn room_state(r: &Value) -> String {
+    let mut parts = Vec::new();
+    if r["enabled"] == false {
+        parts.push("off".to_owned());
+    }
+    if r["paused"] == true {
+        parts.push("paused".to_owned());
+    }
+    if r["sold_out"] == true {
+        parts.push("sold out".to_owned());
+    }
+    if r["queue_all"] == true {
+        parts.push("queue-all".to_owned());
+    }
+    if let Value::String(e) = &r["event_state"] {
+        parts.push(e.clone());
+    }
+    if parts.is_empty() {
+        parts.push("open".to_owned());
+    }
+    parts.join(", ")
 }
 
 /// One table of the status page: a row per object and a column per key.
@@ -1035,6 +1061,28 @@ fn status_html(s: &Value) -> String {
             ],
         )
     });
+    // The live figures of each room in a few columns: the page fits a laptop's screen.
+    let live: Vec<Value> = rooms
+        .iter()
+        .map(|r| {
+            let mut row = r.clone();
+            row["state"] = json!(room_state(r));
+            row["pace"] = match (
+                &r["effective_new_users_per_minute"],
+                &r["effective_allow_percentage"],
+            ) {
+                (Value::Number(n), _) => json!(format!("{n} / min")),
+                (_, Value::Number(p)) => json!(format!("{} %", cell(&Value::Number(p.clone())))),
+                _ => Value::Null,
+            };
+            row["active"] = match (&r["active_users"], &r["total_active_users"]) {
+                (Value::Number(a), Value::Number(cap)) => json!(format!("{a} of {cap}")),
+                (a, _) => a.clone(),
+            };
+            row["notice"] = r["overrides"]["message"]["text"].clone();
+            row
+        })
+        .collect();
     let c = &s["cluster"];
     let cluster = (c["store"] != "local").then(|| {
         minijinja::context! {
@@ -1057,7 +1105,8 @@ fn status_html(s: &Value) -> String {
         keys_ids => cell(&s["keys"]["ids"]),
         reload_error,
         cluster,
-        rooms => Table::of(rooms, &["name", "enabled", "admission", "paths", "effective_allow_percentage", "effective_new_users_per_minute", "autopilot", "queue_all", "paused", "sold_out", "admit_grants_left", "event_state", "active_users", "waiting_users", "free_slots", "admitted_last_minute", "wait_estimate_minutes", "slot_share"]),
+        rooms => Table::of(&live, &["name", "state", "pace", "active", "waiting_users", "admitted_last_minute", "wait_estimate_minutes", "notice"]),
+        settings => Table::of(rooms, &["name", "admission", "paths", "autopilot", "admit_grants_left", "free_slots", "slot_share"]),
         lanes,
         queues,
         rules => Table::of(s["rate_limits"].as_array().unwrap_or(&empty), &["name", "algorithm", "limit", "scope", "action", "policy", "penalty_box_entries"]),
@@ -1091,6 +1140,9 @@ mod tests {
             "rooms": [{
                 "name": "<script>x</script>", "enabled": true, "admission": "fifo",
                 "effective_allow_percentage": 12.345,
+                "paused": true, "event_state": "launch: prequeue",
+                "active_users": 3, "total_active_users": 10, "waiting_users": 906,
+                "overrides": { "message": { "text": "Doors open at 10 & <b>soon</b>" } },
                 "autopilot": { "value": 40, "reason": "hold", "changed_at": "then" },
                 "wait_estimate_minutes": { "p25": 1, "p50": 2.5, "p75": null },
                 "lanes": { "members": { "weight": 3, "waiting_users": 12, "admitted_last_minute": 1 } },
@@ -1107,16 +1159,19 @@ mod tests {
             "config generation 3 loaded 2026-11-27T12:00:00Z (started 2026-11-27T11:00:00Z) · keys: active k1 of k1, k0</p>",
             "<p class=bad>last reload failed at 2026-11-27T12:01:00Z: bad &lt;key&gt; &amp; &quot;more&quot;</p>",
             "<p class=ok>cluster: store redis up · node a · 3 live node(s) · last sync –</p>",
-            "<th>effective allow percentage</th>",
+            "<th>pace</th>",
+            "<th>waiting users</th>",
             "<h2>Queue API</h2>",
             "<td>1842</td><td>1610</td>",
-            "<td>&lt;script&gt;x&lt;&#x2f;script&gt;</td><td>true</td><td>fifo</td><td>–</td><td>12.35</td>",
+            "<td>&lt;script&gt;x&lt;&#x2f;script&gt;</td><td>paused, launch: prequeue</td><td>12.35 %</td><td>3 of 10</td><td>906</td>",
+            "<td>Doors open at 10 &amp; &lt;b&gt;soon&lt;&#x2f;b&gt;</td>",
+            "<td>&lt;script&gt;x&lt;&#x2f;script&gt;</td><td>fifo</td>",
             "<td>40 (hold, since then)</td>",
             // The template escapes `/` too: the same text in a browser.
             "<td>1 &#x2f; 2.50 &#x2f; –</td>",
             "<h2>Lanes</h2>",
             "<td>members</td><td>3</td><td>12</td><td>1</td>",
-            "<h2>Rate limits</h2><table><tr><th>name</th>",
+            "<h2>Rate limits</h2><div class=scroll><table><tr><th>name</th>",
             "<td>burst</td><td>–</td><td>10</td>",
             "<td>127.0.0.1:8000</td><td>true</td>",
             "<h2>Certificates</h2>",

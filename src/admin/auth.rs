@@ -171,11 +171,7 @@ impl Sessions {
         if open.len() >= MAX_SESSIONS {
             open.retain(|_, s| s.expires > now);
             if open.len() >= MAX_SESSIONS {
-                if let Some(oldest) = open
-                    .iter()
-                    .min_by_key(|(_, s)| s.expires)
-                    .map(|(k, _)| *k)
-                {
+                if let Some(oldest) = open.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k) {
                     open.remove(&oldest);
                 }
             }
@@ -284,8 +280,14 @@ mod tests {
     fn a_bearer_token_names_its_operator_and_nothing_else_does() {
         let ops = ops();
         let of = |h: &[u8]| bearer(&ops, Some(h)).map(|o| o.map(|o| o.name.clone()));
-        assert_eq!(of(b"Bearer alice-token-0123456789"), Some(Some("alice".into())));
-        assert_eq!(of(b"bearer  vera-token-0123456789 "), Some(Some("vera".into())));
+        assert_eq!(
+            of(b"Bearer alice-token-0123456789"),
+            Some(Some("alice".into()))
+        );
+        assert_eq!(
+            of(b"bearer  vera-token-0123456789 "),
+            Some(Some("vera".into()))
+        );
         assert_eq!(of(b"Bearer alice-token-012345678"), Some(None));
         assert_eq!(of(b"Basic alice-token-0123456789"), Some(None));
         assert_eq!(of(b"Bearer "), Some(None));
@@ -298,27 +300,24 @@ mod tests {
         let s = Sessions::default();
         let mut ops = ops();
         let now = Timestamp::from_secs(1_000_000);
-        let (id, who) = s
-            .login(&ops, None, b"alice-token-0123456789", now)
-            .unwrap();
+        let (id, who) = s.login(&ops, None, b"alice-token-0123456789", now).unwrap();
         assert_eq!(who.name, "alice");
         assert_eq!(s.who(&ops, &id, now).unwrap().via, who.via);
         let later = Timestamp::from_secs(now.secs() + SESSION_TTL - 1);
         assert!(s.who(&ops, &id, later).is_some());
         let expired = Timestamp::from_secs(now.secs() + SESSION_TTL);
         assert!(s.who(&ops, &id, expired).is_none());
-        assert!(s.who(&ops, &id, now).is_none(), "an expired session is gone");
+        assert!(
+            s.who(&ops, &id, now).is_none(),
+            "an expired session is gone"
+        );
 
-        let (id, _) = s
-            .login(&ops, None, b"alice-token-0123456789", now)
-            .unwrap();
+        let (id, _) = s.login(&ops, None, b"alice-token-0123456789", now).unwrap();
         assert!(s.who(&ops, "forged", now).is_none());
         s.logout(&id);
         assert!(s.who(&ops, &id, now).is_none());
 
-        let (id, _) = s
-            .login(&ops, None, b"alice-token-0123456789", now)
-            .unwrap();
+        let (id, _) = s.login(&ops, None, b"alice-token-0123456789", now).unwrap();
         ops[0].token_sha256 = Sha256::digest(b"another").into();
         assert!(s.who(&ops, &id, now).is_none(), "a rotated token ends it");
     }
@@ -366,7 +365,11 @@ mod tests {
         assert!(cross_site(None, Some("same-site"), host));
         assert!(!cross_site(None, Some("same-origin"), host));
         assert!(!cross_site(Some("null"), Some("same-origin"), host));
-        assert!(cross_site(Some("http://127.0.0.1:9901"), Some("cross-site"), host));
+        assert!(cross_site(
+            Some("http://127.0.0.1:9901"),
+            Some("cross-site"),
+            host
+        ));
         assert!(!cross_site(None, None, host));
     }
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Response, StatusCode};
+use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
-use pingora::http::ResponseHeader;
 use serde_json::{json, Value};
 
 use super::auth::{self, LoginRefused, Via, Who};
@@ -32,7 +32,8 @@ const FEED_AUDIT: usize = 20;
 const MAX_FORM: usize = 4096;
 
 /// The one message of every refused login: it tells nobody which part was wrong.
-const LOGIN_REFUSED: &str = "Sign-in refused. Check the token; after 5 failed tries, wait a minute.";
+const LOGIN_REFUSED: &str =
+    "Sign-in refused. Check the token; after 5 failed tries, wait a minute.";
 
 /// The console's headers: nothing from another origin, never framed, never cached.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -120,12 +121,13 @@ fn login_page(status: StatusCode, snapshot: &Snapshot, error: Option<&str>) -> R
 }
 
 fn see_other(location: &'static str, cookie: Option<String>) -> Response<Vec<u8>> {
-    let mut resp = secured(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", Vec::new());
-    let h = resp.headers_mut();
-    h.insert(
-        header::LOCATION,
-        header::HeaderValue::from_static(location),
+    let mut resp = secured(
+        StatusCode::SEE_OTHER,
+        "text/plain; charset=utf-8",
+        Vec::new(),
     );
+    let h = resp.headers_mut();
+    h.insert(header::LOCATION, header::HeaderValue::from_static(location));
     if let Some(c) = cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
         h.insert(header::SET_COOKIE, c);
     }
@@ -166,15 +168,13 @@ fn percent_decode(v: &[u8]) -> Vec<u8> {
     while i < v.len() {
         match v[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < v.len() => {
-                match (hex(v[i + 1]), hex(v[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(h << 4 | l);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < v.len() => match (hex(v[i + 1]), hex(v[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;
@@ -206,7 +206,8 @@ impl Admin {
                 "text/css; charset=utf-8",
                 include_bytes!("console/console.css").to_vec(),
             ),
-            ("GET" | "HEAD", "/console" | "/console/") => match who {
+            ("GET" | "HEAD", "/console" | "/console/") => match who.or_else(|| anonymous(snapshot))
+            {
                 Some(who) => {
                     let csrf = match &who.via {
                         Via::Session { csrf } => csrf.clone(),
@@ -230,7 +231,10 @@ impl Admin {
             },
             ("POST", "/console/login") => {
                 let h = &session.req_header().headers;
-                let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+                let host = h
+                    .get(header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
                 let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
                 let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
                 if auth::cross_site(origin, site, host) {
@@ -287,7 +291,9 @@ impl Admin {
                     .headers
                     .get("x-csrf-token")
                     .map(|v| v.as_bytes().to_vec());
-                let body = super::read_body(session, MAX_FORM).await.unwrap_or_default();
+                let body = super::read_body(session, MAX_FORM)
+                    .await
+                    .unwrap_or_default();
                 let given = header_token.or_else(|| form_field(&body, "csrf"));
                 if !auth::csrf_ok(&csrf, given.as_deref()) {
                     self.refused("csrf");
@@ -402,22 +408,23 @@ impl Admin {
             let still = match &who.via {
                 Via::Session { .. } => session_id(http)
                     .and_then(|id| {
-                        self.sessions.who(
-                            &snapshot.config.admin.operators,
-                            &id,
-                            crate::time::now(),
-                        )
+                        self.sessions
+                            .who(&snapshot.config.admin.operators, &id, crate::time::now())
                     })
                     .is_some(),
                 Via::Bearer => true,
             };
             if !still {
                 let _ = http
-                    .write_response_body(Bytes::from_static(b"event: signed_out\ndata: {}\n\n"), false)
+                    .write_response_body(
+                        Bytes::from_static(b"event: signed_out\ndata: {}\n\n"),
+                        false,
+                    )
                     .await;
                 break;
             }
-            let data = serde_json::to_string(&self.console_state(&snapshot, who)).unwrap_or_default();
+            let data =
+                serde_json::to_string(&self.console_state(&snapshot, who)).unwrap_or_default();
             let retry = if first { "retry: 2000\n" } else { "" };
             first = false;
             let msg = format!("{retry}event: status\ndata: {data}\n\n");
@@ -433,6 +440,16 @@ impl Admin {
         let _ = http.finish_body().await;
         false
     }
+}
+
+/// Who reads the console when no operator is configured: the listener is on loopback and open
+/// to read, and nobody can act (as on the rest of the listener).
+pub(super) fn anonymous(snapshot: &Snapshot) -> Option<Who> {
+    snapshot.config.admin.operators.is_empty().then(|| Who {
+        name: "local".to_owned(),
+        role: crate::config::Role::Viewer,
+        via: Via::Bearer,
+    })
 }
 
 /// The console session id a request's cookie carries.
@@ -481,7 +498,10 @@ mod tests {
                     "can_act": can_act, "version": "1"
                 }))
                 .unwrap();
-            assert!(page.contains("name=\"csrf-token\" content=\"c0ffee\""), "{page}");
+            assert!(
+                page.contains("name=\"csrf-token\" content=\"c0ffee\""),
+                "{page}"
+            );
             assert!(page.contains("alice&lt;"), "{page}");
             assert_eq!(page.contains("data-action"), can_act, "{page}");
         }

@@ -92,7 +92,10 @@ mod tests {
         assert!(m[..m.len() - 4].iter().all(|c| *c == 0));
         assert!(h.minutes("b", at(103, 40)).is_empty());
         h.sample([("b".to_owned(), 1)], at(104, 0));
-        assert!(h.minutes("a", at(104, 0)).is_empty(), "a series not read is dropped");
+        assert!(
+            h.minutes("a", at(104, 0)).is_empty(),
+            "a series not read is dropped"
+        );
     }
 
     #[test]

@@ -41,7 +41,10 @@ pub(super) fn answer(
         return Some((status, body, None));
     };
     let Some(ring) = keys else {
-        let (status, body) = bad(StatusCode::SERVICE_UNAVAILABLE, "the key ring is not loaded");
+        let (status, body) = bad(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the key ring is not loaded",
+        );
         return Some((status, body, None));
     };
     let ledger = app.state.ledgers.cell(room.name());

@@ -576,6 +576,15 @@ impl Metrics {
         self.room_wait_estimate.reset();
         for room in snapshot.rooms.iter() {
             self.room_series(room);
+            // Every action by every operator who may act, so the dashboard shows zeros.
+            for op in &snapshot.config.admin.operators {
+                if op.role == crate::config::Role::Operator {
+                    for action in crate::controls::Action::LABELS {
+                        self.admin_actions
+                            .with_label_values(&[room.name(), action, &op.name]);
+                    }
+                }
+            }
             self.room_controls(room, store, now);
             self.room_figures(room, store, now);
         }

@@ -512,7 +512,10 @@ fn an_operator_runs_the_console_in_a_real_browser() {
     let proxy = v.proxy;
     let watcher = std::thread::spawn(move || {
         let mut seen = String::new();
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             if line.contains("ready_for_visitors") {
                 for i in 2..5 {
                     let _ = client()
@@ -530,7 +533,10 @@ fn an_operator_runs_the_console_in_a_real_browser() {
     let stderr = watcher.join().unwrap_or_default();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let found: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("driver output is not JSON ({e}):\n{stdout}\n{stderr}\n{}", v.log_text())
+        panic!(
+            "driver output is not JSON ({e}):\n{stdout}\n{stderr}\n{}",
+            v.log_text()
+        )
     });
     eprintln!(
         "console findings after {:?}:\n{}",
@@ -545,7 +551,13 @@ fn an_operator_runs_the_console_in_a_real_browser() {
 
     let f = &found["login_form"];
     assert_eq!(f["form"]["password"], true, "{f}");
-    assert!(f["wrong_token_alert"].as_str().unwrap().contains("Sign-in refused"), "{f}");
+    assert!(
+        f["wrong_token_alert"]
+            .as_str()
+            .unwrap()
+            .contains("Sign-in refused"),
+        "{f}"
+    );
     assert_eq!(f["cookies_after_wrong_login"], serde_json::json!([]), "{f}");
     let f = &found["login_operator"];
     assert_eq!(f["cookies"][0]["name"], "vestibule_console", "{f}");
@@ -564,18 +576,31 @@ fn an_operator_runs_the_console_in_a_real_browser() {
     assert_eq!(f["status"], 403, "{f}");
     assert_eq!(f["still_paused"], true, "{f}");
     assert_eq!(found["resume"]["paused"], false, "{}", found["resume"]);
-    assert_eq!(found["logout"]["stream_refused"], true, "{}", found["logout"]);
+    assert_eq!(
+        found["logout"]["stream_refused"], true,
+        "{}",
+        found["logout"]
+    );
     let f = &found["viewer"];
     assert_eq!(f["actions"], 0, "{f}");
     assert_eq!(f["pause_status"], 403, "{f}");
     assert_eq!(f["paused_after"], false, "{f}");
-    assert_eq!(found["phone"]["no_horizontal_scroll"], true, "{}", found["phone"]);
+    assert_eq!(
+        found["phone"]["no_horizontal_scroll"], true,
+        "{}",
+        found["phone"]
+    );
     // The server's side of it: alice's two actions are the audit log, and /status agrees.
     let (code, body) = v.admin_get("/audit");
     assert_eq!(code, 200);
     let records: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
-    let actions: Vec<_> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    let actions: Vec<_> = records
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
     assert_eq!(actions, ["resume", "pause"], "{body}");
-    assert!(records.iter().all(|r| r["via"] == "console" && r["operator"] == "alice"));
+    assert!(records
+        .iter()
+        .all(|r| r["via"] == "console" && r["operator"] == "alice"));
     assert_eq!(v.status()["rooms"][0]["paused"], false);
 }

@@ -566,6 +566,23 @@ fn operator_actions_reach_every_node() {
     // Kept by node b too, as if taken there.
     let saved = std::fs::read_to_string(nodes[1].path("state/overrides.json")).unwrap();
     assert!(saved.contains("\"paused\""), "{saved}");
+    // Each node's audit log holds what it was asked; node b's console shows node a's action as
+    // one that came through the cluster.
+    let audit = |v: &Vestibule| -> Vec<serde_json::Value> {
+        serde_json::from_str(&v.admin_get("/audit").1).unwrap()
+    };
+    assert_eq!(audit(&nodes[0])[0]["action"], "pause");
+    assert!(audit(&nodes[1]).is_empty());
+    let feed = crate::console::read_stream(
+        nodes[1].admin,
+        &format!("Authorization: Bearer {token}"),
+        Duration::from_secs(5),
+        |_| true,
+    );
+    let via_cluster = &feed[0]["cluster_actions"][0];
+    assert_eq!(via_cluster["room"], "sale", "{}", feed[0]);
+    assert_eq!(via_cluster["by"], "admin");
+    assert_eq!(via_cluster["summary"], "paused");
 
     act(
         &nodes[1],

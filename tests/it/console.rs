@@ -158,7 +158,14 @@ fn probes_need_no_token_and_everything_else_does() {
     };
     assert_eq!(get("/healthz"), 200);
     assert_eq!(get("/readyz"), 200);
-    for p in ["/status", "/metrics", "/status.html", "/audit", "/console/stream", "/"] {
+    for p in [
+        "/status",
+        "/metrics",
+        "/status.html",
+        "/audit",
+        "/console/stream",
+        "/",
+    ] {
         assert_eq!(get(p), 401, "{p}");
     }
     // The login page, and its assets, need none: that is where a token is given.
@@ -166,7 +173,10 @@ fn probes_need_no_token_and_everything_else_does() {
     assert_eq!(get("/console/console.js"), 200);
     assert_eq!(get("/console/console.css"), 200);
     // A wrong bearer token is no operator, even on a probe's neighbour.
-    assert_eq!(by_bearer(&v, "GET", "/status", "not-a-token-of-anyone").0, 401);
+    assert_eq!(
+        by_bearer(&v, "GET", "/status", "not-a-token-of-anyone").0,
+        401
+    );
     // /status names the operators and their roles, never a token or its hash.
     let s = status_of(&v);
     assert_eq!(s["admin"]["token_required"], true);
@@ -230,7 +240,11 @@ fn viewers_see_and_operators_act_each_by_name_in_the_audit_log() {
     assert_eq!(records[1]["action"], "resume");
     assert!(audit(&v, "?room=other").is_empty());
     for bad in ["?limit=0", "?limit=1001", "?limit=x"] {
-        assert_eq!(by_bearer(&v, "GET", &format!("/audit{bad}"), VERA).0, 400, "{bad}");
+        assert_eq!(
+            by_bearer(&v, "GET", &format!("/audit{bad}"), VERA).0,
+            400,
+            "{bad}"
+        );
     }
     // The file itself: one JSON line per action, no token in it.
     let file = std::fs::read_to_string(v.path("state/audit.jsonl")).unwrap();
@@ -281,7 +295,10 @@ fn the_console_signs_in_checks_csrf_and_origin_and_signs_out() {
     for attr in ["HttpOnly", "SameSite=Strict", "Max-Age=43200", "Path=/"] {
         assert!(set.contains(attr), "{set}");
     }
-    assert!(!set.contains("Secure"), "not Secure without cookie_secure: {set}");
+    assert!(
+        !set.contains("Secure"),
+        "not Secure without cookie_secure: {set}"
+    );
     let cookie = cookie_pair(&set);
     let (code, page, csrf) = console_page(&v, &cookie);
     assert_eq!(code, 200);
@@ -314,7 +331,14 @@ fn the_console_signs_in_checks_csrf_and_origin_and_signs_out() {
     assert_eq!(code, 403);
     assert!(!paused(&v), "nothing refused changed anything");
     assert!(audit(&v, "").is_empty());
-    let (code, body) = by_session(&v, "POST", "/rooms/sale/pause", &cookie, Some(&csrf), Some(&own));
+    let (code, body) = by_session(
+        &v,
+        "POST",
+        "/rooms/sale/pause",
+        &cookie,
+        Some(&csrf),
+        Some(&own),
+    );
     assert_eq!(code, 200, "{body}");
     assert!(paused(&v));
     let records = audit(&v, "");
@@ -334,7 +358,10 @@ fn the_console_signs_in_checks_csrf_and_origin_and_signs_out() {
     let (code, page, csrf_forged) = console_page(&v, "vestibule_console=forged");
     assert_eq!(code, 200);
     assert!(page.contains("name=\"token\"") && csrf_forged.is_none());
-    assert_eq!(by_session(&v, "GET", "/status", "vestibule_console=forged", None, None).0, 401);
+    assert_eq!(
+        by_session(&v, "GET", "/status", "vestibule_console=forged", None, None).0,
+        401
+    );
 
     // A viewer's session: the page has no actions, and the server refuses them.
     let (_, viewer, _) = login(&v, VERA);
@@ -353,7 +380,14 @@ fn the_console_signs_in_checks_csrf_and_origin_and_signs_out() {
     assert!(paused(&v));
 
     // Logout ends the session: the cookie is cleared and no longer works.
-    let (code, _) = by_session(&v, "POST", "/console/logout", &cookie, Some(&csrf), Some(&own));
+    let (code, _) = by_session(
+        &v,
+        "POST",
+        "/console/logout",
+        &cookie,
+        Some(&csrf),
+        Some(&own),
+    );
     assert_eq!(code, 303);
     let (_, page, none) = console_page(&v, &cookie);
     assert!(page.contains("name=\"token\"") && none.is_none());
@@ -388,10 +422,11 @@ fn five_failed_logins_a_minute_shut_out_even_the_right_token() {
     );
 }
 
-/// Reads server-sent events from `/console/stream` until `enough` says so or `within` is up.
+/// Reads server-sent events from `/console/stream`, sent with the header line `auth` (`Cookie:
+/// …` or `Authorization: Bearer …`), until `enough` says so or `within` is up.
 pub fn read_stream(
     admin: std::net::SocketAddr,
-    cookie: &str,
+    auth: &str,
     within: Duration,
     mut enough: impl FnMut(&serde_json::Value) -> bool,
 ) -> Vec<serde_json::Value> {
@@ -399,7 +434,7 @@ pub fn read_stream(
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     write!(
         s,
-        "GET /console/stream HTTP/1.1\r\nHost: {admin}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n"
+        "GET /console/stream HTTP/1.1\r\nHost: {admin}\r\n{auth}\r\nAccept: text/event-stream\r\n\r\n"
     )
     .unwrap();
     let mut r = BufReader::new(s);
@@ -432,16 +467,21 @@ fn the_feed_pushes_the_rooms_every_second_and_ends_with_the_session() {
     let v = start_console(origin.addr);
     let (_, cookie, _) = login(&v, ALICE);
     let cookie = cookie_pair(&cookie.unwrap());
+    let cookie_line = format!("Cookie: {cookie}");
     // Two visitors: one let in, one waiting.
     for i in 0..2 {
         User::new(i).get(&v, "/");
     }
     let started = Instant::now();
-    let events = read_stream(v.admin, &cookie, Duration::from_secs(10), |e| {
+    let events = read_stream(v.admin, &cookie_line, Duration::from_secs(10), |e| {
         e["rooms"][0]["waiting_users"].as_u64() == Some(1)
     });
     let last = events.last().expect("an event");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(last["operator"]["name"], "alice");
     let room = &last["rooms"][0];
     assert_eq!(room["name"], "sale");
@@ -451,14 +491,14 @@ fn the_feed_pushes_the_rooms_every_second_and_ends_with_the_session() {
     assert_eq!(history.len(), 30);
     assert!(
         eventually(Duration::from_secs(4), || {
-            let e = read_stream(v.admin, &cookie, Duration::from_secs(3), |_| true);
+            let e = read_stream(v.admin, &cookie_line, Duration::from_secs(3), |_| true);
             e[0]["rooms"][0]["history"]["admitted_per_minute"][29] == 1
         }),
         "the minute now counts the one admission"
     );
     // Two events a couple of seconds apart: at least every 2 s.
     let t = Instant::now();
-    let two = read_stream(v.admin, &cookie, Duration::from_secs(6), {
+    let two = read_stream(v.admin, &cookie_line, Duration::from_secs(6), {
         let mut n = 0;
         move |_| {
             n += 1;
@@ -466,7 +506,11 @@ fn the_feed_pushes_the_rooms_every_second_and_ends_with_the_session() {
         }
     });
     assert_eq!(two.len(), 2);
-    assert!(t.elapsed() < Duration::from_millis(3500), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(3500),
+        "{:?}",
+        t.elapsed()
+    );
 
     // Without a session, no feed; a bearer token's holder gets one.
     let resp = client()
@@ -554,11 +598,32 @@ fn a_bad_operator_entry_names_its_key() {
     let (code, out, err) = run_cli(&["--config", config.to_str().unwrap(), "--check"]);
     assert_ne!(code, 0);
     let all = format!("{out}{err}");
-    for key in [
-        "admin.operators[0].name",
-        "admin.operators[1].token_sha256",
-    ] {
+    for key in ["admin.operators[0].name", "admin.operators[1].token_sha256"] {
         assert!(all.contains(key), "{key}: {all}");
     }
     assert!(all.contains("v.toml"), "{all}");
+}
+
+#[test]
+fn without_operators_the_console_is_a_read_only_view() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra("[[room]]\nname = \"sale\"\npages = \"pages\"\n")
+        .start();
+    let (code, page, csrf) = console_page(&v, "");
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("local") && !page.contains("data-action"),
+        "{page}"
+    );
+    assert!(csrf.is_none());
+    let events = read_stream(v.admin, "X-None: 1", Duration::from_secs(5), |_| true);
+    assert_eq!(events[0]["rooms"][0]["name"], "sale");
+    assert_eq!(events[0]["operator"]["role"], "viewer");
+    // And no action, as before.
+    let resp = client()
+        .post(format!("http://{}/rooms/sale/pause", v.admin))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
 }

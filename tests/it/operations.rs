@@ -31,6 +31,11 @@ fn busy_instance(origin: &Origin) -> Vestibule {
         )
         .self_signed_tls(tls, &["site.test"]);
     setup.keys = crate::jwt::ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+    // An operator: the admin actions' series exist for them.
+    setup.admin = Some(format!(
+        "listen = \"{}\"\ntoken = \"an-operator-token-for-ops\"",
+        free_addr()
+    ));
     let v = setup.start();
     // One request over TLS (HTTP/2), for the edge's series.
     assert!(wait_for_port(tls, Duration::from_secs(10)));

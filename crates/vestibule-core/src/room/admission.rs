@@ -75,6 +75,11 @@ pub(crate) trait Admission: std::fmt::Debug + Send + Sync {
         None
     }
 
+    /// How many visitors hold a place in `event`'s pre-queue; 0 for policies that count none.
+    fn prequeued(&self, _event: &EventConfig, _now: Timestamp) -> u64 {
+        0
+    }
+
     /// Whether the session of an allow token was ended (revoked, or its place freed).
     fn is_revoked(&self, _claims: &Claims, _now: Timestamp) -> bool {
         false
@@ -239,6 +244,10 @@ impl Admission for Capacity {
 
     fn figures(&self, now: Timestamp) -> Option<Figures> {
         Some(Capacity::figures(self, now))
+    }
+
+    fn prequeued(&self, event: &EventConfig, now: Timestamp) -> u64 {
+        Capacity::prequeued(self, event, now)
     }
 
     fn is_revoked(&self, claims: &Claims, now: Timestamp) -> bool {

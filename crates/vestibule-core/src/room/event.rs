@@ -385,6 +385,12 @@ mod tests {
             assert_eq!((t.chk, t.arr), (None, Some(START - 3600 + i as u64 * 60)));
             assert!((START..START + 10).contains(&t.exp));
         }
+        // The pre-queued are the room's waiting users, each once, however often they ask.
+        let waiting = |at: u64| r.figures(Timestamp::from_secs(at)).unwrap().waiting;
+        assert_eq!(waiting(START - 3000), 3);
+        let (uid, c) = &mut held[0];
+        assert_eq!(ask(&r, uid, c, START - 30), Decision::PreQueue);
+        assert_eq!(waiting(START - 20), 3);
         // At the start, a newcomer with free slots and nobody counted waiting yet still waits.
         let (late, mut l) = (visitor(99), None);
         assert_eq!(ask(&r, &late, &mut l, START), Decision::Anon);

@@ -516,9 +516,18 @@ impl Room {
         self.store.invitations_in_use(self.name(), now)
     }
 
-    /// Live figures of a capacity room (`None` for lottery rooms, which keep no counts).
+    /// Live figures of a capacity room (`None` for lottery rooms, which keep no counts). During
+    /// an event's pre-queue, its visitors are the waiting users (they check in from the start).
     pub fn figures(&self, now: Timestamp) -> Option<Figures> {
-        self.policy_at(now).figures(now)
+        let policy = self.policy_at(now);
+        let mut figures = policy.figures(now)?;
+        if let Some(p) = self
+            .event_now(now)
+            .filter(|p| p.state == event::EventState::PreQueue)
+        {
+            figures.waiting += policy.prequeued(p.event, now);
+        }
+        Some(figures)
     }
 
     /// Ends an admitted user's session: capacity rooms stop counting them, once, and refuse the

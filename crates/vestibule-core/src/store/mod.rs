@@ -100,6 +100,9 @@ pub enum CounterKind {
     /// An account's place in a capacity room (enqueue tokens), so its other devices find it:
     /// `slot` names the account; id 0 holds its arrival (Unix s), id 1 its queue number.
     Account,
+    /// Visitors given a place in the pre-queue of the event starting at `slot` (Unix s): the
+    /// room's waiting users while nobody checks in yet.
+    PreQueued,
 }
 
 /// Something that happens once and is remembered until it cannot matter any more: a mark.

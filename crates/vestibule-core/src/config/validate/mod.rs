@@ -248,7 +248,9 @@ fn admin_token_missing(listen: SocketAddr, has_operators: bool) -> Option<String
 /// apply an edit that is only safe together with a socket change it cannot make.
 pub(super) fn check_as_run(config: &Config, host: &dyn Host) -> Vec<ConfigError> {
     let mut errors = Vec::new();
-    if let Some(message) = admin_token_missing(config.admin.listen, !config.admin.operators.is_empty()) {
+    if let Some(message) =
+        admin_token_missing(config.admin.listen, !config.admin.operators.is_empty())
+    {
         let text = host.read(&config.path).unwrap_or_default();
         errors.push(
             ConfigError::new(

@@ -324,7 +324,10 @@ impl Validator<'_> {
                 other => {
                     self.err(
                         k("role"),
-                        format!("must be \"operator\" or \"viewer\", got \"{}\"", other.escape_debug()),
+                        format!(
+                            "must be \"operator\" or \"viewer\", got \"{}\"",
+                            other.escape_debug()
+                        ),
                     );
                     continue;
                 }

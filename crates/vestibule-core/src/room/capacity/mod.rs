@@ -503,6 +503,8 @@ impl Capacity {
             CounterKind::Account => {
                 now.secs() + self.rejoin_grace.as_secs() + self.live_window().as_secs()
             }
+            // Counted until the start, and a little after (a view taken at the start).
+            CounterKind::PreQueued => slot + 120,
         };
         self.store.add(
             &self.key_in(scope, kind, slot, id),

@@ -55,12 +55,21 @@ impl Capacity {
                     claims.qn = qn;
                 }
                 claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
+                // A visitor takes this branch once per event: their new token keeps them in line.
+                self.add(CounterKind::PreQueued, event.start, 0, 1, now);
                 (CookieAction::Set(claims.sign(key).into()), due)
             }
         };
         let mut outcome = Outcome::prequeued(cookie, due, now);
         outcome.queue_number = qn;
         outcome
+    }
+
+    /// How many visitors hold a place in the pre-queue of `event` (cluster-wide).
+    pub fn prequeued(&self, event: &EventConfig, now: Timestamp) -> u64 {
+        self.store
+            .get(&self.key(CounterKind::PreQueued, event.start, 0), now)
+            .max(0) as u64
     }
 
     /// Where a pre-queued visitor who arrived at `arrival` stands once `event` has started:

@@ -167,6 +167,7 @@ pub(super) fn kind_code(k: CounterKind) -> char {
         CounterKind::Granted => 'g',
         CounterKind::GrantUsed => 'u',
         CounterKind::Account => 'k',
+        CounterKind::PreQueued => 'q',
     }
 }
 
@@ -182,6 +183,7 @@ pub(super) fn kind_of(c: &str) -> Option<CounterKind> {
         "g" => CounterKind::Granted,
         "u" => CounterKind::GrantUsed,
         "k" => CounterKind::Account,
+        "q" => CounterKind::PreQueued,
         _ => return None,
     })
 }
