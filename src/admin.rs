@@ -70,7 +70,11 @@ impl Admin {
                 serde_json::to_vec(&body).unwrap_or_default(),
             );
         }
-        let action = match parse_action(&method, what, &query, &body) {
+        let pace_key = match &room.config.admission {
+            Admission::Lottery { .. } => crate::controls::PaceKey::AllowPercentage,
+            Admission::Capacity(_) => crate::controls::PaceKey::NewUsersPerMinute,
+        };
+        let action = match parse_action(&method, what, &query, &body, pace_key) {
             Ok(action) => action,
             Err((status, message)) => return problem(status, &message),
         };
@@ -322,7 +326,7 @@ fn room_status(
     }
     v["sold_out"] = json!(room.sold_out());
     v["paused"] = json!(room.controls().held().paused);
-    v["overrides"] = json!(overrides.overrides(&c.name));
+    v["overrides"] = json!(overrides.overrides(&c.name).in_force(now));
     v["admit_grants_left"] = json!(crate::controls::grants_left(store, &c.name, now));
     // Scheduled events: the one in force (else the next, else the last), and the
     // next one to open.
@@ -440,6 +444,7 @@ fn parse_action(
     what: &str,
     query: &str,
     body: &[u8],
+    pace_key: crate::controls::PaceKey,
 ) -> Result<Action, (StatusCode, String)> {
     use http::Method;
     let bad = |m: &str| Err((StatusCode::BAD_REQUEST, m.to_owned()));
@@ -479,6 +484,10 @@ fn parse_action(
             (&Method::PUT, "sold-out") => Action::SetSoldOut,
             (&Method::DELETE, "sold-out") => Action::ClearSoldOut,
             (&Method::DELETE, "overrides") => Action::ClearOverrides,
+            (&Method::PUT, "overrides") => match crate::controls::parse_pace(body, pace_key) {
+                Ok(set) => Action::SetPace(set),
+                Err(e) => return bad(&e),
+            },
             (_, "pause" | "resume" | "admit" | "message" | "sold-out" | "overrides") => {
                 return Err((
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -491,7 +500,7 @@ fn parse_action(
                     .to_owned(),
             )),
         };
-    if !matches!(action, Action::SetMessage(_)) && !body.is_empty() {
+    if !matches!(action, Action::SetMessage(_) | Action::SetPace(_)) && !body.is_empty() {
         return bad("this action takes no body");
     }
     Ok(action)

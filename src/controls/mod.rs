@@ -7,6 +7,9 @@
 //! is kept in `[admin] state_file` as JSON, written atomically (a temporary file, fsync, rename),
 //! and read back at startup: the overrides survive reloads and restarts.
 //!
+//! The pace override is kept like the others, with its end (`until`) as a time: once that has
+//! passed, the cell stops applying it by itself, and `/status` leaves it out.
+//!
 //! `admit` is different: it is a grant of N admissions, kept as two counters in the room's store
 //! (granted and used), so in a cluster every node sees it and takes from it. A grant that nobody
 //! takes lapses after [`cell::GRANT_TTL_SECS`]. Grants are not written to the state file: they are a
@@ -25,8 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use cell::withdraw_grants;
 pub use cell::{
-    check_message, describe, grant, Action, Admitted, Held, Message, RoomCell, RoomOverrides,
-    SoldOut, Stamp,
+    check_message, describe, grant, parse_pace, Action, Admitted, Held, Message, Pace, PaceKey,
+    PaceSet, RoomCell, RoomOverrides, SoldOut, Stamp,
 };
 pub(crate) use cell::{grants_left, MAX_ADMIT, MAX_MESSAGE_CHARS};
 
@@ -143,6 +146,7 @@ impl Controls {
             Action::ClearMessage => o.message = None,
             Action::SetSoldOut => o.sold_out = Some(SoldOut { value: true, stamp }),
             Action::ClearSoldOut => o.sold_out = None,
+            Action::SetPace(set) => o.pace = Some(set.at(stamp, now)),
             Action::ClearOverrides => {
                 withdraw_grants(store, name, now);
                 *o = RoomOverrides {
