@@ -13,6 +13,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod controls;
+pub mod ctl;
 pub mod demo;
 pub mod i18n;
 pub mod init;

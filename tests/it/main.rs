@@ -16,6 +16,7 @@ mod browser;
 mod capacity;
 mod challenge;
 mod cluster;
+mod ctl;
 mod enqueue;
 mod events;
 mod flood;
