@@ -481,10 +481,18 @@ fn a_pace_override_sets_the_pace_until_cleared_and_bad_ones_change_nothing() {
     }
     assert_eq!(room_of("sale")["effective_new_users_per_minute"], 40);
     assert_eq!(room_of("draw")["effective_allow_percentage"], 10.0);
+    let m = v.metrics();
     assert_eq!(
         metric_value(
-            &v.metrics(),
+            &m,
             "vestibule_admin_actions_total{action=\"pace\",room=\"sale\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "vestibule_room_override{override=\"pace\",room=\"sale\"}"
         ),
         1.0
     );
