@@ -331,4 +331,40 @@ mod tests {
         let doc: StateDoc = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert!(doc.rooms["sale"].paused.is_some());
     }
+
+    #[test]
+    fn a_pace_override_is_kept_reaches_other_nodes_and_is_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("overrides.json");
+        let store = LocalStore::new();
+        let controls = Controls::default();
+        controls.load(&path, &store);
+        let set = parse_pace(
+            br#"{"new_users_per_minute": 40, "for": "30m"}"#,
+            PaceKey::NewUsersPerMinute,
+        )
+        .unwrap();
+        let (o, written) = controls.apply("sale", &Action::SetPace(set), "admin", &store, at(0));
+        assert!(written.is_ok());
+        let pace = o.pace.as_ref().unwrap();
+        assert_eq!(pace.new_users_per_minute, Some(40));
+        assert_eq!(pace.until(), Some(at(1800)));
+        assert_eq!(controls.cell("sale").pace(at(1)), Some(40.0));
+
+        // A restart reads it back.
+        let again = Controls::default();
+        again.load(&path, &store);
+        assert_eq!(again.cell("sale").pace(at(1)), Some(40.0));
+        assert_eq!(again.cell("sale").pace(at(1800)), None);
+
+        // Another node takes it in as published.
+        let other = Controls::default();
+        let json = serde_json::to_string(&o).unwrap();
+        other.adopt(vec![("sale".into(), o.version, json)]);
+        assert_eq!(other.cell("sale").pace(at(1)), Some(40.0));
+
+        let (o, _) = controls.apply("sale", &Action::ClearOverrides, "admin", &store, at(2));
+        assert!(o.pace.is_none() && o.is_empty());
+        assert_eq!(controls.cell("sale").pace(at(3)), None);
+    }
 }

@@ -398,3 +398,25 @@ fn the_operators_pace_beats_an_events() {
     cell.set(&paced(PaceKey::NewUsersPerMinute, 7.0, None, during));
     assert_eq!(room.effective_new_users_per_minute(during), Some(7));
 }
+
+#[test]
+fn the_operators_pace_beats_the_autopilots() {
+    let now = Timestamp::from_secs(1_700_000_040);
+    let cell = Arc::new(RoomCell::default());
+    let pilot = Arc::new(crate::autopilot::pilot::PilotCell::default());
+    let room = overridden(
+        "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 10\n\
+         autopilot = true\nautopilot_min = 20\nautopilot_max = 100\n",
+        &cell,
+    )
+    .with_pilot(pilot.clone());
+    // The autopilot starts from the configured pace, clamped into its bounds.
+    let autopilot = room.config.autopilot.unwrap();
+    pilot.tick(&autopilot, room.pilot_now(now).unwrap(), now);
+    assert_eq!(room.effective_new_users_per_minute(now), Some(20));
+    cell.set(&paced(PaceKey::NewUsersPerMinute, 7.0, Some(60), now));
+    assert_eq!(room.effective_new_users_per_minute(now), Some(7));
+    // It takes over again when the override lapses.
+    let later = Timestamp::from_secs(1_700_000_040 + 60);
+    assert_eq!(room.effective_new_users_per_minute(later), Some(20));
+}
