@@ -28,8 +28,15 @@ fn ctl(admin: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String
 fn server(origin: &Origin) -> Vestibule {
     let mut setup = Setup::new(origin.addr).extra(TRUST_LOCAL).extra(
         "[[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 5\ntotal_active_users = 50\n\
-         [[room]]\nname = \"draw\"\npaths = [\"/draw\"]\ncookie_name = \"wr_draw\"\nallow_percentage = 10\n",
+         [[room]]\nname = \"draw\"\npaths = [\"/draw\"]\ncookie_name = \"wr_draw\"\nallow_percentage = 10\n\
+         [[room]]\nname = \"queue\"\npaths = [\"/queue\"]\ncookie_name = \"wr_queue\"\nadmission = \"fifo\"\nnew_users_per_minute = 5\napi = true\n",
     );
+    // The queue API's room signs JWTs.
+    setup = setup.file(
+        "jwt-1.pem",
+        vestibule::jwt::generate(vestibule::jwt::Algorithm::Es256),
+    );
+    setup.keys = crate::jwt::ring_with(&[("k1", "ES256", "jwt-1.pem")]);
     setup.admin = Some(format!("listen = \"{}\"\ntoken = \"{TOKEN}\"", free_addr()));
     setup.start()
 }
@@ -58,7 +65,7 @@ fn ctl_runs_the_admin_api_with_the_token_from_the_environment_or_a_file() {
     let (code, out, err) = ctl(&admin, &["status"], &env);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines.len(), 3, "{out}");
     assert!(
         lines[0].starts_with("sale  open  active 0/50  waiting 0"),
         "{out}"
@@ -103,6 +110,16 @@ fn ctl_runs_the_admin_api_with_the_token_from_the_environment_or_a_file() {
     let (code, out, err) = ctl(&admin, &["admit", "sale", "3"], &env);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("admit done"), "{out}");
+
+    let (code, out, err) = ctl(&admin, &["serving", "queue", "+3"], &env);
+    assert_eq!(
+        (code, out.trim()),
+        (0, "room queue: serving number now 3"),
+        "{err}"
+    );
+    let (code, _, err) = ctl(&admin, &["serving", "sale", "2"], &env);
+    assert_eq!(code, 1);
+    assert!(err.contains("no queue API"), "{err}");
 
     // The pace override takes the key of the room's admission.
     let (code, out, err) = ctl(&admin, &["pace", "sale", "40", "--for", "30m"], &env);
@@ -191,4 +208,33 @@ fn ctl_has_a_man_page_and_completions() {
         out.contains("vestibule__subcmd__ctl__subcmd__pace"),
         "{out}"
     );
+}
+
+#[test]
+fn ctl_lists_the_audit_log_one_line_a_record_from_a_chunked_answer() {
+    // The audit endpoint's shape, newest first, in two chunks.
+    const RECORDS: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+        4f\r\n[{\"time\":\"2026-11-27T12:01:00Z\",\"operator\":\"alice\",\"source\":\"console\",\"room\":\"s\r\n\
+        ca\r\nale\",\"action\":\"pace\",\"args\":{\"new_users_per_minute\":40},\"before\":null,\"after\":{\"new_users_per_minute\":40}},\
+{\"time\":\"2026-11-27T12:00:00Z\",\"operator\":\"bob\",\"source\":\"api\",\"room\":\"sale\",\"action\":\"pause\"}]\r\n\
+        0\r\n\r\n";
+    let addr = canned_origin(RECORDS);
+    let admin = format!("http://{addr}");
+    let (code, out, err) = ctl(&admin, &["audit", "--room", "sale", "--limit", "2"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#"2026-11-27T12:01:00Z  alice (console)  sale  pace {"new_users_per_minute":40}  – -> {"new_users_per_minute":40}"#,
+            "2026-11-27T12:00:00Z  bob (api)  sale  pause  – -> –",
+        ],
+        "{out}"
+    );
+    let (code, out, _) = ctl(&admin, &["audit", "--json"], &[]);
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json.as_array().map(Vec::len), Some(2));
+    let (code, _, err) = ctl(&admin, &["audit", "--limit", "5000"], &[]);
+    assert_eq!(code, 2, "{err}");
 }
