@@ -85,8 +85,8 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// Sends one request and reads the whole answer. `body` is `(content type, bytes)`. Failing to
-/// connect names the address tried.
+/// Sends one request and reads the whole answer, each step within [`TIMEOUT`]. `body` is
+/// `(content type, bytes)`. Failing to connect names the address tried.
 pub fn request(
     at: &Endpoint,
     method: &str,
@@ -94,10 +94,20 @@ pub fn request(
     token: Option<&str>,
     body: Option<(&str, &[u8])>,
 ) -> Result<Answer, String> {
+    request_within(at, (method, path), token, body, TIMEOUT)
+}
+
+fn request_within(
+    at: &Endpoint,
+    (method, path): (&str, &str),
+    token: Option<&str>,
+    body: Option<(&str, &[u8])>,
+    timeout: Duration,
+) -> Result<Answer, String> {
     let mut last = String::new();
     let mut stream = None;
     for addr in at.addrs()? {
-        match TcpStream::connect_timeout(&addr, TIMEOUT) {
+        match TcpStream::connect_timeout(&addr, timeout) {
             Ok(s) => {
                 stream = Some(s);
                 break;
@@ -107,8 +117,8 @@ pub fn request(
     }
     let mut stream = stream.ok_or(last)?;
     stream
-        .set_read_timeout(Some(TIMEOUT))
-        .and_then(|()| stream.set_write_timeout(Some(TIMEOUT)))
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(|e| format!("{}: {e}", at.authority))?;
     let mut head = format!(
         "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: vestibule-ctl/{}\r\nAccept: application/json, text/plain\r\nConnection: close\r\n",
@@ -169,7 +179,7 @@ pub fn read_answer(mut r: impl BufRead, head_only: bool) -> Result<Answer, Strin
             r.by_ref()
                 .take(len)
                 .read_to_end(&mut body)
-                .map_err(|e| e.to_string())?;
+                .map_err(io_error)?;
             if (body.len() as u64) < len {
                 return Err("the answer ended early".into());
             }
@@ -179,7 +189,7 @@ pub fn read_answer(mut r: impl BufRead, head_only: bool) -> Result<Answer, Strin
             r.by_ref()
                 .take(MAX_BODY + 1)
                 .read_to_end(&mut body)
-                .map_err(|e| e.to_string())?;
+                .map_err(io_error)?;
             if body.len() as u64 > MAX_BODY {
                 return Err("the answer is too long".into());
             }
@@ -193,13 +203,21 @@ pub fn read_answer(mut r: impl BufRead, head_only: bool) -> Result<Answer, Strin
     }
 }
 
+/// An error reading the answer, in words: a timeout says so.
+fn io_error(e: std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "no answer in time".into(),
+        _ => e.to_string(),
+    }
+}
+
 /// A line ending in CRLF (or LF), without it; at most `MAX_HEAD` bytes.
 fn read_line(r: &mut impl BufRead) -> Result<String, String> {
     let mut line = Vec::new();
     r.by_ref()
         .take(MAX_HEAD as u64)
         .read_until(b'\n', &mut line)
-        .map_err(|e| e.to_string())?;
+        .map_err(io_error)?;
     if !line.ends_with(b"\n") {
         return Err(if line.is_empty() {
             "the connection closed without an answer".into()
@@ -257,7 +275,7 @@ fn read_chunked(r: &mut impl BufRead) -> Result<Vec<u8>, String> {
         r.by_ref()
             .take(size)
             .read_to_end(&mut body)
-            .map_err(|e| e.to_string())?;
+            .map_err(io_error)?;
         if ((body.len() - before) as u64) < size {
             return Err("the answer ended early".into());
         }
@@ -335,5 +353,24 @@ mod tests {
         let at = Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         let e = request(&at, "GET", "/status", None, None).unwrap_err();
         assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+    }
+
+    #[test]
+    fn a_listener_that_never_answers_times_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = Endpoint::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        // Accepted (by the backlog), read by nobody, answered never.
+        let started = std::time::Instant::now();
+        let e = request_within(
+            &at,
+            ("GET", "/status"),
+            None,
+            None,
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5), "{e}");
+        assert_eq!(e, format!("{}: no answer in time", at.authority));
+        drop(listener);
     }
 }
