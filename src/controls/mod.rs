@@ -155,6 +155,8 @@ impl Controls {
                 };
             }
         }
+        // A pace override that has lapsed goes with the next action.
+        *o = std::mem::take(o).in_force(now);
         // A room without overrides stays as its version, so that clearing them reaches every
         // node of a cluster too.
         let o = o.clone();
@@ -363,8 +365,14 @@ mod tests {
         other.adopt(vec![("sale".into(), o.version, json)]);
         assert_eq!(other.cell("sale").pace(at(1)), Some(40.0));
 
-        let (o, _) = controls.apply("sale", &Action::ClearOverrides, "admin", &store, at(2));
+        // Another action after it lapsed leaves it out.
+        let (o, _) = controls.apply("sale", &Action::Pause, "admin", &store, at(1800));
+        assert!(o.pace.is_none() && o.paused.is_some());
+        let set = parse_pace(br#"{"allow_percentage": 5}"#, PaceKey::AllowPercentage).unwrap();
+        let (o, _) = controls.apply("sale", &Action::SetPace(set), "admin", &store, at(1801));
+        assert_eq!(o.pace.and_then(|p| p.allow_percentage), Some(5.0));
+        let (o, _) = controls.apply("sale", &Action::ClearOverrides, "admin", &store, at(1802));
         assert!(o.pace.is_none() && o.is_empty());
-        assert_eq!(controls.cell("sale").pace(at(3)), None);
+        assert_eq!(controls.cell("sale").pace(at(1803)), None);
     }
 }
