@@ -199,7 +199,11 @@ impl Admin {
                 serde_json::to_vec(&body).unwrap_or_default(),
             );
         }
-        let action = match parse::parse_action(&method, what, &query, &body) {
+        let pace_key = match &room.config.admission {
+            Admission::Lottery { .. } => crate::controls::PaceKey::AllowPercentage,
+            Admission::Capacity(_) => crate::controls::PaceKey::NewUsersPerMinute,
+        };
+        let action = match parse::parse_action(&method, what, &query, &body, pace_key) {
             Ok(action) => action,
             Err((status, message)) => return problem(status, &message),
         };
@@ -457,7 +461,7 @@ fn room_status(
     }
     v["sold_out"] = json!(room.sold_out());
     v["paused"] = json!(room.controls().held().paused);
-    v["overrides"] = json!(overrides.overrides(&c.name));
+    v["overrides"] = json!(overrides.overrides(&c.name).in_force(now));
     v["admit_grants_left"] = json!(crate::controls::grants_left(store, &c.name, now));
     // Scheduled events: the one in force (else the next, else the last), and the
     // next one to open.
@@ -547,6 +551,10 @@ fn action_args(action: &Action) -> Value {
     match action {
         Action::Admit(n) => json!({ "count": n }),
         Action::SetMessage(text) => json!({ "text": text }),
+        Action::SetPace(p) => json!({
+            p.key.as_str(): p.value,
+            "for_seconds": p.lasts.map(|d| d.as_secs()),
+        }),
         _ => json!({}),
     }
 }

@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use vestibule::admin::parse::{
     audit_query, bearer_token, cookie, cross_site, form_field, parse_action,
 };
-use vestibule::controls::Action;
+use vestibule::controls::{Action, PaceKey};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&m, rest)) = data.split_first() else {
@@ -29,12 +29,21 @@ fuzz_target!(|data: &[u8]| {
     let body = parts.next().unwrap_or_default();
     let header = parts.next().unwrap_or_default();
 
-    match parse_action(&method, &what, &query, body) {
+    let pace_key = if m & 0x80 == 0 {
+        PaceKey::NewUsersPerMinute
+    } else {
+        PaceKey::AllowPercentage
+    };
+    match parse_action(&method, &what, &query, body, pace_key) {
         Ok(Action::SetMessage(text)) => {
             let n = text.chars().count();
             assert!((1..=500).contains(&n), "{n}");
         }
         Ok(Action::Admit(n)) => assert!((1..=100_000).contains(&n), "{n}"),
+        Ok(Action::SetPace(p)) => {
+            assert_eq!(p.key, pace_key);
+            assert!(p.value.is_finite() && p.value >= 0.0, "{p:?}");
+        }
         Ok(other) => assert!(body.is_empty(), "{other:?} took a body"),
         Err((status, message)) => {
             assert!(status.is_client_error(), "{status}");

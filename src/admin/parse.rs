@@ -7,12 +7,14 @@ use http::StatusCode;
 
 use crate::controls::Action;
 
-/// The action a method, path tail, query and body ask for.
+/// The action a method, path tail, query and body ask for (`pace_key`: which pace the room
+/// takes, for `PUT overrides`).
 pub fn parse_action(
     method: &http::Method,
     what: &str,
     query: &str,
     body: &[u8],
+    pace_key: crate::controls::PaceKey,
 ) -> Result<Action, (StatusCode, String)> {
     use http::Method;
     let bad = |m: &str| Err((StatusCode::BAD_REQUEST, m.to_owned()));
@@ -52,6 +54,10 @@ pub fn parse_action(
             (&Method::PUT, "sold-out") => Action::SetSoldOut,
             (&Method::DELETE, "sold-out") => Action::ClearSoldOut,
             (&Method::DELETE, "overrides") => Action::ClearOverrides,
+            (&Method::PUT, "overrides") => match crate::controls::parse_pace(body, pace_key) {
+                Ok(set) => Action::SetPace(set),
+                Err(e) => return bad(&e),
+            },
             (_, "pause" | "resume" | "admit" | "message" | "sold-out" | "overrides") => {
                 return Err((
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -64,7 +70,7 @@ pub fn parse_action(
                     .to_owned(),
             )),
         };
-    if !matches!(action, Action::SetMessage(_)) && !body.is_empty() {
+    if !matches!(action, Action::SetMessage(_) | Action::SetPace(_)) && !body.is_empty() {
         return bad("this action takes no body");
     }
     Ok(action)
