@@ -134,6 +134,23 @@ fn ctl_runs_the_admin_api_with_the_token_from_the_environment_or_a_file() {
     assert_eq!(code, 1);
     assert!(err.contains("400") && err.contains("whole number"), "{err}");
 
+    // The audit log of the real server: every action above, newest first, each by ctl.
+    let (code, out, err) = ctl(&admin, &["audit", "--room", "sale", "--json"], &env);
+    assert_eq!(code, 0, "{err}");
+    let records: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions,
+        ["pace", "admit", "message_clear", "message_set", "resume", "pause"],
+        "{out}"
+    );
+    assert!(records.iter().all(|r| r["via"] == "ctl" && r["operator"] == "admin"));
+    assert_eq!(records[0]["args"]["new_users_per_minute"], 40.0);
+    assert_eq!(records[0]["args"]["for_seconds"], 1800);
+    let (code, out, err) = ctl(&admin, &["audit", "--limit", "2"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+
     // Refused and failed: 1, with the reason.
     let (code, _, err) = ctl(&admin, &["pause", "nope"], &env);
     assert_eq!(code, 1);
