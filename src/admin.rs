@@ -41,7 +41,12 @@ pub(crate) struct Admin {
     sessions: auth::Sessions,
     streams: console::Streams,
     audit: audit::Audit,
+    /// The console feeds' shared figures, by (second, config generation).
+    feed_cache: std::sync::Mutex<Option<FeedState>>,
 }
+
+/// The console feeds' shared figures and the (second, config generation) they are of.
+type FeedState = ((u64, u64), Arc<Value>);
 
 /// The name of a room's admissions in the console's history.
 pub(crate) fn history_room(name: &str) -> String {
@@ -63,7 +68,8 @@ impl Actor<'_> {
     fn via(&self, session: &ServerSession) -> &'static str {
         match self.who.via {
             Via::Session { .. } => "console",
-            Via::Bearer => {
+            Via::Open => "api",
+            Via::Bearer { .. } => {
                 let ua = session
                     .req_header()
                     .headers
@@ -87,6 +93,7 @@ impl Admin {
             sessions: auth::Sessions::default(),
             streams: console::Streams::default(),
             audit: audit::Audit::default(),
+            feed_cache: std::sync::Mutex::new(None),
         }
     }
 
@@ -97,6 +104,20 @@ impl Admin {
             .admin_refused
             .with_label_values(&[reason])
             .inc();
+    }
+
+    /// Counts an action (`vestibule_admin_actions_total`) and logs it.
+    fn count(&self, actor: &Actor<'_>, room: &str, action: &str, detail: &str) {
+        self.app
+            .metrics
+            .admin_actions
+            .with_label_values(&[room, action, &actor.who.name])
+            .inc();
+        log::info!(
+            "room {room}: operator action {action} by {} from {}: {detail}",
+            actor.who.name,
+            actor.source
+        );
     }
 
     /// Records an action: the audit line (fsynced), the metric and the log line. A record that
@@ -112,16 +133,7 @@ impl Admin {
         detail: &str,
     ) -> bool {
         let snapshot = self.app.snapshot();
-        self.app
-            .metrics
-            .admin_actions
-            .with_label_values(&[room, action, &actor.who.name])
-            .inc();
-        log::info!(
-            "room {room}: operator action {action} by {} from {}: {detail}",
-            actor.who.name,
-            actor.source
-        );
+        self.count(actor, room, action, detail);
         let record = audit::Record {
             operator: actor.who.name.clone(),
             source: actor.source.clone(),
@@ -175,7 +187,7 @@ impl Admin {
             Ok(body) => body,
             Err(e) => return problem(StatusCode::BAD_REQUEST, &e.to_string()),
         };
-        if let Some((status, body, done)) = queue::answer(
+        if let Some((status, mut body, done)) = queue::answer(
             &self.app,
             room,
             (&method, what, &query, &body),
@@ -183,15 +195,21 @@ impl Admin {
             &snapshot.config.jwt.issuer,
         ) {
             if let Some(done) = done {
-                let persisted = self.record(
-                    session,
-                    &actor,
-                    room.name(),
-                    done.action,
-                    (done.args, done.before, done.after),
-                    &done.detail,
-                );
-                let _ = persisted;
+                let record = (done.args, done.before, done.after);
+                if done.audited {
+                    let audited = self.record(
+                        session,
+                        &actor,
+                        room.name(),
+                        done.action,
+                        record,
+                        &done.detail,
+                    );
+                    body["operator"] = json!(actor.who.name);
+                    body["audited"] = json!(audited);
+                } else {
+                    self.count(&actor, room.name(), done.action, &done.detail);
+                }
             }
             return reply(
                 status,
@@ -210,9 +228,8 @@ impl Admin {
         let now = crate::time::now();
         let store = &*self.app.state.store;
         let controls = &self.app.state.controls;
-        let before = json!(controls.overrides(room.name()));
-        let (overrides, written) =
-            controls.apply(room.name(), &action, &actor.who.name, store, now);
+        let (before, overrides, written) =
+            controls.act(room.name(), &action, &actor.who.name, store, now);
         let detail = match &action {
             Action::Admit(n) => format!("{n} more let in"),
             _ => crate::controls::describe(&overrides),
@@ -222,7 +239,7 @@ impl Admin {
             &actor,
             room.name(),
             action.label(),
-            (action_args(&action), before, json!(overrides)),
+            (action_args(&action), json!(before), json!(overrides)),
             &detail,
         );
         if let Err(e) = &written {
@@ -574,20 +591,57 @@ impl Admin {
         let operators = &snapshot.config.admin.operators;
         let req = session.req_header();
         let authorization = req.headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-        let who = match auth::bearer(operators, authorization) {
-            Some(Some(op)) => Some(Who {
-                name: op.name.clone(),
-                role: op.role,
-                via: Via::Bearer,
-            }),
-            Some(None) if !operators.is_empty() => {
-                self.refused("unauthenticated");
-                return Access::Refused(unauthorized());
+        let now = crate::time::now();
+        let who = match authorization {
+            // A bearer token is checked under the login throttle: guessing tokens on the API
+            // is no cheaper than on the login form.
+            Some(value) if !operators.is_empty() => {
+                let token = parse::bearer_token(value).unwrap_or_default();
+                match self
+                    .sessions
+                    .check(operators, client_ip(session), token, now)
+                {
+                    Ok(op) => Some(Who {
+                        name: op.name.clone(),
+                        role: op.role,
+                        via: Via::Bearer {
+                            token_sha256: op.token_sha256,
+                        },
+                    }),
+                    Err(auth::LoginRefused::Throttled) => {
+                        self.refused("login_throttled");
+                        return Access::Refused(text(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "too many wrong tokens from this address; wait a minute\n",
+                        ));
+                    }
+                    Err(auth::LoginRefused::Invalid) => {
+                        self.refused("unauthenticated");
+                        return Access::Refused(unauthorized());
+                    }
+                }
             }
-            _ => console::session_id(session)
-                .and_then(|id| self.sessions.who(operators, &id, crate::time::now())),
+            _ => console::session_id(session).and_then(|id| self.sessions.who(operators, &id, now)),
         };
         let path = req.uri.path();
+        // Without operators the loopback listener is open to read: only to a Host that names
+        // it by address, so a page on a rebound name cannot read it through a browser.
+        if operators.is_empty() {
+            let host = req
+                .headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .or_else(|| req.uri.authority().map(|a| a.as_str()))
+                .unwrap_or("");
+            if !parse::local_host(host) {
+                self.refused("host");
+                return Access::Refused(text(
+                    StatusCode::FORBIDDEN,
+                    "refused: with no operator configured, the admin listener answers only to \
+                     its address or localhost as Host\n",
+                ));
+            }
+        }
         let console_open = path == "/console"
             || path == "/console/"
             || path == "/console/login"
@@ -638,7 +692,7 @@ impl Admin {
             }
         }
         if let Some(Who {
-            via: Via::Bearer,
+            via: Via::Bearer { .. },
             role: Role::Viewer,
             ..
         }) = &who
@@ -746,6 +800,14 @@ fn probe(path: &str, snapshot: &Snapshot) -> Response<Vec<u8>> {
     }
 }
 
+/// The address a request came from.
+fn client_ip(session: &ServerSession) -> Option<std::net::IpAddr> {
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
+}
+
 /// The address a request came from, for the audit log.
 fn source_of(session: &ServerSession) -> String {
     session
@@ -791,16 +853,22 @@ impl HttpServerApp for Admin {
         }
         http.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
         let req = http.req_header();
-        if req.uri.path() == "/console/stream" && req.method == http::Method::GET {
+        let resp = if req.uri.path() == "/console/stream" && req.method == http::Method::GET {
             let snapshot = self.app.snapshot();
-            if let Access::Serve(who) = self.access(&http, &snapshot) {
-                if let Some(who) = who.or_else(|| console::anonymous(&snapshot)) {
-                    self.stream(&mut http, &who, shutdown).await;
-                    return None;
-                }
+            match self.access(&http, &snapshot) {
+                Access::Serve(who) => match who.or_else(|| console::anonymous(&snapshot)) {
+                    Some(who) => {
+                        self.stream(&mut http, &who, shutdown).await;
+                        return None;
+                    }
+                    None => unauthorized(),
+                },
+                Access::Refused(resp) => resp,
             }
-        }
-        let (parts, body) = self.response(&mut http).await.into_parts();
+        } else {
+            self.response(&mut http).await
+        };
+        let (parts, body) = resp.into_parts();
         let header: ResponseHeader = parts.into();
         if let Err(e) = http.write_response_header(Box::new(header)).await {
             log::debug!("admin: cannot answer: {e}");

@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use vestibule::admin::parse::{
-    audit_query, bearer_token, cookie, cross_site, form_field, parse_action,
+    audit_query, bearer_token, cookie, cross_site, form_field, local_host, parse_action,
 };
 use vestibule::controls::{Action, PaceKey};
 
@@ -60,6 +60,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(h) = std::str::from_utf8(header) {
         let _ = cookie(h, "vestibule_console");
+        let _ = local_host(h);
         let _ = cross_site(Some(h), None, "127.0.0.1:9901");
         let _ = cross_site(None, Some(h), &query);
     }

@@ -46,11 +46,16 @@ struct Open {
     id: (u64, u64),
 }
 
-/// The audit log's writer.
+/// The audit log's writer, and the newest records it wrote or read (for the console).
 #[derive(Default)]
 pub(crate) struct Audit {
     open: Mutex<Option<Open>>,
+    /// The file they came from, and the newest records, newest last.
+    recent: Mutex<Option<(PathBuf, std::collections::VecDeque<Value>)>>,
 }
+
+/// How many of the newest records are kept in memory.
+const RECENT: usize = 50;
 
 #[cfg(unix)]
 fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
@@ -98,6 +103,12 @@ impl Audit {
                 .read(true)
                 .open(path)
                 .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            // A new file's name survives a crash only once its folder is synced too.
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                if let Ok(d) = File::open(dir) {
+                    let _ = d.sync_all();
+                }
+            }
             // A crash mid-record left a torn line: end it, so this record starts a line.
             if torn(&mut file) {
                 file.write_all(b"\n")
@@ -122,7 +133,30 @@ impl Audit {
             *open = None;
             return Err(format!("cannot append to {}: {e}", path.display()));
         }
+        drop(open);
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, records)) = recent.as_mut().filter(|(p, _)| p == path) {
+            if records.len() >= RECENT {
+                records.pop_front();
+            }
+            records.push_back(line.clone());
+        }
         Ok(line)
+    }
+
+    /// The newest `n` records (at most [`RECENT`]) of the file at `path`, newest first: read
+    /// from the file once, then kept as they are appended.
+    pub fn recent(&self, path: &Path, n: usize) -> Vec<Value> {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.as_ref().is_none_or(|(p, _)| p != path) {
+            let mut records = newest(path, None, RECENT).unwrap_or_default();
+            records.reverse();
+            *recent = Some((path.to_owned(), records.into()));
+        }
+        recent
+            .as_ref()
+            .map(|(_, r)| r.iter().rev().take(n).cloned().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -243,6 +277,15 @@ mod tests {
         let read = newest(&path, None, 100).unwrap();
         assert_eq!(read.len(), 2, "the record after a torn line is whole");
         assert_eq!(read[0]["action"], "pause");
+        // The newest records, read once, then kept as appended.
+        assert_eq!(audit.recent(&path, 10).len(), 2);
+        audit
+            .append(&path, "2026-11-27T10:03:00Z", &record("sale", "resume"))
+            .unwrap();
+        let recent = audit.recent(&path, 2);
+        assert_eq!(recent.len(), 2);
+        assert_eq!(recent[0]["action"], "resume");
+        assert_eq!(recent[1]["action"], "pause");
         assert!(newest(&dir.path().join("missing"), None, 10)
             .unwrap()
             .is_empty());

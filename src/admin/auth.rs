@@ -26,6 +26,8 @@ pub(crate) const SESSION_TTL: u64 = 12 * 3600;
 pub(crate) const MAX_FAILURES: u32 = 5;
 /// Most console sessions kept at once; past it the oldest is ended.
 const MAX_SESSIONS: usize = 10_000;
+/// Most console sessions of one operator; past it their own oldest is ended.
+const MAX_SESSIONS_EACH: usize = 32;
 /// Most addresses whose failed logins are counted at once.
 const MAX_FAILING: usize = 10_000;
 
@@ -39,8 +41,11 @@ pub(crate) struct Who {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Via {
-    /// `Authorization: Bearer`: an API client or `vestibule ctl`.
-    Bearer,
+    /// `Authorization: Bearer`: an API client or `vestibule ctl`, with the hash of the token it
+    /// showed (a feed ends when no operator holds it any more).
+    Bearer { token_sha256: [u8; 32] },
+    /// No operator is configured: the loopback listener is open to read.
+    Open,
     /// The console's session cookie, with the session's CSRF token.
     Session { csrf: String },
 }
@@ -55,16 +60,6 @@ pub(crate) fn operator_of<'a>(operators: &'a [Operator], token: &[u8]) -> Option
         }
     }
     found
-}
-
-/// What an `Authorization` header says: `None` without one, `Some(None)` for a token nobody
-/// holds (or another scheme), `Some(Some(op))` for an operator.
-pub(crate) fn bearer<'a>(
-    operators: &'a [Operator],
-    authorization: Option<&[u8]>,
-) -> Option<Option<&'a Operator>> {
-    let value = authorization?;
-    Some(super::parse::bearer_token(value).and_then(|given| operator_of(operators, given)))
 }
 
 struct Session {
@@ -93,6 +88,19 @@ pub(crate) struct Sessions {
     failing: Mutex<HashMap<IpAddr, (u64, u32)>>,
 }
 
+/// The address failures are counted by: IPv4 as it is, IPv6 by its /64 (one client holds a
+/// whole /64).
+fn source_key(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(_) => addr,
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[8..].fill(0);
+            IpAddr::from(o)
+        }
+    }
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut b = vec![0u8; bytes];
     rand::rngs::OsRng.fill_bytes(&mut b);
@@ -114,40 +122,21 @@ impl Sessions {
         token: &[u8],
         now: Timestamp,
     ) -> Result<(String, Who), LoginRefused> {
-        let minute = now.secs() / 60;
-        if let Some(addr) = addr {
-            let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
-            if failing
-                .get(&addr)
-                .is_some_and(|(m, n)| *m == minute && *n >= MAX_FAILURES)
-            {
-                return Err(LoginRefused::Throttled);
-            }
-        }
-        let Some(op) = operator_of(operators, token).filter(|_| !token.is_empty()) else {
-            if let Some(addr) = addr {
-                let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
-                if failing.len() >= MAX_FAILING && !failing.contains_key(&addr) {
-                    failing.retain(|_, (m, _)| *m == minute);
-                    if failing.len() >= MAX_FAILING {
-                        // Every address failing this minute: count this one in place of an
-                        // arbitrary other, which may then try again this minute.
-                        if let Some(k) = failing.keys().next().copied() {
-                            failing.remove(&k);
-                        }
-                    }
-                }
-                let entry = failing.entry(addr).or_insert((minute, 0));
-                if entry.0 != minute {
-                    *entry = (minute, 0);
-                }
-                entry.1 += 1;
-            }
-            return Err(LoginRefused::Invalid);
-        };
+        let op = self.check(operators, addr, token, now)?;
         let id = random_hex(32);
         let csrf = random_hex(32);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        // One operator's many logins end their own oldest session, nobody else's.
+        let mine: Vec<([u8; 32], Timestamp)> = open
+            .iter()
+            .filter(|(_, s)| s.operator == op.name)
+            .map(|(k, s)| (*k, s.expires))
+            .collect();
+        if mine.len() >= MAX_SESSIONS_EACH {
+            if let Some((oldest, _)) = mine.iter().min_by_key(|(_, e)| *e) {
+                open.remove(oldest);
+            }
+        }
         if open.len() >= MAX_SESSIONS {
             open.retain(|_, s| s.expires > now);
             if open.len() >= MAX_SESSIONS {
@@ -173,6 +162,74 @@ impl Sessions {
                 via: Via::Session { csrf },
             },
         ))
+    }
+
+    /// The operator whose token `token` is, from `addr`, unless `addr` is shut out this minute
+    /// ([`MAX_FAILURES`] failures, by login or by bearer token): a failure counts against it.
+    /// The count, the check and the lookup happen under one lock, so parallel guesses cannot
+    /// slip past the limit.
+    pub fn check<'a>(
+        &self,
+        operators: &'a [Operator],
+        addr: Option<IpAddr>,
+        token: &[u8],
+        now: Timestamp,
+    ) -> Result<&'a Operator, LoginRefused> {
+        let minute = now.secs() / 60;
+        let Some(addr) = addr.map(source_key) else {
+            return operator_of(operators, token)
+                .filter(|_| !token.is_empty())
+                .ok_or(LoginRefused::Invalid);
+        };
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        if failing
+            .get(&addr)
+            .is_some_and(|(m, n)| *m == minute && *n >= MAX_FAILURES)
+        {
+            return Err(LoginRefused::Throttled);
+        }
+        if let Some(op) = operator_of(operators, token).filter(|_| !token.is_empty()) {
+            return Ok(op);
+        }
+        if failing.len() >= MAX_FAILING && !failing.contains_key(&addr) {
+            failing.retain(|_, (m, _)| *m == minute);
+            if failing.len() >= MAX_FAILING {
+                // Every address failing this minute: count this one in place of an arbitrary
+                // other, which may then try again this minute.
+                if let Some(k) = failing.keys().next().copied() {
+                    failing.remove(&k);
+                }
+            }
+        }
+        let entry = failing.entry(addr).or_insert((minute, 0));
+        if entry.0 != minute {
+            *entry = (minute, 0);
+        }
+        entry.1 += 1;
+        Err(LoginRefused::Invalid)
+    }
+
+    /// Whether `who` is still who they were: their session lasts, or an operator still holds
+    /// the token they showed, or (open) still no operator is configured. Their role now.
+    pub fn still(
+        &self,
+        operators: &[Operator],
+        who: &Who,
+        session: Option<&str>,
+        now: Timestamp,
+    ) -> Option<Who> {
+        match &who.via {
+            Via::Session { .. } => self.who(operators, session?, now),
+            Via::Bearer { token_sha256 } => operators
+                .iter()
+                .find(|o| o.name == who.name && o.token_sha256 == *token_sha256)
+                .map(|o| Who {
+                    name: o.name.clone(),
+                    role: o.role,
+                    via: who.via.clone(),
+                }),
+            Via::Open => operators.is_empty().then(|| who.clone()),
+        }
     }
 
     /// The operator of session `id`, while it lasts and its operator keeps their token.
@@ -236,25 +293,6 @@ mod tests {
     }
 
     #[test]
-    fn a_bearer_token_names_its_operator_and_nothing_else_does() {
-        let ops = ops();
-        let of = |h: &[u8]| bearer(&ops, Some(h)).map(|o| o.map(|o| o.name.clone()));
-        assert_eq!(
-            of(b"Bearer alice-token-0123456789"),
-            Some(Some("alice".into()))
-        );
-        assert_eq!(
-            of(b"bearer  vera-token-0123456789 "),
-            Some(Some("vera".into()))
-        );
-        assert_eq!(of(b"Bearer alice-token-012345678"), Some(None));
-        assert_eq!(of(b"Basic alice-token-0123456789"), Some(None));
-        assert_eq!(of(b"Bearer "), Some(None));
-        assert_eq!(of(b"Bearer"), Some(None));
-        assert_eq!(bearer(&ops, None), None);
-    }
-
-    #[test]
     fn a_session_lasts_twelve_hours_and_ends_at_logout_or_a_new_token() {
         let s = Sessions::default();
         let mut ops = ops();
@@ -310,6 +348,42 @@ mod tests {
             s.login(&ops, Some(addr), b"", next_minute).unwrap_err(),
             LoginRefused::Invalid
         );
+    }
+
+    #[test]
+    fn a_clients_ipv6_64_counts_as_one_address_and_bearer_guesses_count_too() {
+        let s = Sessions::default();
+        let ops = ops();
+        let now = Timestamp::from_secs(600);
+        for i in 0..MAX_FAILURES {
+            let addr: IpAddr = format!("2001:db8::{i}").parse().unwrap();
+            assert!(s.check(&ops, Some(addr), b"guess", now).is_err());
+        }
+        let other: IpAddr = "2001:db8::ffff".parse().unwrap();
+        assert_eq!(
+            s.check(&ops, Some(other), b"alice-token-0123456789", now)
+                .unwrap_err(),
+            LoginRefused::Throttled
+        );
+        let elsewhere: IpAddr = "2001:db8:0:1::1".parse().unwrap();
+        assert!(s
+            .check(&ops, Some(elsewhere), b"alice-token-0123456789", now)
+            .is_ok());
+    }
+
+    #[test]
+    fn one_operators_many_logins_end_only_their_own_oldest_session() {
+        let s = Sessions::default();
+        let ops = ops();
+        let now = Timestamp::from_secs(1_000);
+        let (vera, _) = s.login(&ops, None, b"vera-token-0123456789", now).unwrap();
+        let (first, _) = s.login(&ops, None, b"alice-token-0123456789", now).unwrap();
+        for i in 1..=MAX_SESSIONS_EACH as u64 {
+            let at = Timestamp::from_secs(1_000 + i);
+            s.login(&ops, None, b"alice-token-0123456789", at).unwrap();
+        }
+        assert!(s.who(&ops, &first, now).is_none(), "alice's oldest ended");
+        assert!(s.who(&ops, &vera, now).is_some(), "vera's kept");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! binary, under a content security policy that allows this origin only.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,6 +27,8 @@ pub(crate) const STREAM_EVERY: Duration = Duration::from_secs(1);
 const STREAM_FOR: Duration = Duration::from_secs(3600);
 /// Most feeds open at once on this node; past it, 503 and the browser retries.
 pub(crate) const MAX_STREAMS: usize = 64;
+/// How long one write of the feed may take before the feed is given up.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Audit records the feed carries.
 const FEED_AUDIT: usize = 20;
 /// The login form's largest body.
@@ -179,8 +182,9 @@ impl Admin {
                 Some(who) => {
                     let csrf = match &who.via {
                         Via::Session { csrf } => csrf.clone(),
-                        // A bearer client sees the page but cannot act from it.
-                        Via::Bearer => String::new(),
+                        // A bearer client (or anyone, with no operator) sees the page but cannot
+                        // act from it.
+                        Via::Bearer { .. } | Via::Open => String::new(),
                     };
                     page(
                         StatusCode::OK,
@@ -284,9 +288,24 @@ impl Admin {
         }
     }
 
-    /// The console's figures now, as one feed message carries them.
+    /// The console's figures now, as one feed message carries them, for `who`.
     pub(super) fn console_state(&self, snapshot: &Snapshot, who: &Who) -> Value {
+        let mut state = (*self.shared_state(snapshot)).clone();
+        state["operator"] = json!({ "name": who.name, "role": who.role.as_str() });
+        state
+    }
+
+    /// The figures every feed sends, built at most once a second per config generation
+    /// however many consoles are open.
+    fn shared_state(&self, snapshot: &Snapshot) -> Arc<Value> {
         let now = crate::time::now();
+        let key = (now.secs(), snapshot.generation);
+        let mut cache = self.feed_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, state)) = &*cache {
+            if *k == key {
+                return state.clone();
+            }
+        }
         let status = self.status(snapshot);
         let history = &self.app.history;
         let rooms: Vec<Value> = status["rooms"]
@@ -314,11 +333,11 @@ impl Admin {
                 })
             })
             .collect();
-        let audit = super::audit::newest(&snapshot.config.admin.audit_file, None, FEED_AUDIT)
-            .unwrap_or_default();
-        json!({
+        let audit = self
+            .audit
+            .recent(&snapshot.config.admin.audit_file, FEED_AUDIT);
+        let state = Arc::new(json!({
             "time": now.rfc3339(),
-            "operator": { "name": who.name, "role": who.role.as_str() },
             "generation": status["generation"],
             "last_reload_error": status["last_reload_error"],
             "cluster": status["cluster"],
@@ -327,7 +346,9 @@ impl Admin {
             "rate_limits": rules,
             "audit": audit,
             "cluster_actions": self.app.state.controls.adopted(),
-        })
+        }));
+        *cache = Some((key, state.clone()));
+        state
     }
 
     /// The live feed of a signed-in console: an `event: status` every [`STREAM_EVERY`] until the
@@ -355,6 +376,9 @@ impl Admin {
             let _ = resp.insert_header(k, v);
         }
         http.set_keepalive(None);
+        // A browser that stops reading must not hold its slot: a write that cannot finish
+        // within this ends the feed.
+        http.set_write_timeout(Some(WRITE_TIMEOUT));
         if http.write_response_header(Box::new(resp)).await.is_err() {
             return false;
         }
@@ -372,17 +396,15 @@ impl Admin {
                 break;
             }
             let snapshot = self.app.snapshot();
-            // An operator removed (or a token changed) by a reload loses the feed too.
-            let still = match &who.via {
-                Via::Session { .. } => session_id(http)
-                    .and_then(|id| {
-                        self.sessions
-                            .who(&snapshot.config.admin.operators, &id, crate::time::now())
-                    })
-                    .is_some(),
-                Via::Bearer => true,
-            };
-            if !still {
+            // An operator removed (or a token changed, or operators configured where there
+            // were none) by a reload loses the feed too; a changed role shows at once.
+            let still = self.sessions.still(
+                &snapshot.config.admin.operators,
+                who,
+                session_id(http).as_deref(),
+                crate::time::now(),
+            );
+            let Some(now_who) = still else {
                 let _ = http
                     .write_response_body(
                         Bytes::from_static(b"event: signed_out\ndata: {}\n\n"),
@@ -390,9 +412,9 @@ impl Admin {
                     )
                     .await;
                 break;
-            }
+            };
             let data =
-                serde_json::to_string(&self.console_state(&snapshot, who)).unwrap_or_default();
+                serde_json::to_string(&self.console_state(&snapshot, &now_who)).unwrap_or_default();
             let retry = if first { "retry: 2000\n" } else { "" };
             first = false;
             let msg = format!("{retry}event: status\ndata: {data}\n\n");
@@ -416,7 +438,7 @@ pub(super) fn anonymous(snapshot: &Snapshot) -> Option<Who> {
     snapshot.config.admin.operators.is_empty().then(|| Who {
         name: "local".to_owned(),
         role: crate::config::Role::Viewer,
-        via: Via::Bearer,
+        via: Via::Open,
     })
 }
 

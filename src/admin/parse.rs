@@ -148,6 +148,28 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.trim())
 }
 
+/// Whether a `Host` names this machine by address or as `localhost` (with or without a port):
+/// what a browser sends to a loopback listener, and what a DNS-rebinding page cannot.
+pub fn local_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) if port.is_empty() || port.starts_with(':') => {
+                return v6.parse::<std::net::Ipv6Addr>().is_ok()
+                    && port
+                        .get(1..)
+                        .is_none_or(|p| p.is_empty() || p.parse::<u16>().is_ok());
+            }
+            _ => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.parse::<u16>().is_ok() => name,
+            Some(_) => return false,
+            None => host,
+        },
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
 /// The token of an `Authorization: Bearer <token>` value: `None` for another scheme, no token,
 /// or no value. The scheme is case-insensitive (RFC 9110 §11.1).
 pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
@@ -232,6 +254,32 @@ mod tests {
         assert!(audit_query("limit=0").is_err());
         assert!(audit_query("limit=1001").is_err());
         assert!(audit_query("room=%ff").is_err());
+    }
+
+    #[test]
+    fn local_hosts_are_addresses_or_localhost() {
+        for ok in [
+            "127.0.0.1:9901",
+            "127.0.0.1",
+            "localhost:9901",
+            "LOCALHOST",
+            "[::1]:9901",
+            "[::1]",
+            "10.0.0.5:80",
+        ] {
+            assert!(local_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:9901",
+            "127.0.0.1.nip.io:9901",
+            "[::1",
+            "[::1]x",
+            "localhost:x",
+            "",
+        ] {
+            assert!(!local_host(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -13,6 +13,9 @@ use crate::room::Room;
 /// An action of the private API, for the audit log.
 pub(super) struct Done {
     pub action: &'static str,
+    /// An operator's action, for the audit log (`serving`, `reset`); the site's per-visitor
+    /// calls (`tokens`, `session`) are counted and logged only, or they would drown it.
+    pub audited: bool,
     pub args: Value,
     pub before: Value,
     pub after: Value,
@@ -77,6 +80,7 @@ pub(super) fn answer(
             let before = queue.serving_number();
             let serving = queue.move_serving(by, now);
             done = Some(Done {
+                audited: true,
                 action: "serving",
                 args: json!({ "increment_by": by }),
                 before: json!({ "serving_number": before }),
@@ -129,6 +133,7 @@ pub(super) fn answer(
                 .inc();
             // The token itself is a secret: the record names the request, not the token.
             done = Some(Done {
+                audited: false,
                 action: "tokens",
                 args: json!({
                     "queue_number": id.split('.').next().unwrap_or(""),
@@ -191,6 +196,7 @@ pub(super) fn answer(
                 SessionEnd::Abandoned => "abandoned",
             };
             done = Some(Done {
+                audited: false,
                 action: "session",
                 args: json!({
                     "queue_number": id.split('.').next().unwrap_or(""),
@@ -216,6 +222,7 @@ pub(super) fn answer(
             });
             core::reset(room, &ledger, now).map_err(|e| refused(&e))?;
             done = Some(Done {
+                audited: true,
                 action: "reset",
                 args: json!({ "confirm": room.name() }),
                 before,

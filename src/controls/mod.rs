@@ -122,6 +122,20 @@ impl Controls {
         store: &dyn CounterStore,
         now: Timestamp,
     ) -> (RoomOverrides, Result<(), String>) {
+        let (_, after, written) = self.act(name, action, by, store, now);
+        (after, written)
+    }
+
+    /// [`Controls::apply`], also returning the room's overrides in force just before the
+    /// action, taken under the same lock (for the audit log).
+    pub fn act(
+        &self,
+        name: &str,
+        action: &Action,
+        by: &str,
+        store: &dyn CounterStore,
+        now: Timestamp,
+    ) -> (RoomOverrides, RoomOverrides, Result<(), String>) {
         let stamp = Stamp {
             by: by.to_owned(),
             at: now.rfc3339(),
@@ -129,6 +143,7 @@ impl Controls {
         let mut doc = self.doc.lock().unwrap_or_else(|p| p.into_inner());
         doc.version = 1;
         let o = doc.rooms.entry(name.to_owned()).or_default();
+        let before = o.clone().in_force(now);
         o.version = now.millis().max(o.version + 1);
         match action {
             Action::Pause => {
@@ -173,7 +188,7 @@ impl Controls {
             Some(path) => write_atomically(path, &doc),
             None => Err("no state file is open ([admin] state_file is read at startup)".into()),
         };
-        (o, written)
+        (before, o, written)
     }
 
     /// Takes in the overrides other nodes published (actions reach every node within
@@ -212,11 +227,16 @@ impl Controls {
                 if adopted.len() >= ADOPTED_KEPT {
                     adopted.pop_front();
                 }
-                let newest = newest_stamp(&o);
+                // The version is the action's time; its operator is known when the action
+                // left a stamp of that time (a clearing action leaves none).
+                let at = Timestamp::from_millis(version).rfc3339();
+                let by = newest_stamp(&o)
+                    .filter(|s| s.at == at)
+                    .map(|s| s.by.clone());
                 adopted.push_back(serde_json::json!({
                     "room": room,
-                    "by": newest.map(|s| s.by.clone()),
-                    "at": newest.map(|s| s.at.clone()),
+                    "by": by,
+                    "at": at,
                     "summary": describe(&o),
                 }));
             }

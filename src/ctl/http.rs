@@ -143,8 +143,38 @@ fn request_within(
     stream.write_all(head.as_bytes()).map_err(fail)?;
     stream.write_all(payload).map_err(fail)?;
     stream.flush().map_err(fail)?;
-    read_answer(BufReader::new(stream), method == "HEAD")
+    // One deadline for the whole answer: a server that trickles bytes cannot hold ctl.
+    let reader = Deadline {
+        stream,
+        until: std::time::Instant::now() + timeout * ANSWER_TIMEOUTS,
+    };
+    read_answer(BufReader::new(reader), method == "HEAD")
         .map_err(|e| format!("{}: {e}", at.authority))
+}
+
+/// How many of the per-step timeouts the whole answer may take.
+const ANSWER_TIMEOUTS: u32 = 3;
+
+/// A connection read under one deadline: each read waits at most what is left of it.
+struct Deadline {
+    stream: TcpStream,
+    until: std::time::Instant,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self
+            .until
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the answer took too long",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
 }
 
 /// Reads an HTTP/1.1 answer from `r` (interim `1xx` answers are skipped).

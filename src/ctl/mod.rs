@@ -95,6 +95,15 @@ impl Client {
                 .map(|t| t.trim().to_owned())
                 .filter(|t| !t.is_empty()),
         };
+        // A line break in a token would end the header it is sent in.
+        if token
+            .as_deref()
+            .is_some_and(|t| t.chars().any(|c| c.is_control()))
+        {
+            return Err(Failure::Usage(
+                "the admin token has control characters (a line break inside it?)".into(),
+            ));
+        }
         Ok(Client { endpoint, token })
     }
 

@@ -251,7 +251,7 @@ impl Metrics {
             ),
             admin_refused: counter_vec(
                 "vestibule_admin_refused_total",
-                "Admin requests refused, by reason: unauthenticated, csrf, origin, role, login, login_throttled.",
+                "Admin requests refused, by reason: unauthenticated, csrf, origin, role, host, login, login_throttled.",
                 &["reason"],
             ),
             audit_errors: IntCounter::new(

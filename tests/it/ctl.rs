@@ -138,13 +138,25 @@ fn ctl_runs_the_admin_api_with_the_token_from_the_environment_or_a_file() {
     let (code, out, err) = ctl(&admin, &["audit", "--room", "sale", "--json"], &env);
     assert_eq!(code, 0, "{err}");
     let records: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
-    let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    let actions: Vec<&str> = records
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
     assert_eq!(
         actions,
-        ["pace", "admit", "message_clear", "message_set", "resume", "pause"],
+        [
+            "pace",
+            "admit",
+            "message_clear",
+            "message_set",
+            "resume",
+            "pause"
+        ],
         "{out}"
     );
-    assert!(records.iter().all(|r| r["via"] == "ctl" && r["operator"] == "admin"));
+    assert!(records
+        .iter()
+        .all(|r| r["via"] == "ctl" && r["operator"] == "admin"));
     assert_eq!(records[0]["args"]["new_users_per_minute"], 40.0);
     assert_eq!(records[0]["args"]["for_seconds"], 1800);
     let (code, out, err) = ctl(&admin, &["audit", "--limit", "2"], &env);

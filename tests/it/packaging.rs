@@ -462,17 +462,21 @@ fn the_admin_token_can_live_in_a_file_and_probe_uses_it() {
     // A rotated secret applies on the next reload, with no restart.
     let rotated = "a-rotated-token-from-the-same-file";
     std::fs::write(dir.join("secret/admin-token"), rotated).unwrap();
+    // Wait for the old token to stop working (one refusal): guessing with the new one before
+    // the reload would count against the login throttle.
     assert!(
         eventually(Duration::from_secs(10), || {
             client()
                 .get(&url)
-                .bearer_auth(rotated)
+                .bearer_auth(token)
                 .send()
-                .is_ok_and(|r| r.status() == 200)
+                .is_ok_and(|r| r.status() == 401)
         }),
         "{}",
         v.log_text()
     );
+    let resp = client().get(&url).bearer_auth(rotated).send().unwrap();
+    assert_eq!(resp.status(), 200, "{}", v.log_text());
     let (code, _, err) = run_cli(&["probe", "--config", config_str]);
     assert_eq!(code, 0, "{err}");
 }

@@ -221,6 +221,13 @@ function connect() {
     setLive("live", L.live);
     render(data);
   });
+  // The server ends the feed with this when the session ends (logout elsewhere, or the
+  // operator removed by a reload): stop, and offer to sign in again.
+  source.addEventListener("signed_out", () => {
+    source.close();
+    setLive("down", L.disconnected);
+    showBanner(L.signedOut, true);
+  });
   source.onerror = () => {
     if (source.readyState === EventSource.CLOSED) {
       // The server refused the stream (the session may have ended): try again ourselves, and
