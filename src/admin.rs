@@ -30,7 +30,6 @@ use crate::snapshot::Snapshot;
 pub(crate) mod audit;
 pub(crate) mod auth;
 mod console;
-pub(crate) mod history;
 pub mod parse;
 mod queue;
 
@@ -47,16 +46,6 @@ pub(crate) struct Admin {
 
 /// The console feeds' shared figures and the (second, config generation) they are of.
 type FeedState = ((u64, u64), Arc<Value>);
-
-/// The name of a room's admissions in the console's history.
-pub(crate) fn history_room(name: &str) -> String {
-    format!("room:{name}")
-}
-
-/// The name of a rule's denials in the console's history.
-pub(crate) fn history_rule(name: &str) -> String {
-    format!("rule:{name}")
-}
 
 /// Who acts, and from where: what the audit log records besides the action.
 pub(crate) struct Actor<'a> {

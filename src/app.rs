@@ -55,7 +55,7 @@ pub struct App {
     reloading: Mutex<()>,
     pub started_at: Timestamp,
     /// The console's last half hour of admissions and denials.
-    pub(crate) history: crate::admin::history::History,
+    pub(crate) recent: crate::recent::History,
 }
 
 impl App {
@@ -76,7 +76,7 @@ impl App {
             last_reload_error: Mutex::new(None),
             reloading: Mutex::new(()),
             started_at: now,
-            history: Default::default(),
+            recent: Default::default(),
         }))
     }
 

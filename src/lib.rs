@@ -28,6 +28,7 @@ pub mod pages;
 pub mod plot;
 pub mod probe;
 pub mod proxy;
+pub(crate) mod recent;
 pub mod reload;
 pub mod resets;
 pub mod server;

@@ -288,7 +288,7 @@ impl BackgroundService for Housekeeping {
                     self.app.steer(now);
                     let snapshot = self.app.snapshot();
                     let counters = self.app.metrics.console_counters(&snapshot);
-                    self.app.history.sample(counters, now);
+                    self.app.recent.sample(counters, now);
                 }
             }
         }

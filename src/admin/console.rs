@@ -307,7 +307,7 @@ impl Admin {
             }
         }
         let status = self.status(snapshot);
-        let history = &self.app.history;
+        let history = &self.app.recent;
         let rooms: Vec<Value> = status["rooms"]
             .as_array()
             .cloned()
@@ -316,7 +316,7 @@ impl Admin {
             .map(|mut r| {
                 let name = r["name"].as_str().unwrap_or("").to_owned();
                 r["history"] = json!({
-                    "admitted_per_minute": history.minutes(&super::history_room(&name), now),
+                    "admitted_per_minute": history.minutes(&crate::recent::room_key(&name), now),
                 });
                 r
             })
@@ -329,7 +329,7 @@ impl Admin {
                 json!({
                     "name": name,
                     "policy": rule.policy(),
-                    "denied_per_minute": history.minutes(&super::history_rule(name), now),
+                    "denied_per_minute": history.minutes(&crate::recent::rule_key(name), now),
                 })
             })
             .collect();

@@ -519,7 +519,7 @@ impl Metrics {
     pub fn console_counters(&self, snapshot: &Snapshot) -> Vec<(String, u64)> {
         let rooms = snapshot.rooms.iter().map(|r| {
             (
-                crate::admin::history_room(r.name()),
+                crate::recent::room_key(r.name()),
                 self.room_admitted.with_label_values(&[r.name()]).get(),
             )
         });
@@ -529,7 +529,7 @@ impl Metrics {
                 .iter()
                 .map(|o| self.ratelimit_decisions.with_label_values(&[name, o]).get())
                 .sum();
-            (crate::admin::history_rule(name), denied)
+            (crate::recent::rule_key(name), denied)
         });
         rooms.chain(rules).collect()
     }

@@ -428,7 +428,10 @@ fn five_failed_logins_a_minute_shut_out_even_the_right_token() {
     // Wrong bearer tokens count as much as wrong logins.
     let w = start_console(origin.addr);
     for _ in 0..5 {
-        assert_eq!(by_bearer(&w, "GET", "/status", "a-wrong-guess-0000000000").0, 401);
+        assert_eq!(
+            by_bearer(&w, "GET", "/status", "a-wrong-guess-0000000000").0,
+            401
+        );
     }
     let (code, _, _) = login(&w, ALICE);
     assert_eq!(code, 429);
