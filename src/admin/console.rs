@@ -277,6 +277,10 @@ impl Admin {
                 log::info!("console: {name} signed out");
                 see_other("/console", Some(session_cookie(None, secure)))
             }
+            // A signed-in GET is the feed (served before this); a HEAD asks whether it would be.
+            ("HEAD", "/console/stream") if who.is_some() || anonymous(snapshot).is_some() => {
+                secured(StatusCode::OK, "text/event-stream; charset=utf-8", Vec::new())
+            }
             ("GET" | "HEAD", "/console/stream") => {
                 self.refused("unauthenticated");
                 super::text(StatusCode::UNAUTHORIZED, "sign in at /console first\n")
