@@ -279,7 +279,11 @@ impl Admin {
             }
             // A signed-in GET is the feed (served before this); a HEAD asks whether it would be.
             ("HEAD", "/console/stream") if who.is_some() || anonymous(snapshot).is_some() => {
-                secured(StatusCode::OK, "text/event-stream; charset=utf-8", Vec::new())
+                secured(
+                    StatusCode::OK,
+                    "text/event-stream; charset=utf-8",
+                    Vec::new(),
+                )
             }
             ("GET" | "HEAD", "/console/stream") => {
                 self.refused("unauthenticated");
