@@ -15,6 +15,7 @@ pub(crate) mod body;
 pub mod config;
 pub mod controls;
 pub mod demo;
+pub mod history;
 pub mod i18n;
 pub mod init;
 pub mod inspect;
