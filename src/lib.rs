@@ -29,6 +29,7 @@ pub mod plot;
 pub mod probe;
 pub mod proxy;
 pub mod reload;
+pub mod report;
 pub mod resets;
 pub mod server;
 #[cfg(feature = "tools")]
