@@ -78,7 +78,13 @@ pub struct Recorder {
 
 impl Recorder {
     /// Once a second: closes the minute before when a new one has begun, and starts the next.
-    pub(crate) fn tick(&self, snapshot: &Snapshot, metrics: &dyn Counters, node: &str, now: Timestamp) {
+    pub(crate) fn tick(
+        &self,
+        snapshot: &Snapshot,
+        metrics: &dyn Counters,
+        node: &str,
+        now: Timestamp,
+    ) {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let Some(dir) = &snapshot.config.admin.history_dir else {
             *open = None;
@@ -103,7 +109,13 @@ impl Recorder {
     }
 
     /// At shutdown: writes the minute in progress (`partial`).
-    pub(crate) fn finish(&self, snapshot: &Snapshot, metrics: &dyn Counters, node: &str, now: Timestamp) {
+    pub(crate) fn finish(
+        &self,
+        snapshot: &Snapshot,
+        metrics: &dyn Counters,
+        node: &str,
+        now: Timestamp,
+    ) {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let (Some(o), Some(dir)) = (open.take(), &snapshot.config.admin.history_dir) else {
             return;
