@@ -288,6 +288,10 @@ struct SimulateArgs {
     /// figures but --seed and --seeds).
     #[arg(long)]
     short_prequeue: bool,
+    /// --event: also write the shuffled run's per-minute history into this folder (room
+    /// "simulated", as a node would have kept it), for `vestibule report`.
+    #[arg(long, value_name = "DIR")]
+    history: Option<PathBuf>,
     /// --event: also run the shuffled event over this many seeds (a draw each) and report the
     /// mean Kendall tau and the first minute's mean arrival rank.
     #[arg(long, default_value_t = 0)]

@@ -299,6 +299,21 @@ fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.flush()
 }
 
+/// Appends `records` to the files of their days in `dir` (made if missing), as a node writes
+/// them: for history made elsewhere (`vestibule simulate --event --history`).
+pub fn write_records(dir: &Path, records: &[Minute]) -> std::io::Result<()> {
+    let mut by_day: std::collections::BTreeMap<String, String> = Default::default();
+    for r in records {
+        let day = history::parse_start(&r.start)
+            .map_or_else(|| "undated.jsonl".to_owned(), history::day_file);
+        by_day.entry(day).or_default().push_str(&r.to_line());
+    }
+    for (day, text) in by_day {
+        append(&dir.join(day), text.as_bytes())?;
+    }
+    Ok(())
+}
+
 /// Removes the history files beyond the bounds.
 fn prune(dir: &Path, today: u64, days: u32, max_bytes: u64) -> std::io::Result<()> {
     let mut files = Vec::new();
