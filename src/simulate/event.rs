@@ -495,12 +495,17 @@ mod tests {
         let r = run(&opts, true).unwrap();
         let minutes = history(&r, &opts);
         let admitted = r.visits.iter().filter(|v| v.admitted.is_some()).count() as u64;
-        assert_eq!(minutes.iter().map(|m| m.arrivals).sum::<u64>(), r.visits.len() as u64);
+        assert_eq!(
+            minutes.iter().map(|m| m.arrivals).sum::<u64>(),
+            r.visits.len() as u64
+        );
         assert_eq!(minutes.iter().map(|m| m.admitted).sum::<u64>(), admitted);
         // The pre-queued waited; someone waited in every minute that let anyone in from it.
         assert!(minutes.iter().any(|m| m.wait_p50.is_some()));
         assert!(minutes.windows(2).all(|w| w[0].start < w[1].start));
-        assert!(minutes.iter().all(|m| m.admitted <= u64::from(opts.new_users_per_minute)));
+        assert!(minutes
+            .iter()
+            .all(|m| m.admitted <= u64::from(opts.new_users_per_minute)));
     }
 
     #[test]
