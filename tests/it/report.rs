@@ -169,3 +169,65 @@ fn the_report_s_minutes_add_up_to_the_traffic_sent() {
     assert_eq!(run_cli(&empty).0, 1);
     assert_eq!(run_cli(&span[..8]).0, 2);
 }
+
+/// `--event` spans the event's pre-queue's opening to its end; the proxy need not run.
+#[test]
+fn an_event_s_report_spans_its_pre_queue_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("vestibule.toml");
+    std::fs::write(
+        &config,
+        "[upstream]\npeers = [\"127.0.0.1:8000\"]\n\
+         [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 5\n\
+         [[room.event]]\nname = \"launch\"\nprequeue_start = \"2026-11-27T19:00:00Z\"\n\
+         start = \"2026-11-27T19:30:00Z\"\nend = \"2026-11-27T20:00:00Z\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("state/history")).unwrap();
+    let line = |start: &str, arrivals: u64| {
+        format!(
+            "{{\"start\":\"{start}\",\"room\":\"sale\",\"node\":\"a\",\"arrivals\":{arrivals}}}\n"
+        )
+    };
+    let text = [
+        line("2026-11-27T18:59:00Z", 1000),
+        line("2026-11-27T19:00:00Z", 1),
+        line("2026-11-27T19:59:00Z", 2),
+        line("2026-11-27T20:00:00Z", 1000),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("state/history/2026-11-27.jsonl"), text).unwrap();
+    let out = dir.path().join("out");
+    let args = |event: &str| {
+        vec![
+            "report".to_owned(),
+            "--config".into(),
+            config.to_str().unwrap().into(),
+            "--room".into(),
+            "sale".into(),
+            "--event".into(),
+            event.into(),
+            "--out".into(),
+            out.to_str().unwrap().into(),
+        ]
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run_cli(&a)
+    };
+    let (code, stdout, stderr) = run(args("launch"));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["event"], "launch");
+    assert_eq!(report["from"], "2026-11-27T19:00:00Z");
+    assert_eq!(report["to"], "2026-11-27T20:00:00Z");
+    assert_eq!(report["totals"]["arrivals"], 3, "{report}");
+    // An event the room does not have, or --event with --from: usage.
+    let (code, _, stderr) = run(args("nope"));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("no event named \"nope\""), "{stderr}");
+    let mut both = args("launch");
+    both.extend(["--from".into(), "2026-11-27T19:00:00Z".into()]);
+    assert_eq!(run(both).0, 2);
+}
