@@ -158,7 +158,7 @@ fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 /// Merges the records of a cluster's nodes (and a node's records of the same minute written
 /// twice, by a restart within it): one per room and minute, in order of room then minute.
 /// Minutes with records of more than one node have their abandonment worked out again from
-/// the merged figures and the previous merged minute (when there is one).
+/// the merged figures and the merged minute just before (when there is one).
 pub fn merge(records: impl IntoIterator<Item = Minute>) -> Vec<Minute> {
     let mut by_key: BTreeMap<(String, String), (Minute, usize)> = BTreeMap::new();
     for r in records {
@@ -175,7 +175,14 @@ pub fn merge(records: impl IntoIterator<Item = Minute>) -> Vec<Minute> {
     let mut out: Vec<Minute> = Vec::with_capacity(by_key.len());
     for ((room, _), (mut m, n)) in by_key {
         if n > 1 {
-            if let Some(prev) = out.last().filter(|p| p.room == room) {
+            // Only from the minute just before: across a gap the waiting figure is stale.
+            let just_before = |p: &&Minute| {
+                p.room == room
+                    && parse_start(&p.start)
+                        .zip(parse_start(&m.start))
+                        .is_some_and(|(a, b)| a + 60 == b)
+            };
+            if let Some(prev) = out.last().filter(just_before) {
                 m.abandoned = abandoned(prev.waiting, m.arrivals, m.admitted, m.waited, m.waiting);
             }
         }
