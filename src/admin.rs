@@ -31,6 +31,7 @@ pub(crate) mod audit;
 pub(crate) mod auth;
 mod console;
 pub(crate) mod history;
+pub mod parse;
 mod queue;
 
 use auth::{Via, Who};
@@ -198,7 +199,11 @@ impl Admin {
                 serde_json::to_vec(&body).unwrap_or_default(),
             );
         }
-        let action = match parse_action(&method, what, &query, &body) {
+        let pace_key = match &room.config.admission {
+            Admission::Lottery { .. } => crate::controls::PaceKey::AllowPercentage,
+            Admission::Capacity(_) => crate::controls::PaceKey::NewUsersPerMinute,
+        };
+        let action = match parse::parse_action(&method, what, &query, &body, pace_key) {
             Ok(action) => action,
             Err((status, message)) => return problem(status, &message),
         };
@@ -456,7 +461,7 @@ fn room_status(
     }
     v["sold_out"] = json!(room.sold_out());
     v["paused"] = json!(room.controls().held().paused);
-    v["overrides"] = json!(overrides.overrides(&c.name));
+    v["overrides"] = json!(overrides.overrides(&c.name).in_force(now));
     v["admit_grants_left"] = json!(crate::controls::grants_left(store, &c.name, now));
     // Scheduled events: the one in force (else the next, else the last), and the
     // next one to open.
@@ -541,74 +546,15 @@ pub(crate) async fn read_body(
     crate::body::read(session, cap).await
 }
 
-/// The action a method, path tail, query and body ask for.
-fn parse_action(
-    method: &http::Method,
-    what: &str,
-    query: &str,
-    body: &[u8],
-) -> Result<Action, (StatusCode, String)> {
-    use http::Method;
-    let bad = |m: &str| Err((StatusCode::BAD_REQUEST, m.to_owned()));
-    let action =
-        match (method, what) {
-            (&Method::POST, "pause") => Action::Pause,
-            (&Method::POST, "resume") => Action::Resume,
-            (&Method::POST, "admit") => {
-                let count = query
-                    .split('&')
-                    .filter_map(|kv| kv.split_once('='))
-                    .find(|(k, _)| *k == "count")
-                    .map(|(_, v)| v);
-                let Some(count) = count else {
-                    return bad("admit needs ?count=N");
-                };
-                match count.parse::<u64>() {
-                    Ok(n) if (1..=crate::controls::MAX_ADMIT).contains(&n) => Action::Admit(n),
-                    _ => {
-                        return bad(&format!(
-                            "count must be a whole number from 1 to {}",
-                            crate::controls::MAX_ADMIT
-                        ))
-                    }
-                }
-            }
-            (&Method::PUT, "message") => {
-                let Ok(text) = std::str::from_utf8(body) else {
-                    return bad("the message is not UTF-8");
-                };
-                match crate::controls::check_message(text) {
-                    Ok(text) => Action::SetMessage(text),
-                    Err(e) => return bad(&e),
-                }
-            }
-            (&Method::DELETE, "message") => Action::ClearMessage,
-            (&Method::PUT, "sold-out") => Action::SetSoldOut,
-            (&Method::DELETE, "sold-out") => Action::ClearSoldOut,
-            (&Method::DELETE, "overrides") => Action::ClearOverrides,
-            (_, "pause" | "resume" | "admit" | "message" | "sold-out" | "overrides") => {
-                return Err((
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{method} does not apply to {what}; see the admin API in the docs"),
-                ))
-            }
-            _ => return Err((
-                StatusCode::NOT_FOUND,
-                "no such action; try pause, resume, admit?count=N, message, sold-out or overrides"
-                    .to_owned(),
-            )),
-        };
-    if !matches!(action, Action::SetMessage(_)) && !body.is_empty() {
-        return bad("this action takes no body");
-    }
-    Ok(action)
-}
-
 /// The arguments of an action, as the audit log records them.
 fn action_args(action: &Action) -> Value {
     match action {
         Action::Admit(n) => json!({ "count": n }),
         Action::SetMessage(text) => json!({ "text": text }),
+        Action::SetPace(p) => json!({
+            p.key.as_str(): p.value,
+            "for_seconds": p.lasts.map(|d| d.as_secs()),
+        }),
         _ => json!({}),
     }
 }
@@ -669,7 +615,7 @@ impl Admin {
                 .unwrap_or("");
             let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
             let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-            if auth::cross_site(origin, site, host) {
+            if parse::cross_site(origin, site, host) {
                 self.refused("origin");
                 return Access::Refused(text(
                     StatusCode::FORBIDDEN,
@@ -760,7 +706,7 @@ impl Admin {
     /// `GET /audit?room=&limit=`: the newest records, newest first.
     fn audit_list(&self, session: &ServerSession, snapshot: &Snapshot) -> Response<Vec<u8>> {
         let query = session.req_header().uri.query().unwrap_or("");
-        let (room, limit) = match audit_query(query) {
+        let (room, limit) = match parse::audit_query(query) {
             Ok(q) => q,
             Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
         };
@@ -779,39 +725,6 @@ impl Admin {
             }
         }
     }
-}
-
-/// `room=` and `limit=` of `GET /audit` (100 by default, at most 1000).
-pub(crate) fn audit_query(query: &str) -> Result<(Option<String>, usize), String> {
-    let mut room = None;
-    let mut limit = 100;
-    for (k, v) in query.split('&').filter_map(|kv| kv.split_once('=')) {
-        match k {
-            "room" if !v.is_empty() => {
-                let v = String::from_utf8(console_decode(v.as_bytes()))
-                    .map_err(|_| "room must be UTF-8".to_owned())?;
-                room = Some(v);
-            }
-            "limit" => {
-                limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=audit::MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        format!(
-                            "limit must be a whole number from 1 to {}",
-                            audit::MAX_LIMIT
-                        )
-                    })?;
-            }
-            _ => {}
-        }
-    }
-    Ok((room, limit))
-}
-
-fn console_decode(v: &[u8]) -> Vec<u8> {
-    console::form_field(&[b"v=", v].concat(), "v").unwrap_or_default()
 }
 
 /// `/healthz` and `/readyz`.

@@ -21,7 +21,7 @@ pub struct InitOptions {
     pub origin: String,
     /// The proxy's listener.
     pub listen: std::net::SocketAddr,
-    /// The admin listener (`/status.html`, `/metrics`); keep it on loopback, or set a token.
+    /// The admin listener (the console, `/status.html`, `/metrics`); keep it on loopback, or set a token.
     pub admin: std::net::SocketAddr,
     /// What visitors are told they wait for.
     pub title: String,
@@ -76,7 +76,7 @@ pub fn config_text(opts: &InitOptions) -> String {
 listen = [{listen}]                  # where visitors connect (restart to change)
 
 [admin]
-listen = {admin}                     # /status.html /status /metrics /healthz /readyz; loopback only
+listen = {admin}                     # /console /status.html /status /metrics /healthz /readyz; loopback only
                                      # unless `token` is set (16+ characters)
 state_file = "state/overrides.json"  # operator actions (pause, message, sold out) survive restarts here
 

@@ -14,6 +14,7 @@ pub mod app;
 pub(crate) mod body;
 pub mod config;
 pub mod controls;
+pub mod ctl;
 pub mod demo;
 pub mod history;
 pub mod i18n;

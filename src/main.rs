@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
+use cli::ctl::{ctl, CtlArgs};
 use cli::init::{check, init};
 use cli::invite::invite;
 use cli::man::{man, print_bytes};
@@ -118,6 +119,10 @@ enum Command {
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         wait: std::time::Duration,
     },
+    /// Call a running instance's admin API: status, the operator actions, the pace override,
+    /// the serving counter, the audit log. Exit 0 done, 1 refused or failed, 2 usage. The token
+    /// comes from --token-file or VESTIBULE_ADMIN_TOKEN, never the command line.
+    Ctl(CtlArgs),
     /// Run only the built-in demo origin (tests and benchmarks use it).
     #[command(hide = true)]
     Origin {
@@ -379,6 +384,7 @@ fn main() -> ExitCode {
         }) => jwt_keygen(&algorithm, out.as_deref()),
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Probe { path, wait }) => probe(&cli.config, &path, wait),
+        Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Invite(args)) => invite(&cli.config, &args),
         Some(Command::Report(args)) => report(&cli.config, &args),
         Some(Command::Origin {

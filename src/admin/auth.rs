@@ -64,27 +64,7 @@ pub(crate) fn bearer<'a>(
     authorization: Option<&[u8]>,
 ) -> Option<Option<&'a Operator>> {
     let value = authorization?;
-    // The scheme is case-insensitive (RFC 9110 §11.1).
-    let Some((scheme, given)) = value
-        .iter()
-        .position(|b| *b == b' ')
-        .map(|i| (&value[..i], value[i + 1..].trim_ascii()))
-    else {
-        return Some(None);
-    };
-    if !scheme.eq_ignore_ascii_case(b"bearer") || given.is_empty() {
-        return Some(None);
-    }
-    Some(operator_of(operators, given))
-}
-
-/// The value of cookie `name` in a `Cookie` header.
-pub(crate) fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
-    header
-        .split(';')
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
+    Some(super::parse::bearer_token(value).and_then(|given| operator_of(operators, given)))
 }
 
 struct Session {
@@ -236,27 +216,6 @@ pub(crate) fn csrf_ok(expected: &str, given: Option<&[u8]>) -> bool {
     given.is_some_and(|g| !g.is_empty() && bool::from(g.ct_eq(expected.as_bytes())))
 }
 
-/// Whether a request comes from another site than `host`, the `Host` it was sent to. A
-/// browser's `Sec-Fetch-Site` says so when sent (`same-origin`, or `none` for a typed address,
-/// pass); else the `Origin` must name `host` (`null`, sent by a page that hides its origin,
-/// does not). A request with neither (curl, an old browser) is not cross-site by this check; the
-/// CSRF token still guards it.
-pub(crate) fn cross_site(origin: Option<&str>, fetch_site: Option<&str>, host: &str) -> bool {
-    if let Some(site) = fetch_site {
-        return !matches!(site, "same-origin" | "none");
-    }
-    if let Some(origin) = origin {
-        let authority = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"));
-        return match authority {
-            Some(a) => !a.trim_end_matches('/').eq_ignore_ascii_case(host),
-            None => true,
-        };
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,26 +310,6 @@ mod tests {
             s.login(&ops, Some(addr), b"", next_minute).unwrap_err(),
             LoginRefused::Invalid
         );
-    }
-
-    #[test]
-    fn cross_site_requests_are_known_by_origin_or_fetch_site() {
-        let host = "127.0.0.1:9901";
-        assert!(!cross_site(Some("http://127.0.0.1:9901"), None, host));
-        assert!(!cross_site(Some("https://127.0.0.1:9901/"), None, host));
-        assert!(cross_site(Some("http://evil.example"), None, host));
-        assert!(cross_site(Some("null"), None, host));
-        assert!(cross_site(Some("http://127.0.0.1:9902"), None, host));
-        assert!(cross_site(None, Some("cross-site"), host));
-        assert!(cross_site(None, Some("same-site"), host));
-        assert!(!cross_site(None, Some("same-origin"), host));
-        assert!(!cross_site(Some("null"), Some("same-origin"), host));
-        assert!(cross_site(
-            Some("http://127.0.0.1:9901"),
-            Some("cross-site"),
-            host
-        ));
-        assert!(!cross_site(None, None, host));
     }
 
     #[test]

@@ -150,38 +150,6 @@ fn session_cookie(id: Option<&str>, secure: bool) -> String {
     }
 }
 
-/// The `token` field of a login form (`application/x-www-form-urlencoded`).
-pub(crate) fn form_field(body: &[u8], name: &str) -> Option<Vec<u8>> {
-    body.split(|b| *b == b'&')
-        .filter_map(|kv| {
-            let i = kv.iter().position(|b| *b == b'=')?;
-            Some((&kv[..i], &kv[i + 1..]))
-        })
-        .find(|(k, _)| *k == name.as_bytes())
-        .map(|(_, v)| percent_decode(v))
-}
-
-fn percent_decode(v: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(v.len());
-    let mut i = 0;
-    while i < v.len() {
-        match v[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < v.len() => match (hex(v[i + 1]), hex(v[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    out
-}
-
 impl Admin {
     /// Everything under `/console`, except a signed-in feed (served by [`Admin::stream`]).
     pub(super) async fn console(
@@ -237,7 +205,7 @@ impl Admin {
                     .unwrap_or("");
                 let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
                 let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-                if auth::cross_site(origin, site, host) {
+                if super::parse::cross_site(origin, site, host) {
                     self.refused("origin");
                     return super::text(StatusCode::FORBIDDEN, "a login from another site\n");
                 }
@@ -245,7 +213,7 @@ impl Admin {
                     Ok(b) => b,
                     Err(e) => return super::text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
                 };
-                let token = form_field(&body, "token").unwrap_or_default();
+                let token = super::parse::form_field(&body, "token").unwrap_or_default();
                 let addr = session
                     .client_addr()
                     .and_then(|a| a.as_inet())
@@ -294,7 +262,7 @@ impl Admin {
                 let body = super::read_body(session, MAX_FORM)
                     .await
                     .unwrap_or_default();
-                let given = header_token.or_else(|| form_field(&body, "csrf"));
+                let given = header_token.or_else(|| super::parse::form_field(&body, "csrf"));
                 if !auth::csrf_ok(&csrf, given.as_deref()) {
                     self.refused("csrf");
                     return super::text(StatusCode::FORBIDDEN, "the CSRF token is missing\n");
@@ -460,25 +428,13 @@ pub(super) fn session_id(session: &ServerSession) -> Option<String> {
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .find_map(|c| auth::cookie(c, auth::COOKIE).map(str::to_owned))
+        .find_map(|c| super::parse::cookie(c, auth::COOKIE).map(str::to_owned))
         .filter(|id| !id.is_empty() && id.len() <= 128)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_login_form_is_read_with_its_escapes() {
-        assert_eq!(
-            form_field(b"token=a%2Bb+c%3D&x=1", "token").unwrap(),
-            b"a+b c="
-        );
-        assert_eq!(form_field(b"x=1&token=", "token").unwrap(), b"");
-        assert_eq!(form_field(b"x=1", "token"), None);
-        assert_eq!(form_field(b"token=%zz%4", "token").unwrap(), b"%zz%4");
-        assert_eq!(form_field(b"token=%", "token").unwrap(), b"%");
-    }
 
     #[test]
     fn the_templates_render() {

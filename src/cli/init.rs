@@ -35,7 +35,7 @@ pub(crate) fn init(args: &InitArgs) -> ExitCode {
                 args.listen
             };
             println!(
-                "  (visitors on http://{visitors}/, status page on http://{}/status.html; proxying to {}; \
+                "  (visitors on http://{visitors}/, console on http://{}/console; proxying to {}; \
                  with no origin there yet, `vestibule demo --config {config}` starts a built-in one on loopback)",
                 args.admin, args.origin
             );

@@ -2,6 +2,7 @@
 //! calls one of these per subcommand. Each is a thin layer over the library: it reads the config,
 //! calls into `vestibule`, and prints.
 
+pub(crate) mod ctl;
 pub(crate) mod init;
 pub(crate) mod invite;
 pub(crate) mod man;

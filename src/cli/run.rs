@@ -102,7 +102,7 @@ pub(crate) fn run_demo(path: &Path) -> ExitCode {
     println!("vestibule demo: open {url}");
     println!("  proxying to {origin_note}");
     println!(
-        "  status page: http://{admin}/status.html  (JSON: /status, metrics: /metrics)",
+        "  console: http://{admin}/console  (status page: /status.html, JSON: /status, metrics: /metrics)",
         admin = config.admin.listen
     );
     println!(

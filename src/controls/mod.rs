@@ -7,6 +7,9 @@
 //! is kept in `[admin] state_file` as JSON, written atomically (a temporary file, fsync, rename),
 //! and read back at startup: the overrides survive reloads and restarts.
 //!
+//! The pace override is kept like the others, with its end (`until`) as a time: once that has
+//! passed, the cell stops applying it by itself, and `/status` leaves it out.
+//!
 //! `admit` is different: it is a grant of N admissions, kept as two counters in the room's store
 //! (granted and used), so in a cluster every node sees it and takes from it. A grant that nobody
 //! takes lapses after [`cell::GRANT_TTL_SECS`]. Grants are not written to the state file: they are a
@@ -25,8 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use cell::withdraw_grants;
 pub use cell::{
-    check_message, describe, grant, Action, Admitted, Held, Message, RoomCell, RoomOverrides,
-    SoldOut, Stamp,
+    check_message, describe, grant, parse_pace, Action, Admitted, Held, Message, Pace, PaceKey,
+    PaceSet, RoomCell, RoomOverrides, SoldOut, Stamp,
 };
 pub(crate) use cell::{grants_left, MAX_ADMIT};
 
@@ -148,6 +151,7 @@ impl Controls {
             Action::ClearMessage => o.message = None,
             Action::SetSoldOut => o.sold_out = Some(SoldOut { value: true, stamp }),
             Action::ClearSoldOut => o.sold_out = None,
+            Action::SetPace(set) => o.pace = Some(set.at(stamp, now)),
             Action::ClearOverrides => {
                 withdraw_grants(store, name, now);
                 *o = RoomOverrides {
@@ -156,6 +160,8 @@ impl Controls {
                 };
             }
         }
+        // A pace override that has lapsed goes with the next action.
+        *o = std::mem::take(o).in_force(now);
         // A room without overrides stays as its version, so that clearing them reaches every
         // node of a cluster too.
         let o = o.clone();
@@ -247,6 +253,7 @@ fn newest_stamp(o: &RoomOverrides) -> Option<&crate::controls::Stamp> {
         o.sold_out.as_ref().map(|s| &s.stamp),
         o.message.as_ref().map(|m| &m.stamp),
         o.last_admit.as_ref().map(|a| &a.stamp),
+        o.pace.as_ref().map(|p| &p.stamp),
     ]
     .into_iter()
     .flatten()
@@ -366,5 +373,47 @@ mod tests {
         assert!(written.is_ok());
         let doc: StateDoc = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert!(doc.rooms["sale"].paused.is_some());
+    }
+
+    #[test]
+    fn a_pace_override_is_kept_reaches_other_nodes_and_is_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("overrides.json");
+        let store = LocalStore::new();
+        let controls = Controls::default();
+        controls.load(&path, &store);
+        let set = parse_pace(
+            br#"{"new_users_per_minute": 40, "for": "30m"}"#,
+            PaceKey::NewUsersPerMinute,
+        )
+        .unwrap();
+        let (o, written) = controls.apply("sale", &Action::SetPace(set), "admin", &store, at(0));
+        assert!(written.is_ok());
+        let pace = o.pace.as_ref().unwrap();
+        assert_eq!(pace.new_users_per_minute, Some(40));
+        assert_eq!(pace.until(), Some(at(1800)));
+        assert_eq!(controls.cell("sale").pace(at(1)), Some(40.0));
+
+        // A restart reads it back.
+        let again = Controls::default();
+        again.load(&path, &store);
+        assert_eq!(again.cell("sale").pace(at(1)), Some(40.0));
+        assert_eq!(again.cell("sale").pace(at(1800)), None);
+
+        // Another node takes it in as published.
+        let other = Controls::default();
+        let json = serde_json::to_string(&o).unwrap();
+        other.adopt(vec![("sale".into(), o.version, json)]);
+        assert_eq!(other.cell("sale").pace(at(1)), Some(40.0));
+
+        // Another action after it lapsed leaves it out.
+        let (o, _) = controls.apply("sale", &Action::Pause, "admin", &store, at(1800));
+        assert!(o.pace.is_none() && o.paused.is_some());
+        let set = parse_pace(br#"{"allow_percentage": 5}"#, PaceKey::AllowPercentage).unwrap();
+        let (o, _) = controls.apply("sale", &Action::SetPace(set), "admin", &store, at(1801));
+        assert_eq!(o.pace.and_then(|p| p.allow_percentage), Some(5.0));
+        let (o, _) = controls.apply("sale", &Action::ClearOverrides, "admin", &store, at(1802));
+        assert!(o.pace.is_none() && o.is_empty());
+        assert_eq!(controls.cell("sale").pace(at(1803)), None);
     }
 }

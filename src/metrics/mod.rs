@@ -714,6 +714,7 @@ impl Metrics {
             ("paused", held.paused),
             ("sold_out", room.sold_out()),
             ("message", room.controls().message().is_some()),
+            ("pace", room.controls().pace(now).is_some()),
         ] {
             self.room_override
                 .with_label_values(&[name, key])

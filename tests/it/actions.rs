@@ -123,11 +123,11 @@ fn actions_need_the_token_and_refuse_bad_arguments() {
         1.0
     );
     assert_eq!(
-        metric_sample(
+        metric_value(
             &m,
             "vestibule_admin_actions_total{action=\"pause\",operator=\"admin\",room=\"sale\"}"
         ),
-        None
+        0.0
     );
     assert!(v
         .proc
@@ -403,4 +403,117 @@ fn admit_lets_the_next_visitors_in_beyond_the_cap() {
     );
     let rest: Vec<String> = drawn[1..].iter_mut().map(|u| draw(u, &v)).collect();
     assert_eq!(rest, ["deny", "deny"], "one grant, one visitor");
+}
+
+#[test]
+fn a_pace_override_sets_the_pace_until_cleared_and_bad_ones_change_nothing() {
+    let origin = Origin::start();
+    let v = with_token(origin.addr)
+        .extra(&room("admission = \"fifo\"\nnew_users_per_minute = 5"))
+        .extra(
+            "[[room]]\nname = \"draw\"\npaths = [\"/draw\"]\ncookie_name = \"wr_draw\"\nallow_percentage = 10\n",
+        )
+        .start();
+    let room_of = |name: &str| {
+        let status = v.status();
+        status["rooms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(room_of("sale")["effective_new_users_per_minute"], 5);
+
+    let (code, json) = act(
+        &v,
+        "PUT",
+        "/rooms/sale/overrides",
+        br#"{"new_users_per_minute": 40, "for": "30m"}"#,
+    );
+    assert_eq!(code, 200, "{json}");
+    assert_eq!(json["action"], "pace");
+    assert_eq!(json["overrides"]["pace"]["new_users_per_minute"], 40);
+    let sale = room_of("sale");
+    assert_eq!(sale["effective_new_users_per_minute"], 40, "{sale}");
+    let pace = &sale["overrides"]["pace"];
+    assert_eq!(pace["by"], "admin", "{sale}");
+    assert!(
+        pace["at"].is_string() && pace["until"].is_string(),
+        "{sale}"
+    );
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(v.path("state/overrides.json")).unwrap()).unwrap();
+    assert_eq!(saved["rooms"]["sale"]["pace"]["new_users_per_minute"], 40);
+
+    // Refused, each with a reason, and nothing changes.
+    let cases: [(&str, &[u8], &str); 7] = [
+        ("sale", br#"{"allow_percentage": 50}"#, "does not apply"),
+        (
+            "sale",
+            br#"{"new_users_per_minute": 40, "until": "noon"}"#,
+            "unknown key",
+        ),
+        ("sale", br#"{"new_users_per_minute": 0}"#, "whole number"),
+        (
+            "sale",
+            br#"{"new_users_per_minute": 9, "for": "10s"}"#,
+            "from 1m to 7d",
+        ),
+        ("sale", b"fast please", "JSON object"),
+        ("draw", br#"{"new_users_per_minute": 9}"#, "does not apply"),
+        ("draw", br#"{"allow_percentage": 101}"#, "from 0 to 100"),
+    ];
+    for (room, body, says) in cases {
+        let path = format!("/rooms/{room}/overrides");
+        let (code, json) = act(&v, "PUT", &path, body);
+        assert_eq!(
+            code,
+            400,
+            "{room} {}: {json}",
+            String::from_utf8_lossy(body)
+        );
+        assert!(
+            json["error"].as_str().unwrap_or("").contains(says),
+            "{room}: {json}"
+        );
+    }
+    assert_eq!(room_of("sale")["effective_new_users_per_minute"], 40);
+    assert_eq!(room_of("draw")["effective_allow_percentage"], 10.0);
+    let m = v.metrics();
+    assert_eq!(
+        metric_value(
+            &m,
+            "vestibule_admin_actions_total{action=\"pace\",operator=\"admin\",room=\"sale\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "vestibule_room_override{override=\"pace\",room=\"sale\"}"
+        ),
+        1.0
+    );
+
+    // A lottery room's percentage, fractional, until cleared.
+    let (code, json) = act(
+        &v,
+        "PUT",
+        "/rooms/draw/overrides",
+        br#"{"allow_percentage": 12.5}"#,
+    );
+    assert_eq!(code, 200, "{json}");
+    let draw = room_of("draw");
+    assert_eq!(draw["effective_allow_percentage"], 12.5, "{draw}");
+    assert!(draw["overrides"]["pace"]["until"].is_null(), "{draw}");
+
+    // Cleared: the room's own pace again.
+    let (code, json) = act(&v, "DELETE", "/rooms/sale/overrides", b"");
+    assert_eq!(code, 200, "{json}");
+    let sale = room_of("sale");
+    assert_eq!(sale["effective_new_users_per_minute"], 5, "{sale}");
+    assert!(sale["overrides"].get("pace").is_none(), "{sale}");
+    assert_eq!(room_of("draw")["effective_allow_percentage"], 12.5);
 }

@@ -17,6 +17,7 @@ mod capacity;
 mod challenge;
 mod cluster;
 mod console;
+mod ctl;
 mod enqueue;
 mod events;
 mod flood;

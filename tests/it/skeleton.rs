@@ -687,7 +687,7 @@ fn the_sample_demo_is_titled_warns_points_at_the_status_page_and_keeps_actions()
         "{text}"
     );
     assert!(
-        text.contains(&format!("status page: http://{admin}/status.html")),
+        text.contains(&format!("console: http://{admin}/console")),
         "{text}"
     );
     // The sample room is a lottery: a newcomer waits, and reads the room's title.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::autopilot::pilot::{PilotHandle, RoomNow, Steered};
 use crate::config::{AutopilotConfig, EventConfig};
+use crate::controls::PaceHandle;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::time::Timestamp;
@@ -53,6 +54,10 @@ pub(crate) trait Admission: std::fmt::Debug + Send + Sync {
     /// Admits at what the autopilot sets, while it runs.
     fn steer_by(&mut self, pilot: PilotHandle);
 
+    /// Admits at the operator's pace override while one is in force: it beats the configured
+    /// value, an event's and the autopilot's.
+    fn paced_by(&mut self, operator: PaceHandle);
+
     /// How often a closed or sold-out page checks again, in seconds.
     fn closed_refresh(&self) -> u64;
 
@@ -65,8 +70,8 @@ pub(crate) trait Admission: std::fmt::Debug + Send + Sync {
     /// What the autopilot steers from now, under `autopilot`.
     fn pilot_now(&self, autopilot: &AutopilotConfig, now: Timestamp) -> RoomNow;
 
-    /// The `new_users_per_minute` in force; `None` for policies without one.
-    fn new_users_per_minute(&self) -> Option<u64> {
+    /// The `new_users_per_minute` in force at `now`; `None` for policies without one.
+    fn new_users_per_minute(&self, _now: Timestamp) -> Option<u64> {
         None
     }
 
@@ -141,6 +146,10 @@ impl Admission for Lottery {
         self.pilot = pilot;
     }
 
+    fn paced_by(&mut self, operator: PaceHandle) {
+        self.operator = operator;
+    }
+
     fn closed_refresh(&self) -> u64 {
         self.closed_refresh
     }
@@ -153,11 +162,11 @@ impl Admission for Lottery {
         }
     }
 
-    fn admit_chance(&self, _now: Timestamp) -> f64 {
+    fn admit_chance(&self, now: Timestamp) -> f64 {
         if self.queue_all {
             0.0
         } else {
-            self.percentage()
+            self.percentage(now)
         }
     }
 
@@ -215,6 +224,10 @@ impl Admission for Capacity {
         Capacity::steer_by(self, pilot);
     }
 
+    fn paced_by(&mut self, operator: PaceHandle) {
+        Capacity::paced_by(self, operator);
+    }
+
     fn closed_refresh(&self) -> u64 {
         self.refresh_secs()
     }
@@ -238,8 +251,8 @@ impl Admission for Capacity {
         }
     }
 
-    fn new_users_per_minute(&self) -> Option<u64> {
-        Some(self.new_per_minute())
+    fn new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
+        Some(self.new_per_minute(now))
     }
 
     fn figures(&self, now: Timestamp) -> Option<Figures> {

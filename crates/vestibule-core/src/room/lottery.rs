@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::autopilot::pilot::PilotHandle;
+use crate::controls::PaceHandle;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::time::Timestamp;
@@ -40,6 +41,8 @@ pub struct Lottery {
     pub queue_all: bool,
     /// The autopilot that sets the percentage while it runs.
     pub pilot: PilotHandle,
+    /// The operator's pace override, which beats the autopilot while in force.
+    pub operator: PaceHandle,
     /// Tokens carry the room's name (rooms that ask who may join).
     pub bound: Option<Arc<str>>,
 }
@@ -76,24 +79,28 @@ impl Lottery {
             closed_refresh: closed_refresh.as_secs().max(1),
             queue_all,
             pilot: PilotHandle::default(),
+            operator: PaceHandle::default(),
             bound: None,
         }
     }
 
-    /// The percentage in force: the autopilot's while it runs, else `allow_percentage`. (A
-    /// configured 0 closes the room whatever the autopilot says; it never steers a closed
-    /// room.)
-    pub fn percentage(&self) -> f64 {
-        self.pilot
-            .percentage()
-            .unwrap_or(f64::from(self.allow_percentage))
+    /// The percentage in force at `now`: the operator's override while in force, else the
+    /// autopilot's while it runs, else `allow_percentage`. (A configured 0 closes the room
+    /// whatever the autopilot or the operator's pace says; neither opens a closed room.)
+    pub fn percentage(&self, now: Timestamp) -> f64 {
+        self.operator.pace(now).unwrap_or_else(|| {
+            self.pilot
+                .percentage()
+                .unwrap_or(f64::from(self.allow_percentage))
+        })
     }
 
-    /// Whether a token's fixed draw wins at this percentage (never, if its key is gone).
-    pub fn wins(&self, token: &Token, ring: &KeyRing) -> bool {
+    /// Whether a token's fixed draw wins at the percentage in force at `now` (never, if its
+    /// key is gone).
+    pub fn wins(&self, token: &Token, ring: &KeyRing, now: Timestamp) -> bool {
         token
             .draw(ring)
-            .is_some_and(|d| d * 100.0 < self.percentage())
+            .is_some_and(|d| d * 100.0 < self.percentage(now))
     }
 
     fn due(&self, token: &Token, now: Timestamp) -> Due {
@@ -142,7 +149,7 @@ impl Lottery {
             }
             return self.hold(ring, uid, waiting.map(|t| &**t), now);
         }
-        if self.percentage() >= 100.0 {
+        if self.percentage(now) >= 100.0 {
             let admitted = waiting.is_some();
             let mut outcome = self.allow(ring, uid, None, now, admitted);
             outcome.arrived = !admitted;
@@ -150,7 +157,7 @@ impl Lottery {
         }
         match waiting.map(|t| (t, self.due(t, now))) {
             Some((t, Due::NotYet)) => self.keep_waiting(t, now),
-            Some((t, Due::Eligible)) if self.wins(t, ring) => {
+            Some((t, Due::Eligible)) if self.wins(t, ring, now) => {
                 self.allow(ring, uid, None, now, true)
             }
             // Lost the draw, but an operator let some more in.

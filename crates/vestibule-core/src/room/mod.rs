@@ -56,7 +56,7 @@ use crate::challenge::{self, Failure};
 use crate::config::{
     Access, Admission as AdmissionConfig, ChallengeConfig, OnChallengeFailure, RoomConfig,
 };
-use crate::controls::{Held, RoomCell};
+use crate::controls::{Held, PaceHandle, RoomCell};
 use crate::identity::Identity;
 use crate::invite::{self, Refusal};
 use crate::keys::KeyRing;
@@ -185,8 +185,14 @@ impl Room {
             .unwrap_or(&self.config.title)
     }
 
-    /// This room decides under `controls` (the operator overrides kept for its name).
+    /// This room decides under `controls` (the operator overrides kept for its name), and it
+    /// and each of its events admit at the operator's pace override while one is in force.
     pub fn with_controls(mut self, controls: Arc<RoomCell>) -> Room {
+        let handle = PaceHandle(Some(controls.clone()));
+        let policies = std::iter::once(&mut self.policy).chain(self.events.iter_mut());
+        for policy in policies {
+            policy.paced_by(handle.clone());
+        }
         self.controls = controls;
         self
     }
@@ -487,10 +493,11 @@ impl Room {
         self.policy.retry_after()
     }
 
-    /// Capacity rooms: the `new_users_per_minute` in force now (the autopilot's while it runs, a
-    /// running event's, else the room's; 0 = no limit).
+    /// Capacity rooms: the `new_users_per_minute` in force now (the operator's pace override
+    /// while in force, else the autopilot's while it runs, a running event's, else the room's;
+    /// 0 = no limit).
     pub fn effective_new_users_per_minute(&self, now: Timestamp) -> Option<u64> {
-        self.policy_at(now).new_users_per_minute()
+        self.policy_at(now).new_users_per_minute(now)
     }
 
     /// The chance, in percent, that an eligible waiting user gets in right now.

@@ -1,6 +1,7 @@
 //! The room's unit tests: routing, cookies, invitations; and helpers the rooms' tests share.
 
 use super::*;
+use crate::controls::{PaceKey, RoomOverrides, Stamp};
 use crate::token::Reject;
 
 pub use crate::keys::testing::ring;
@@ -288,4 +289,134 @@ fn rooms_of_a_set_of_several_take_only_their_own_places() {
         checkout.holding(&ring, &alice(), &[easy.as_bytes()], now),
         None
     );
+}
+
+/// The one room of `toml`, under the operator overrides of `cell`.
+fn overridden(toml: &str, cell: &Arc<RoomCell>) -> Room {
+    let config = crate::config::Config::parse(
+        &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
+        std::path::Path::new("/tmp/x.toml"),
+        &crate::config::testing::Bare,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let room = config.rooms.into_iter().next().unwrap();
+    Room::new(room, &store()).with_controls(cell.clone())
+}
+
+/// Room overrides with a pace override of `value` for `key`, set at `now` for `lasts`.
+fn paced(key: PaceKey, value: f64, lasts: Option<u64>, now: Timestamp) -> RoomOverrides {
+    let set = crate::controls::PaceSet {
+        key,
+        value,
+        lasts: lasts.map(std::time::Duration::from_secs),
+    };
+    RoomOverrides {
+        pace: Some(set.at(Stamp::default(), now)),
+        ..RoomOverrides::default()
+    }
+}
+
+/// Each visitor of `jar` asks once at `now` with the cookie it holds there; how many got in.
+fn let_in(room: &Room, jar: &mut [Option<String>], now: Timestamp) -> usize {
+    let ring = ring();
+    let mut allowed = 0;
+    for (i, cookie) in jar.iter_mut().enumerate() {
+        let uid = Identity::of_ip(std::net::IpAddr::from([10, 9, (i >> 8) as u8, i as u8]), 64);
+        let cookies: Vec<&[u8]> = cookie.as_deref().map(str::as_bytes).into_iter().collect();
+        let o = room.decide(&ring, &uid, &cookies, now);
+        if o.decision == Decision::Allow {
+            allowed += 1;
+        }
+        match o.cookie {
+            CookieAction::Set(v) => *cookie = Some(v.to_string()),
+            CookieAction::Delete => *cookie = None,
+            CookieAction::Keep => {}
+        }
+    }
+    allowed
+}
+
+#[test]
+fn a_capacity_room_admits_at_the_operators_pace_until_it_lapses() {
+    const T0: u64 = 1_700_000_040; // the start of a minute
+    let at = Timestamp::from_secs;
+    let cell = Arc::new(RoomCell::default());
+    let room = overridden(
+        "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 2\n",
+        &cell,
+    );
+    assert_eq!(room.effective_new_users_per_minute(at(T0)), Some(2));
+    // Five a minute, for two minutes.
+    cell.set(&paced(PaceKey::NewUsersPerMinute, 5.0, Some(120), at(T0)));
+    assert_eq!(room.effective_new_users_per_minute(at(T0)), Some(5));
+    let mut first = vec![None; 8];
+    assert_eq!(let_in(&room, &mut first, at(T0)), 5);
+    // Lapsed: the room's own pace is back, with nobody clearing anything.
+    assert_eq!(room.effective_new_users_per_minute(at(T0 + 119)), Some(5));
+    assert_eq!(room.effective_new_users_per_minute(at(T0 + 120)), Some(2));
+    let later = at(T0 + 180);
+    assert_eq!(room.figures(later).unwrap().free_slots, Some(2));
+    let mut second = vec![None; 8];
+    assert_eq!(let_in(&room, &mut second[..], later), 2);
+}
+
+#[test]
+fn a_lottery_room_draws_at_the_operators_percentage_and_clearing_ends_it() {
+    let now = Timestamp::from_secs(1_700_000_000);
+    let cell = Arc::new(RoomCell::default());
+    let room = overridden("[[room]]\nallow_percentage = 10\n", &cell);
+    assert_eq!(room.effective_allow_percentage(now), 10.0);
+    // Everyone in, until cleared.
+    cell.set(&paced(PaceKey::AllowPercentage, 100.0, None, now));
+    assert_eq!(room.effective_allow_percentage(now), 100.0);
+    let mut jar = vec![None; 20];
+    assert_eq!(let_in(&room, &mut jar, now), 20);
+    let much_later = Timestamp::from_secs(1_700_000_000 + 30 * 86_400);
+    assert_eq!(room.effective_allow_percentage(much_later), 100.0);
+    // A fractional percentage, and nobody at 0 (the room still takes arrivals in line).
+    cell.set(&paced(PaceKey::AllowPercentage, 12.5, Some(600), now));
+    assert_eq!(room.effective_allow_percentage(now), 12.5);
+    cell.set(&paced(PaceKey::AllowPercentage, 0.0, Some(600), now));
+    assert_eq!(room.effective_allow_percentage(now), 0.0);
+    let mut jar = vec![None; 20];
+    assert_eq!(let_in(&room, &mut jar, now), 0);
+    // `DELETE /rooms/<room>/overrides`: no overrides at all.
+    cell.set(&RoomOverrides::default());
+    assert_eq!(room.effective_allow_percentage(now), 10.0);
+}
+
+#[test]
+fn the_operators_pace_beats_an_events() {
+    let cell = Arc::new(RoomCell::default());
+    let room = overridden(
+        "[[room]]\nadmission = \"random\"\nnew_users_per_minute = 10\n\
+         [[room.event]]\nname = \"launch\"\nstart = \"2026-12-01T10:00:00Z\"\nend = \"2026-12-01T14:00:00Z\"\nnew_users_per_minute = 50\n",
+        &cell,
+    );
+    let during = Timestamp::from_secs(1_796_119_200 + 600); // 2026-12-01T10:10:00Z
+    assert_eq!(room.effective_new_users_per_minute(during), Some(50));
+    cell.set(&paced(PaceKey::NewUsersPerMinute, 7.0, None, during));
+    assert_eq!(room.effective_new_users_per_minute(during), Some(7));
+}
+
+#[test]
+fn the_operators_pace_beats_the_autopilots() {
+    let now = Timestamp::from_secs(1_700_000_040);
+    let cell = Arc::new(RoomCell::default());
+    let pilot = Arc::new(crate::autopilot::pilot::PilotCell::default());
+    let room = overridden(
+        "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 10\n\
+         autopilot = true\nautopilot_min = 20\nautopilot_max = 100\n",
+        &cell,
+    )
+    .with_pilot(pilot.clone());
+    // The autopilot starts from the configured pace, clamped into its bounds.
+    let autopilot = room.config.autopilot.unwrap();
+    pilot.tick(&autopilot, room.pilot_now(now).unwrap(), now);
+    assert_eq!(room.effective_new_users_per_minute(now), Some(20));
+    cell.set(&paced(PaceKey::NewUsersPerMinute, 7.0, Some(60), now));
+    assert_eq!(room.effective_new_users_per_minute(now), Some(7));
+    // It takes over again when the override lapses.
+    let later = Timestamp::from_secs(1_700_000_040 + 60);
+    assert_eq!(room.effective_new_users_per_minute(later), Some(20));
 }

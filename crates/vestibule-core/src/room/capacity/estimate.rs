@@ -67,7 +67,7 @@ impl Capacity {
     pub(super) fn front(&self, view: &QueueView) -> u64 {
         let pace = self
             .admission_rate(view)
-            .max(self.new_per_minute() as f64 * view.share);
+            .max(self.new_per_minute(view.at()) as f64 * view.share);
         (pace * 1.2 * self.refresh.as_secs_f64() / 60.0).ceil() as u64
     }
 
@@ -102,7 +102,7 @@ impl Capacity {
         if view.admitted_last_minute > 0 {
             view.admitted_last_minute as f64
         } else {
-            self.new_per_minute() as f64 * view.share
+            self.new_per_minute(view.at()) as f64 * view.share
         }
     }
 

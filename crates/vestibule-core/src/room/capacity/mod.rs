@@ -91,6 +91,7 @@ use rand_chacha::rand_core::RngCore;
 
 use crate::autopilot::pilot::PilotHandle;
 use crate::config::{CapacityConfig, QueueOrder};
+use crate::controls::PaceHandle;
 use crate::identity::Identity;
 use crate::keys::KeyRing;
 use crate::room::page::Estimates;
@@ -179,6 +180,11 @@ impl Default for QueueView {
 }
 
 impl QueueView {
+    /// The moment the view was taken.
+    pub(crate) fn at(&self) -> Timestamp {
+        Timestamp::from_millis(self.at_ms)
+    }
+
     /// Users waiting (and checking in) in buckets older than `bucket`.
     pub(crate) fn ahead_of(&self, bucket: u64) -> u64 {
         self.waiting.range(..bucket).map(|(_, n)| n).sum()
@@ -267,6 +273,8 @@ pub struct Capacity {
     new_per_minute: u64,
     /// The autopilot that sets the pace while it runs.
     pilot: PilotHandle,
+    /// The operator's pace override, which beats the autopilot while in force.
+    operator: PaceHandle,
     /// 0 = no limit.
     total_active: u64,
     session_minutes: u64,
@@ -345,6 +353,7 @@ impl Capacity {
             order: c.order,
             new_per_minute: u64::from(c.new_users_per_minute),
             pilot: PilotHandle::default(),
+            operator: PaceHandle::default(),
             total_active: u64::from(c.total_active_users),
             session_minutes: minutes_ceil(c.session_duration),
             refresh: c.refresh,
@@ -372,8 +381,17 @@ impl Capacity {
         self.pilot = pilot;
     }
 
-    /// `new_users_per_minute` in force: the autopilot's while it runs, else the configured one.
-    pub(crate) fn new_per_minute(&self) -> u64 {
+    /// Admits at the operator's pace override while one is in force.
+    pub(crate) fn paced_by(&mut self, operator: PaceHandle) {
+        self.operator = operator;
+    }
+
+    /// `new_users_per_minute` in force at `now`: the operator's override while in force, else
+    /// the autopilot's while it runs, else the configured one.
+    pub(crate) fn new_per_minute(&self, now: Timestamp) -> u64 {
+        if let Some(pace) = self.operator.pace(now) {
+            return pace as u64;
+        }
         match self.pilot.pace() {
             Some(pace) => u64::from(pace),
             None => self.new_per_minute,

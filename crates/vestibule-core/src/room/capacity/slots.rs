@@ -90,7 +90,7 @@ impl Capacity {
             };
         };
         let admitted_key = self.key(CounterKind::Admitted, minute, 0);
-        let new_per_minute = self.new_per_minute();
+        let new_per_minute = self.new_per_minute(now);
         if new_per_minute > 0 {
             limit(new_per_minute, self.store.split(&admitted_key, now));
         }
