@@ -33,4 +33,7 @@ gzip -9n "$out"/man/*.1
 sample="$root/conf/vestibule.toml"
 # The sample shows state_file with its default, commented out; the package sets it.
 grep -Eq '^(# )?state_file = ' "$sample" || { echo "$sample has no state_file line to point at /var/lib/vestibule" >&2; exit 1; }
-sed -E 's|^(# )?state_file = "[^"]*"  |state_file = "/var/lib/vestibule/overrides.json"|' "$sample" > "$out/vestibule.toml"
+# The per-minute history likewise goes to the StateDirectory.
+grep -Eq '^(# )?history_dir = ' "$sample" || { echo "$sample has no history_dir line to point at /var/lib/vestibule" >&2; exit 1; }
+sed -E -e 's|^(# )?state_file = "[^"]*"  |state_file = "/var/lib/vestibule/overrides.json"|' \
+    -e 's|^(# )?history_dir = "[^"]*"  |history_dir = "/var/lib/vestibule/history"|' "$sample" > "$out/vestibule.toml"

@@ -56,9 +56,21 @@ pub struct App {
     pub started_at: Timestamp,
     /// The console's last half hour of admissions and denials.
     pub(crate) recent: crate::recent::History,
+    /// The per-minute history this node writes (`[admin] history_dir`).
+    pub(crate) minutes: crate::history::Recorder,
 }
 
 impl App {
+    /// This node's name in its history records: the cluster's name for it (`cluster.node`,
+    /// else the host name and first port).
+    pub(crate) fn node_name(&self) -> String {
+        let snapshot = self.snapshot();
+        let config = &snapshot.config;
+        config
+            .cluster
+            .node_name(&config.server.listen, crate::config::hostname().as_deref())
+    }
+
     /// Loads the first snapshot. Fails, listing every problem, when the config is not valid.
     pub fn start(config_path: &Path) -> Result<Arc<App>, ConfigErrors> {
         let now = crate::time::now();
@@ -77,6 +89,7 @@ impl App {
             reloading: Mutex::new(()),
             started_at: now,
             recent: Default::default(),
+            minutes: Default::default(),
         }))
     }
 

@@ -16,6 +16,7 @@ pub mod config;
 pub mod controls;
 pub mod ctl;
 pub mod demo;
+pub mod history;
 pub mod i18n;
 pub mod init;
 pub mod inspect;
@@ -30,6 +31,7 @@ pub mod probe;
 pub mod proxy;
 pub(crate) mod recent;
 pub mod reload;
+pub mod report;
 pub mod resets;
 pub mod server;
 #[cfg(feature = "tools")]

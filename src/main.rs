@@ -18,6 +18,7 @@ use cli::invite::invite;
 use cli::man::{man, print_bytes};
 use cli::pages::render_page;
 use cli::probe::probe;
+use cli::report::report;
 use cli::run::{run, run_demo, run_origin};
 #[cfg(feature = "tools")]
 use cli::simulate::simulate;
@@ -88,6 +89,10 @@ enum Command {
     /// Replay simulated users through the real admission core on a simulated clock; writes a
     /// CSV and a PNG heatmap per queueing method and prints a summary.
     Simulate(SimulateArgs),
+    /// Write the post-event report of a room (report.html, report.json, minutes.csv into
+    /// --out) from the per-minute history ([admin] history_dir) and the audit log; works with
+    /// the proxy stopped. Exit 0 written, 1 nothing to report or unreadable, 2 usage.
+    Report(ReportArgs),
     /// Print invitation codes for a room, signed with the ring's active key, one per
     /// line. Visitors present one with `?vestibule_invite=<code>` or `Vestibule-Invite: <code>`.
     Invite(InviteArgs),
@@ -165,6 +170,25 @@ struct InitArgs {
     /// too, which signs every visitor out).
     #[arg(long)]
     force: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReportArgs {
+    /// The room reported on.
+    #[arg(long)]
+    room: String,
+    /// A scheduled event of the room: from its pre-queue's opening (else its start) to its end.
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    event: Option<String>,
+    /// The span's start, RFC 3339 (2026-11-27T20:00:00Z), included.
+    #[arg(long, requires = "to")]
+    from: Option<String>,
+    /// The span's end, RFC 3339, excluded.
+    #[arg(long, requires = "from")]
+    to: Option<String>,
+    /// The folder the report is written into (made if missing).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -269,6 +293,10 @@ struct SimulateArgs {
     /// figures but --seed and --seeds).
     #[arg(long)]
     short_prequeue: bool,
+    /// --event: also write the shuffled run's per-minute history into this folder (room
+    /// "simulated", as a node would have kept it), for `vestibule report`.
+    #[arg(long, value_name = "DIR")]
+    history: Option<PathBuf>,
     /// --event: also run the shuffled event over this many seeds (a draw each) and report the
     /// mean Kendall tau and the first minute's mean arrival rank.
     #[arg(long, default_value_t = 0)]
@@ -358,6 +386,7 @@ fn main() -> ExitCode {
         Some(Command::Probe { path, wait }) => probe(&cli.config, &path, wait),
         Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Invite(args)) => invite(&cli.config, &args),
+        Some(Command::Report(args)) => report(&cli.config, &args),
         Some(Command::Origin {
             listen,
             threads,

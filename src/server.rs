@@ -260,7 +260,8 @@ const LOG_FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// How often the autopilots look whether an interval is up.
 const STEER_EVERY: Duration = Duration::from_secs(1);
 
-/// Drops expired counters, writes buffered access lines, and runs the autopilots.
+/// Drops expired counters, writes buffered access lines, runs the autopilots, and keeps the
+/// per-minute history.
 struct Housekeeping {
     app: Arc<App>,
 }
@@ -272,9 +273,13 @@ impl BackgroundService for Housekeeping {
         let mut flush = tokio::time::interval(LOG_FLUSH_EVERY);
         let mut steer = tokio::time::interval(STEER_EVERY);
         crate::logging::set_buffering(true);
+        let node = self.app.node_name();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => {
+                    // The minute in progress, so a report after the event has it.
+                    let snapshot = self.app.snapshot();
+                    self.app.minutes.finish(&snapshot, &self.app.metrics, &node, crate::time::now());
                     crate::logging::set_buffering(false);
                     return;
                 }
@@ -289,6 +294,7 @@ impl BackgroundService for Housekeeping {
                     let snapshot = self.app.snapshot();
                     let counters = self.app.metrics.console_counters(&snapshot);
                     self.app.recent.sample(counters, now);
+                    self.app.minutes.tick(&snapshot, &self.app.metrics, &node, now);
                 }
             }
         }

@@ -8,6 +8,7 @@ pub(crate) mod invite;
 pub(crate) mod man;
 pub(crate) mod pages;
 pub(crate) mod probe;
+pub(crate) mod report;
 pub mod run;
 #[cfg(feature = "tools")]
 pub mod simulate;

@@ -116,6 +116,18 @@ fn simulate_event(args: &SimulateArgs) -> ExitCode {
                 print!("{}", r.summary(&opts));
             }
             println!("wrote {}", png.display());
+            if let (Some(dir), Some(shuffled)) = (&args.history, reports.last()) {
+                let records = vestibule::simulate::event::history(shuffled, &opts);
+                if let Err(e) = vestibule::history::write_records(dir, &records) {
+                    eprintln!("vestibule simulate --event: {}: {e}", dir.display());
+                    return ExitCode::FAILURE;
+                }
+                println!(
+                    "wrote {} minutes of history into {}",
+                    records.len(),
+                    dir.display()
+                );
+            }
             if args.seeds > 0 {
                 match vestibule::simulate::event::over_seeds(&opts, args.seeds) {
                     Ok((tau, rank)) => println!(

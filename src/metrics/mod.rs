@@ -8,13 +8,15 @@ pub mod sharded;
 
 use std::sync::Arc;
 
+use prometheus::core::Metric;
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub use sharded::Counter;
 
+use crate::history::{OriginTotals, RoomTotals};
 use crate::ratelimit::Outcome;
 use crate::room::event::EventState;
 use crate::room::Decision;
@@ -40,6 +42,26 @@ pub(crate) struct RoomHandles {
     pub challenges: Option<[Arc<Counter>; 3]>,
     /// Invitations presented by visitors who needed one: accepted, refused.
     pub invitations: [Arc<Counter>; 2],
+    /// Visitors new to the room.
+    pub arrivals: Arc<Counter>,
+    /// Time to admission of visitors admitted from the line.
+    pub wait: Histogram,
+    /// The room's answers, by [`ANSWER_KINDS`].
+    pub answers: [Arc<Counter>; 4],
+}
+
+/// The `kind` labels of `vestibule_room_answers_total`, in [`RoomHandles::answers`] order:
+/// held visitors answered with an HTML page or JSON, API requests, requests refused by a
+/// rate-limit rule.
+pub(crate) const ANSWER_KINDS: [&str; 4] = ["page", "json", "api", "ratelimited"];
+
+/// Where a room's answer is counted in [`RoomHandles::answers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnswerKind {
+    Page = 0,
+    Json = 1,
+    Api = 2,
+    RateLimited = 3,
 }
 
 /// The `result` labels of `vestibule_room_invitations_total`, in
@@ -103,6 +125,12 @@ pub struct Metrics {
     room_admitted: sharded::CounterVec,
     room_challenges: sharded::CounterVec,
     room_invitations: sharded::CounterVec,
+    room_arrivals: sharded::CounterVec,
+    room_answers: sharded::CounterVec,
+    /// Time to admission, by room (admissions are at most a room's pace: no sharding needed).
+    room_wait_seconds: HistogramVec,
+    /// Minutes of history that could not be written.
+    pub history_errors: IntCounter,
     pub room_allow_percentage: GaugeVec,
     token_rejected: sharded::CounterVec,
     pub room_active_users: IntGaugeVec,
@@ -161,6 +189,11 @@ pub struct Metrics {
     /// (`vestibule_core::enqueue::Refusal`).
     pub enqueue_rejected: IntCounterVec,
 }
+
+/// The upper bounds of `vestibule_upstream_response_seconds`, seconds.
+const UPSTREAM_BOUNDS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable!("{e}"))
@@ -335,10 +368,7 @@ impl Metrics {
             upstream_response_seconds: sharded::Histogram::new(
                 "vestibule_upstream_response_seconds",
                 "Time from sending a request to the origin to receiving its response header.",
-                &[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    30.0,
-                ],
+                &UPSTREAM_BOUNDS,
             ),
             config_reloads: IntCounterVec::new(
                 Opts::new(
@@ -378,6 +408,30 @@ impl Metrics {
                 "Invitations presented by visitors without a place, by room and result (accepted, refused).",
                 &["room", "result"],
             ),
+            room_arrivals: sharded::CounterVec::new(
+                "vestibule_room_arrivals_total",
+                "Visitors new to a room: given a first place in line or the pre-queue, or let straight in, by room.",
+                &["room"],
+            ),
+            room_answers: sharded::CounterVec::new(
+                "vestibule_room_answers_total",
+                "A room's answers, by room and kind: page and json (held visitors' waiting pages, as HTML or JSON), api (its API requests), ratelimited (refused by a rate-limit rule).",
+                &["room", "kind"],
+            ),
+            room_wait_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "vestibule_room_wait_seconds",
+                    "Time from a waiting visitor's arrival to their admission, by room (capacity rooms; not those let straight in).",
+                )
+                .buckets(vestibule_core::history::WAIT_BUCKETS.to_vec()),
+                &["room"],
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
+            history_errors: IntCounter::new(
+                "vestibule_history_errors_total",
+                "Per-minute history records that could not be written (admin.history_dir), or old history files that could not be removed.",
+            )
+            .unwrap_or_else(|e| unreachable!("{e}")),
             room_allow_percentage: gauge_vec(
                 "vestibule_room_allow_percentage",
                 "The chance (0-100) that an eligible waiting user gets in right now.",
@@ -459,6 +513,10 @@ impl Metrics {
             Box::new(self.room_admitted.clone()),
             Box::new(self.room_challenges.clone()),
             Box::new(self.room_invitations.clone()),
+            Box::new(self.room_arrivals.clone()),
+            Box::new(self.room_answers.clone()),
+            Box::new(self.room_wait_seconds.clone()),
+            Box::new(self.history_errors.clone()),
             Box::new(self.room_allow_percentage.clone()),
             Box::new(self.token_rejected.clone()),
             Box::new(self.room_active_users.clone()),
@@ -616,6 +674,11 @@ impl Metrics {
             self.token_rejected.with_label_values(&[name, r.as_str()]);
         }
         self.room_admitted.with_label_values(&[name]);
+        self.room_arrivals.with_label_values(&[name]);
+        self.room_wait_seconds.with_label_values(&[name]);
+        for kind in ANSWER_KINDS {
+            self.room_answers.with_label_values(&[name, kind]);
+        }
         if room.config.jwt.is_some() {
             self.jwt_issued.with_label_values(&[name]);
             for r in crate::jwt::Refusal::ALL {
@@ -762,6 +825,9 @@ impl Metrics {
                     }),
                     invitations: INVITATION_RESULTS
                         .map(|r| self.room_invitations.with_label_values(&[name, r])),
+                    arrivals: self.room_arrivals.with_label_values(&[name]),
+                    wait: self.room_wait_seconds.with_label_values(&[name]),
+                    answers: ANSWER_KINDS.map(|k| self.room_answers.with_label_values(&[name, k])),
                 }
             })
             .collect();
@@ -784,6 +850,15 @@ impl Metrics {
         f(&h)
     }
 
+    /// Counts one answer of the room at `room` (its position in `snapshot`).
+    pub(crate) fn count_answer(&self, snapshot: &Snapshot, room: usize, kind: AnswerKind) {
+        self.with_handles(snapshot, |h| {
+            if let Some(r) = h.rooms.get(room) {
+                r.answers[kind as usize].inc();
+            }
+        });
+    }
+
     /// Counts one origin response.
     pub(crate) fn observe_upstream(&self, status: u16, seconds: Option<f64>) {
         let class = match status {
@@ -797,6 +872,68 @@ impl Metrics {
         if let Some(s) = seconds {
             self.upstream_response_seconds.observe(s);
         }
+    }
+}
+
+impl crate::history::Counters for Metrics {
+    /// Each room's totals now, by room name, for the history.
+    fn room_totals(&self, snapshot: &Snapshot) -> Vec<(String, RoomTotals)> {
+        snapshot
+            .rooms
+            .iter()
+            .map(|room| {
+                let name = room.name();
+                let get =
+                    |v: &sharded::CounterVec, labels: &[&str]| v.with_label_values(labels).get();
+                let wait = self.room_wait_seconds.with_label_values(&[name]).metric();
+                let h = wait.get_histogram();
+                let mut below = 0u64;
+                let mut wait_buckets: Vec<u64> = h
+                    .get_bucket()
+                    .iter()
+                    .map(|b| {
+                        let c = b.cumulative_count().saturating_sub(below);
+                        below = b.cumulative_count();
+                        c
+                    })
+                    .collect();
+                wait_buckets.push(h.get_sample_count().saturating_sub(below));
+                let totals = RoomTotals {
+                    arrivals: get(&self.room_arrivals, &[name]),
+                    admitted: get(&self.room_admitted, &[name]),
+                    wait_buckets,
+                    answers: ANSWER_KINDS.map(|k| get(&self.room_answers, &[name, k])),
+                    // Read only where they exist: reading creates a series.
+                    challenges: match room.config.challenge {
+                        Some(_) => {
+                            ["issued", "solved"].map(|r| get(&self.room_challenges, &[name, r]))
+                        }
+                        None => [0, 0],
+                    },
+                    invitations: INVITATION_RESULTS
+                        .map(|r| get(&self.room_invitations, &[name, r])),
+                };
+                (name.to_owned(), totals)
+            })
+            .collect()
+    }
+
+    /// The upper bounds of `vestibule_upstream_response_seconds`.
+    fn upstream_bounds(&self) -> &[f64] {
+        &UPSTREAM_BOUNDS
+    }
+
+    /// The node's origin totals now, for the history.
+    fn origin_totals(&self) -> OriginTotals {
+        let (_, _, cumulative) = self.upstream_response_seconds.get();
+        OriginTotals {
+            cumulative,
+            errors: self.by_class[4].get() + self.upstream_unavailable.get(),
+        }
+    }
+
+    fn history_error(&self) {
+        self.history_errors.inc();
     }
 }
 

@@ -23,6 +23,7 @@ use crate::cookie::{self};
 use crate::decide::{self, Answer, ClientAddress, Notes, Request};
 use crate::listen::h2::{GoAway, H2Connection};
 use crate::logging::AccessLine;
+use crate::metrics::AnswerKind;
 use crate::pages::Wants;
 use crate::path;
 use crate::resets;
@@ -150,9 +151,13 @@ impl ProxyHttp for Proxy {
         let answer = decide::decide_into(&request, &snapshot.policy(), now, &mut ctx.notes);
         drop(request);
         self.record(&snapshot, &ctx.notes);
+        let metrics = &self.app.metrics;
         match answer {
             Answer::Forward => Ok(false),
             Answer::Api { endpoint, identity } => {
+                if let Some(room) = ctx.notes.room {
+                    metrics.count_answer(&snapshot, room, AnswerKind::Api);
+                }
                 let cookie = ctx.notes.set_cookie.take();
                 crate::api::answer(session, endpoint, &identity, cookie, &snapshot, &self.app)
                     .await?;
@@ -171,6 +176,7 @@ impl ProxyHttp for Proxy {
             }
             Answer::RoomPage(room, outcome) => {
                 ctx.notes.slots.clear();
+                let room_at = room;
                 let room = snapshot.rooms.get(room).zip(snapshot.pages_of(room));
                 let room = room.ok_or_else(|| {
                     Error::explain(ErrorType::InternalError, "routed to a room that is gone")
@@ -181,6 +187,12 @@ impl ProxyHttp for Proxy {
                     .notes
                     .wants
                     .map_or_else(|| wants_json(session), |w| w == Wants::Json);
+                let kind = if json {
+                    AnswerKind::Json
+                } else {
+                    AnswerKind::Page
+                };
+                metrics.count_answer(&snapshot, room_at, kind);
                 let page = PageAnswer {
                     secure: ctx.notes.secure,
                     json,
@@ -224,6 +236,9 @@ impl ProxyHttp for Proxy {
             }
             Answer::RateLimited(check) => {
                 ctx.notes.slots.clear();
+                if let Some(room) = ctx.notes.room {
+                    metrics.count_answer(&snapshot, room, AnswerKind::RateLimited);
+                }
                 let set_cookie = ctx.notes.set_cookie.take();
                 write_rate_limited(session, &snapshot, ctx.notes.room, &check, set_cookie).await?;
                 Ok(true)
@@ -670,6 +685,12 @@ impl Proxy {
             h.decisions[counted.decision.index()].inc();
             if counted.admitted {
                 h.admitted.inc();
+            }
+            if counted.arrived {
+                h.arrivals.inc();
+            }
+            if let Some(secs) = counted.waited_secs {
+                h.wait.observe(secs as f64);
             }
             if let Some(reason) = counted.rejected {
                 h.rejected[reason.index()].inc();

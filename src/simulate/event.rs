@@ -325,6 +325,70 @@ fn report(
     }
 }
 
+/// The run's per-minute history, as a node running the room would have written it (room
+/// `simulated`, node `simulation`), for `vestibule report`: from the pre-queue's opening to the
+/// last admission. Simulated visitors never walk away, and a session counts as active for the
+/// room's five minutes after its admission. What only the edge counts (pages, the origin) is 0.
+pub fn history(report: &EventReport, opts: &EventOptions) -> Vec<vestibule_core::history::Minute> {
+    use vestibule_core::history::{self, Minute, WAIT_BUCKETS};
+    let start = OPENS + u64::from(opts.prequeue_minutes) * 60;
+    // Seconds from the start → Unix seconds.
+    let abs = |s: f64| start as f64 + s;
+    let last = report
+        .visits
+        .iter()
+        .map(|v| abs(v.admitted.unwrap_or(v.arrival)))
+        .fold(OPENS as f64, f64::max);
+    let session = 300.0;
+    let mut out = Vec::new();
+    let mut t0 = OPENS;
+    let mut waiting_before = 0;
+    while (t0 as f64) <= last {
+        let (a, b) = (t0 as f64, (t0 + 60) as f64);
+        let mut m = Minute {
+            start: history::rfc3339(t0),
+            room: "simulated".into(),
+            node: "simulation".into(),
+            cap: Some(if t0 >= start {
+                f64::from(opts.new_users_per_minute)
+            } else {
+                1.0
+            }),
+            ..Minute::default()
+        };
+        let mut waits = vec![0u64; WAIT_BUCKETS.len() + 1];
+        for v in &report.visits {
+            let arrived = abs(v.arrival);
+            if (a..b).contains(&arrived) {
+                m.arrivals += 1;
+            }
+            let admitted = v.admitted.map(abs);
+            if let Some(at) = admitted.filter(|at| (a..b).contains(at)) {
+                m.admitted += 1;
+                if at > arrived {
+                    let wait = at - arrived;
+                    waits[WAIT_BUCKETS.partition_point(|x| *x < wait)] += 1;
+                }
+            }
+            if arrived < b && admitted.is_none_or(|at| at >= b) {
+                m.waiting += 1;
+            }
+            if admitted.is_some_and(|at| at < b && at >= b - session) {
+                m.active += 1;
+            }
+        }
+        m.waited = waits.iter().sum();
+        m.waits = history::trim_buckets(waits);
+        m.set_percentiles();
+        m.abandoned =
+            history::abandoned(waiting_before, m.arrivals, m.admitted, m.waited, m.waiting);
+        waiting_before = m.waiting;
+        out.push(m);
+        t0 += 60;
+    }
+    out
+}
+
 /// Writes `event.png`: admission minute against arrival minute (both from the start), a panel
 /// per run, pre-queued visitors in blue, later arrivals in orange.
 pub fn write_plot(reports: &[EventReport], dir: &Path) -> Result<PathBuf, String> {
@@ -424,6 +488,25 @@ pub fn over_seeds(opts: &EventOptions, seeds: u64) -> Result<(f64, f64), String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_of_a_run_adds_up_to_its_visits() {
+        let opts = EventOptions::short_prequeue();
+        let r = run(&opts, true).unwrap();
+        let minutes = history(&r, &opts);
+        let admitted = r.visits.iter().filter(|v| v.admitted.is_some()).count() as u64;
+        assert_eq!(
+            minutes.iter().map(|m| m.arrivals).sum::<u64>(),
+            r.visits.len() as u64
+        );
+        assert_eq!(minutes.iter().map(|m| m.admitted).sum::<u64>(), admitted);
+        // The pre-queued waited; someone waited in every minute that let anyone in from it.
+        assert!(minutes.iter().any(|m| m.wait_p50.is_some()));
+        assert!(minutes.windows(2).all(|w| w[0].start < w[1].start));
+        assert!(minutes
+            .iter()
+            .all(|m| m.admitted <= u64::from(opts.new_users_per_minute)));
+    }
 
     #[test]
     fn the_shuffle_draws_the_pre_queue_and_keeps_it_ahead() {

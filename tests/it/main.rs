@@ -38,6 +38,7 @@ mod proxy_protocol;
 mod queue_api;
 mod ratelimit;
 mod reload;
+mod report;
 mod shadow;
 mod skeleton;
 mod sync_twins;

@@ -191,6 +191,10 @@ pub struct Notes {
 pub struct Counted {
     pub decision: Decision,
     pub admitted: bool,
+    /// A visitor new to the room (see [`Outcome::arrived`]).
+    pub arrived: bool,
+    /// An admission from the line: how long they waited (see [`Outcome::waited_secs`]).
+    pub waited_secs: Option<u64>,
     pub rejected: Option<Reject>,
     pub invitation: Option<Result<(), invite::Refusal>>,
     pub pow: PowCount,
@@ -201,6 +205,8 @@ impl From<&Outcome> for Counted {
         Counted {
             decision: o.decision,
             admitted: o.admitted,
+            arrived: o.arrived,
+            waited_secs: o.waited_secs.filter(|_| o.admitted),
             rejected: o.rejected,
             invitation: o.invitation,
             pow: o.pow,

@@ -49,6 +49,7 @@ pub mod controls;
 pub mod cookie;
 pub mod decide;
 pub mod enqueue;
+pub mod history;
 pub mod identity;
 pub mod inflight;
 pub mod invite;

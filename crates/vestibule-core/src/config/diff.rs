@@ -159,6 +159,20 @@ pub fn describe(old: &Config, new: &Config) -> Vec<String> {
             new.admin.audit_file.display()
         ));
     }
+    if old.admin.history_dir != new.admin.history_dir
+        || old.admin.history_days != new.admin.history_days
+        || old.admin.max_history_bytes != new.admin.max_history_bytes
+    {
+        out.push(format!(
+            "admin: history {:?} ({} days, {} bytes) -> {:?} ({} days, {} bytes)",
+            old.admin.history_dir,
+            old.admin.history_days,
+            old.admin.max_history_bytes,
+            new.admin.history_dir,
+            new.admin.history_days,
+            new.admin.max_history_bytes
+        ));
+    }
     if old.admin.cookie_secure != new.admin.cookie_secure {
         out.push(format!(
             "admin: cookie_secure {} -> {}",

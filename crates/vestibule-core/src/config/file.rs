@@ -202,6 +202,9 @@ pub(crate) struct AdminFile {
     pub operators: Vec<OperatorFile>,
     pub audit_file: String,
     pub cookie_secure: bool,
+    pub history_dir: String,
+    pub history_days: u32,
+    pub max_history_bytes: String,
 }
 
 /// One `admin.operators` entry: a named person and the SHA-256 of their token.
@@ -227,6 +230,9 @@ impl Default for AdminFile {
             operators: Vec::new(),
             audit_file: "state/audit.jsonl".into(),
             cookie_secure: false,
+            history_dir: "state/history".into(),
+            history_days: 30,
+            max_history_bytes: "1GiB".into(),
         }
     }
 }

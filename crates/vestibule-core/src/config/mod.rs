@@ -373,6 +373,13 @@ pub struct AdminConfig {
     pub audit_file: PathBuf,
     /// The console's session cookie is `Secure`.
     pub cookie_secure: bool,
+    /// Where this node keeps one record per room per minute (`vestibule report` reads them);
+    /// `None` (`history_dir = ""`): no history.
+    pub history_dir: Option<PathBuf>,
+    /// Days of history kept (today counts as one).
+    pub history_days: u32,
+    /// Bytes of history kept at most: beyond them the oldest days go first.
+    pub max_history_bytes: u64,
 }
 
 /// What an operator may do on the admin listener.
@@ -421,6 +428,9 @@ impl std::fmt::Debug for AdminConfig {
             .field("operators", &self.operators)
             .field("audit_file", &self.audit_file)
             .field("cookie_secure", &self.cookie_secure)
+            .field("history_dir", &self.history_dir)
+            .field("history_days", &self.history_days)
+            .field("max_history_bytes", &self.max_history_bytes)
             .finish()
     }
 }

@@ -151,7 +151,9 @@ impl Lottery {
         }
         if self.percentage(now) >= 100.0 {
             let admitted = waiting.is_some();
-            return self.allow(ring, uid, None, now, admitted);
+            let mut outcome = self.allow(ring, uid, None, now, admitted);
+            outcome.arrived = !admitted;
+            return outcome;
         }
         match waiting.map(|t| (t, self.due(t, now))) {
             Some((t, Due::NotYet)) => self.keep_waiting(t, now),
@@ -170,9 +172,14 @@ impl Lottery {
             Some((_, Due::Stale)) => {
                 let mut outcome = self.start_waiting(ring, uid, now);
                 outcome.rejected = Some(Reject::Expired);
+                outcome.arrived = true;
                 outcome
             }
-            None => self.start_waiting(ring, uid, now),
+            None => {
+                let mut outcome = self.start_waiting(ring, uid, now);
+                outcome.arrived = true;
+                outcome
+            }
         }
     }
 
@@ -195,12 +202,14 @@ impl Lottery {
             return self.allow(ring, uid, Some(token), now, false);
         }
         let first_period = event.start..event.start.saturating_add(self.wait_period);
+        let mut arrived = false;
         let in_line = valid
             .filter(|t| t.claims.dec == Dec::Wait && first_period.contains(&t.claims.exp))
             .map(|t| t.claims.exp);
         let (cookie, due) = match in_line {
             Some(exp) => (CookieAction::Keep, exp),
             None => {
+                arrived = valid.is_none_or(|t| t.claims.dec != Dec::Wait);
                 let place = prequeue_place(ring.active(), event, uid, now.secs());
                 let offset = (place * self.wait_period as f64) as u64;
                 let due = event.start + offset.min(self.wait_period - 1);
@@ -211,7 +220,9 @@ impl Lottery {
                 (CookieAction::Set(token), due)
             }
         };
-        Outcome::prequeued(cookie, due, now)
+        let mut outcome = Outcome::prequeued(cookie, due, now);
+        outcome.arrived = arrived;
+        outcome
     }
 
     /// A closed room (the `deny` page) or one holding everyone (`queue_all`): a visitor keeps
@@ -231,7 +242,11 @@ impl Lottery {
                 renewed.decision = Decision::Wait;
                 renewed
             }
-            None => self.start_waiting(ring, uid, now),
+            None => {
+                let mut outcome = self.start_waiting(ring, uid, now);
+                outcome.arrived = true;
+                outcome
+            }
         };
         if closed {
             outcome.decision = Decision::Deny;

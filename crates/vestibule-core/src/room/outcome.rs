@@ -111,8 +111,17 @@ pub struct Outcome {
     pub cookie: CookieAction,
     /// Why the presented cookie was not trusted, if one was presented and was not.
     pub rejected: Option<Reject>,
-    /// A waiting user was let in by this request.
+    /// A waiting user was let in by this request (in a capacity room, a new arrival let
+    /// straight in too: see [`Outcome::waited_secs`]).
     pub admitted: bool,
+    /// A visitor new to the room: given their first place in line (a first wait token, a
+    /// pre-queue place) or let straight in. `vestibule_room_arrivals_total` counts it.
+    pub arrived: bool,
+    /// Capacity rooms, with `admitted`: seconds from the visitor's arrival (their wait token's
+    /// `arr`, as they first arrived, before any pre-queue draw) to this admission; `None` for a
+    /// new arrival let straight in without waiting, and in lottery rooms (whose tokens carry no
+    /// arrival). `vestibule_room_wait_seconds` observes it.
+    pub waited_secs: Option<u64>,
     /// Waiting decisions: seconds until the client should check in again.
     pub refresh_secs: u64,
     /// FIFO rooms: users ahead in the queue.
@@ -202,6 +211,8 @@ impl Outcome {
             cookie,
             rejected: None,
             admitted: false,
+            arrived: false,
+            waited_secs: None,
             refresh_secs: 0,
             users_ahead: None,
             estimates: Estimates::default(),

@@ -323,3 +323,33 @@ fn the_queue_api_needs_a_fifo_room_in_one_order() {
         assert!(e.contains(says), "{room}: {e}");
     }
 }
+
+#[test]
+fn history_keys_default_and_bad_values_name_file_line_and_key() {
+    let c = parse(MINIMAL).unwrap();
+    let dir = c.admin.history_dir.as_ref().unwrap();
+    assert!(dir.ends_with("state/history"), "{dir:?}");
+    assert_eq!(c.admin.history_days, 30);
+    assert_eq!(c.admin.max_history_bytes, 1 << 30);
+    let c = parse(&format!(
+        "{MINIMAL}[admin]\nhistory_dir = \"\"\nmax_history_bytes = \"500 MB\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.admin.history_dir, None);
+    assert_eq!(c.admin.max_history_bytes, 500_000_000);
+    let e = errors(&format!(
+        "{MINIMAL}[admin]\nhistory_days = 0\nmax_history_bytes = \"1 lot\"\n"
+    ));
+    assert!(
+        e.contains(":4: admin.history_days: must be 1 to 3660"),
+        "{e}"
+    );
+    assert!(
+        e.contains(":5: admin.max_history_bytes: must be a size"),
+        "{e}"
+    );
+    let e = errors(&format!(
+        "{MINIMAL}[admin]\nmax_history_bytes = \"10KiB\"\n"
+    ));
+    assert!(e.contains("at least 1MiB"), "{e}");
+}

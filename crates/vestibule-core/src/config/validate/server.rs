@@ -258,6 +258,27 @@ impl Validator<'_> {
             );
         }
         let audit_file = self.resolve(audit_file);
+        let history_dir = file.admin.history_dir.trim();
+        let history_dir = (!history_dir.is_empty()).then(|| self.resolve(history_dir));
+        if !(1..=3660).contains(&file.admin.history_days) {
+            self.err(
+                "admin.history_days",
+                "must be 1 to 3660 (days of per-minute history kept)",
+            );
+        }
+        let max_history_bytes = match parse_bytes(&file.admin.max_history_bytes) {
+            Some(b) if b >= MIN_HISTORY_BYTES => b,
+            _ => {
+                self.err(
+                    "admin.max_history_bytes",
+                    format!(
+                        "must be a size of at least 1MiB, such as \"1GiB\" or \"500MB\" (got {:?})",
+                        file.admin.max_history_bytes
+                    ),
+                );
+                0
+            }
+        };
         Some(AdminConfig {
             listen,
             token,
@@ -266,6 +287,9 @@ impl Validator<'_> {
             operators,
             audit_file,
             cookie_secure: file.admin.cookie_secure,
+            history_dir,
+            history_days: file.admin.history_days,
+            max_history_bytes,
         })
     }
 
@@ -464,4 +488,29 @@ impl Validator<'_> {
             access: file.log.access,
         })
     }
+}
+
+/// The least `admin.max_history_bytes`: a day of a few rooms' minutes.
+const MIN_HISTORY_BYTES: u64 = 1 << 20;
+
+/// A size: a whole number of bytes, or one with a unit (`B`, `KB`, `MB`, `GB`, `TB` in powers
+/// of 1000; `KiB`, `MiB`, `GiB`, `TiB` in powers of 1024), a space between them allowed.
+pub(crate) fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(scale)
 }

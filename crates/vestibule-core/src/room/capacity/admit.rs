@@ -172,7 +172,9 @@ impl Capacity {
             && self.slots(now).here != Some(0)
             && self.try_admit(lane, now)
         {
-            return self.admit(ring, uid, (Some(now.secs()), qn), now);
+            let mut outcome = self.admit(ring, uid, (Some(now.secs()), qn), now);
+            outcome.arrived = true;
+            return outcome;
         }
         // The line is full: no place in it, and those in it keep theirs.
         if full {
@@ -192,6 +194,7 @@ impl Capacity {
         let mut outcome =
             self.waiting_outcome(Decision::Anon, cookie, &views, place, interval, now);
         outcome.queue_number = qn;
+        outcome.arrived = true;
         outcome
     }
 
@@ -260,6 +263,12 @@ impl Capacity {
     ) -> Outcome {
         let c = &token.claims;
         let mut arrival = c.arr.map_or(now.secs(), token_secs);
+        // When they first came: the wait an admission ends (a pre-queue draw moves `arrival`).
+        let arrived = arrival;
+        let waited = |mut outcome: Outcome| {
+            outcome.waited_secs = Some(now.secs().saturating_sub(arrived));
+            outcome
+        };
         // Their number; one given now if they had none (a cluster node short of numbers).
         let qn = c.qn.or_else(|| self.next_number(now));
         // A pre-queue token's first check-in in the event: its place in the pre-queue.
@@ -333,7 +342,7 @@ impl Capacity {
             };
             if eligible && slots.here != Some(0) && self.try_admit(lane, now) {
                 leave();
-                return self.admit(ring, uid, (Some(arrival), qn), now);
+                return waited(self.admit(ring, uid, (Some(arrival), qn), now));
             }
         }
         // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
@@ -359,7 +368,7 @@ impl Capacity {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
             self.count_lane_admission(lane, now);
             leave();
-            return self.admit(ring, uid, (Some(arrival), qn), now);
+            return waited(self.admit(ring, uid, (Some(arrival), qn), now));
         }
         match (first, counted) {
             (true, Some(arrived)) => {

@@ -30,8 +30,8 @@ impl Capacity {
             .filter(|t| t.claims.chk.is_none() && first_interval.contains(&t.claims.exp))
             .map(|t| t.claims.exp);
         let mut qn = waiting.and_then(|t| t.claims.qn);
-        let (cookie, due) = match in_line {
-            Some(exp) => (CookieAction::Keep, exp),
+        let (cookie, due, arrived) = match in_line {
+            Some(exp) => (CookieAction::Keep, exp, false),
             None => {
                 // Someone already waiting keeps their arrival, unless they were gone too long.
                 let kept = waiting
@@ -57,11 +57,16 @@ impl Capacity {
                 claims.refresh = Some(u32::try_from(due - now.secs().min(due)).unwrap_or(u32::MAX));
                 // A visitor takes this branch once per event: their new token keeps them in line.
                 self.add(CounterKind::PreQueued, event.start, 0, 1, now);
-                (CookieAction::Set(claims.sign(key).into()), due)
+                (
+                    CookieAction::Set(claims.sign(key).into()),
+                    due,
+                    kept.is_none(),
+                )
             }
         };
         let mut outcome = Outcome::prequeued(cookie, due, now);
         outcome.queue_number = qn;
+        outcome.arrived = arrived;
         outcome
     }
 

@@ -99,6 +99,33 @@ fn new_users_per_minute_is_respected() {
 }
 
 #[test]
+fn arrivals_and_the_wait_of_each_admission_from_the_line_are_told() {
+    let c = capacity(QueueOrder::Fifo, 1, 0);
+    let mut first = Client::new(1);
+    let mut second = Client::new(2);
+    // Straight in: an arrival, admitted, with no wait to tell.
+    let o = first.request(&c, at(T0 + 3));
+    assert_eq!(o.decision, Decision::Allow);
+    assert!(o.arrived && o.admitted);
+    assert_eq!(o.waited_secs, None);
+    // In line: an arrival, not admitted.
+    let o = second.request(&c, at(T0 + 5));
+    assert_eq!(o.decision, Decision::Anon);
+    assert!(o.arrived && !o.admitted);
+    // Checking in is no arrival; the admission next minute tells the wait since T0 + 5.
+    let t = second.next_check_in().max(T0 + 60);
+    let o = second.request(&c, at(t));
+    assert_eq!(o.decision, Decision::Allow);
+    assert!(o.admitted && !o.arrived);
+    assert_eq!(o.waited_secs, Some(t - (T0 + 5)));
+    // Coming back with the allow token: neither.
+    let o = second.request(&c, at(t + 1));
+    assert!(!o.admitted && !o.arrived);
+    let counted = crate::decide::Counted::from(&o);
+    assert_eq!(counted.waited_secs, None);
+}
+
+#[test]
 fn total_active_users_is_respected_and_sessions_end() {
     let c = capacity(QueueOrder::Fifo, 0, 2);
     let mut a = Client::new(1);
