@@ -33,7 +33,9 @@ gzip -9n "$out"/man/*.1
 sample="$root/conf/vestibule.toml"
 # The sample shows state_file with its default, commented out; the package sets it.
 grep -Eq '^(# )?state_file = ' "$sample" || { echo "$sample has no state_file line to point at /var/lib/vestibule" >&2; exit 1; }
-# The per-minute history likewise goes to the StateDirectory.
+# The per-minute history and the audit log likewise go to the StateDirectory.
 grep -Eq '^(# )?history_dir = ' "$sample" || { echo "$sample has no history_dir line to point at /var/lib/vestibule" >&2; exit 1; }
+grep -Eq '^(# )?audit_file = ' "$sample" || { echo "$sample has no audit_file line to point at /var/lib/vestibule" >&2; exit 1; }
 sed -E -e 's|^(# )?state_file = "[^"]*"  |state_file = "/var/lib/vestibule/overrides.json"|' \
-    -e 's|^(# )?history_dir = "[^"]*"  |history_dir = "/var/lib/vestibule/history"|' "$sample" > "$out/vestibule.toml"
+    -e 's|^(# )?history_dir = "[^"]*"  |history_dir = "/var/lib/vestibule/history"|' \
+    -e 's|^(# )?audit_file = "[^"]*"  |audit_file = "/var/lib/vestibule/audit.jsonl"|' "$sample" > "$out/vestibule.toml"

@@ -70,6 +70,8 @@ bin="$root/usr/bin/vestibule"
 config="$root/etc/vestibule/conf/vestibule.toml"
 grep -q '^state_file = "/var/lib/vestibule/overrides.json"' "$config" ||
     fail "the packaged config keeps overrides outside the unit's StateDirectory"
+grep -q '^audit_file = "/var/lib/vestibule/audit.jsonl"' "$config" ||
+    fail "the packaged config keeps the audit log outside the unit's StateDirectory"
 check=$("$bin" --check --config "$config" 2>&1) || fail "the installed config does not validate: $check"
 [ "$check" = ok ] || fail "the installed config validates with remarks: $check"
 if need groff "Debian: groff-base; renders the man page"; then
@@ -97,6 +99,8 @@ read -r proxy_port admin_port <<<"$ports"
 sed -i -E -e "s|^listen = \[[^]]*\]|listen = [\"127.0.0.1:$proxy_port\"]|" \
     -e "s|^listen = \"127.0.0.1:9901\"|listen = \"127.0.0.1:$admin_port\"|" \
     -e "s|^state_file = .*|state_file = \"$run/overrides.json\"|" \
+    -e "s|^audit_file = .*|audit_file = \"$run/audit.jsonl\"|" \
+    -e "s|^history_dir = .*|history_dir = \"$run/history\"|" \
     -e "s|^pid_file = .*|pid_file = \"$run/vestibule.pid\"|" \
     -e "s|^upgrade_sock = .*|upgrade_sock = \"$run/upgrade.sock\"|" "$run/conf/vestibule.toml"
 "$bin" --config "$run/conf/vestibule.toml" >"$run/log" 2>&1 &
