@@ -317,16 +317,26 @@ pub fn write_records(dir: &Path, records: &[Minute]) -> std::io::Result<()> {
 /// Removes the history files beyond the bounds.
 fn prune(dir: &Path, today: u64, days: u32, max_bytes: u64) -> std::io::Result<()> {
     let mut files = Vec::new();
+    // In a folder nodes share, another node may remove a file first: that is no error.
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
+        let meta = match entry.and_then(|e| e.metadata().map(|m| (e, m))) {
+            Ok(found) => found,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        let (entry, meta) = meta;
         if meta.is_file() {
             files.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
         }
     }
     for name in history::prune(&files, today, days, max_bytes) {
         let path: PathBuf = dir.join(&name);
-        std::fs::remove_file(&path)?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e),
+        }
         log::info!(
             "history: removed {} (beyond the history kept)",
             path.display()

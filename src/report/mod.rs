@@ -111,11 +111,17 @@ pub fn build(req: &Request) -> Result<Report, Failure> {
             req.history_dir.display()
         ))
     })?;
+    // Merged with the minute just before the span too, so the span's first minute works out its
+    // abandonment from the cluster's figures like every other; then cut to the span.
     let records = records.into_iter().filter(|m| {
         m.room == req.room
-            && history::parse_start(&m.start).is_some_and(|t| (req.from..req.to).contains(&t))
+            && history::parse_start(&m.start)
+                .is_some_and(|t| (req.from.saturating_sub(60)..req.to).contains(&t))
     });
-    let minutes = history::merge(records);
+    let minutes: Vec<_> = history::merge(records)
+        .into_iter()
+        .filter(|m| history::parse_start(&m.start).is_some_and(|t| t >= req.from))
+        .collect();
     if minutes.is_empty() {
         return Err(Failure::Nothing(format!(
             "no history of room {} from {} to {} in {}",

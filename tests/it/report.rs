@@ -82,8 +82,18 @@ fn the_report_s_minutes_add_up_to_the_traffic_sent() {
         metric_value(&broken.metrics(), "vestibule_history_errors_total") >= 1.0
     }));
     assert_eq!(User::new(98).decision(&broken).0, "allow");
-    assert!(broken.proc.log_text().contains("history: cannot write"));
+    // The line is logged just after the count, through a buffered log: wait for it too.
+    assert!(
+        eventually(Duration::from_secs(5), || broken
+            .proc
+            .log_text()
+            .contains("history: cannot write")),
+        "{}",
+        broken.proc.log_text()
+    );
 
+    // Those still in line check in once more, so the minute in progress counts them waiting.
+    ask_all(&v, &mut users, &mut admitted);
     // SIGTERM: the minute in progress is written too.
     let mut v = v;
     v.proc.signal("TERM");

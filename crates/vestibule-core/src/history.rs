@@ -182,8 +182,14 @@ pub fn merge(records: impl IntoIterator<Item = Minute>) -> Vec<Minute> {
                         .zip(parse_start(&m.start))
                         .is_some_and(|(a, b)| a + 60 == b)
             };
+            // A room that keeps no line (a lottery: nobody waits, nobody waited, nobody left)
+            // has no abandonment to work out.
+            let keeps_a_line = |p: &Minute| p.waiting > 0 || p.waited > 0 || p.abandoned > 0;
             if let Some(prev) = out.last().filter(just_before) {
-                m.abandoned = abandoned(prev.waiting, m.arrivals, m.admitted, m.waited, m.waiting);
+                if keeps_a_line(&m) || keeps_a_line(prev) {
+                    m.abandoned =
+                        abandoned(prev.waiting, m.arrivals, m.admitted, m.waited, m.waiting);
+                }
             }
         }
         out.push(m);
@@ -333,6 +339,26 @@ mod tests {
             node: node.into(),
             ..Minute::default()
         }
+    }
+
+    #[test]
+    fn a_lottery_room_keeps_no_line_and_a_merge_invents_no_abandonment() {
+        let minute = |start: &str, arrivals: u64, admitted: u64| {
+            let mut m = Minute {
+                room: "draw".into(),
+                start: start.into(),
+                ..Minute::default()
+            };
+            (m.arrivals, m.admitted) = (arrivals, admitted);
+            m
+        };
+        let merged = merge([
+            minute("2026-11-27T10:00:00Z", 10, 4),
+            minute("2026-11-27T10:01:00Z", 10, 4),
+            minute("2026-11-27T10:01:00Z", 6, 2),
+        ]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!((merged[1].arrivals, merged[1].abandoned), (16, 0));
     }
 
     #[test]

@@ -422,20 +422,27 @@ mod tests {
 
     #[test]
     fn overcount_matches_the_documented_table() {
+        // The sketch's hashes are seeded at random: the share is the mean of several sketches,
+        // so one unlucky seed (a few keys more, at 2,048) does not fail the table.
+        const TRIALS: usize = 8;
         let max_keys = 4096;
         for (keys, expected) in [
             (max_keys / 2, 0.002),
             (max_keys, 0.024),
             (2 * max_keys, 0.16),
         ] {
-            let w = LocalWindow::new(1_000, max_keys);
-            for k in 0..keys as u64 {
-                w.observe(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), 1, at(0));
+            let mut over = 0.0;
+            for _ in 0..TRIALS {
+                let w = LocalWindow::new(1_000, max_keys);
+                for k in 0..keys as u64 {
+                    w.observe(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), 1, at(0));
+                }
+                over += (0..keys as u64)
+                    .filter(|k| w.peek(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), at(0)).curr > 1)
+                    .count() as f64
+                    / keys as f64;
             }
-            let over = (0..keys as u64)
-                .filter(|k| w.peek(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), at(0)).curr > 1)
-                .count() as f64
-                / keys as f64;
+            let over = over / TRIALS as f64;
             assert!(
                 over < expected * 2.0 + 0.002,
                 "{keys} keys: {over:.4} overcounted, documented {expected}"
