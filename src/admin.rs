@@ -652,13 +652,7 @@ impl Admin {
         }) = &who
         {
             let h = &req.headers;
-            let host = h
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
-            let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-            if parse::cross_site(origin, site, host) {
+            if from_another_site(h) {
                 self.refused("origin");
                 return Access::Refused(text(
                     StatusCode::FORBIDDEN,
@@ -787,6 +781,16 @@ fn probe(path: &str, snapshot: &Snapshot) -> Response<Vec<u8>> {
             "not ready: no healthy origin peer\n",
         )
     }
+}
+
+/// Whether a request's headers say it comes from another site than the one it was sent to.
+pub(crate) fn from_another_site(h: &http::HeaderMap) -> bool {
+    let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    parse::cross_site(
+        text("origin"),
+        text("sec-fetch-site"),
+        text("host").unwrap_or(""),
+    )
 }
 
 /// The address a request came from.

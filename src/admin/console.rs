@@ -202,14 +202,7 @@ impl Admin {
                 None => login_page(StatusCode::OK, snapshot, None),
             },
             ("POST", "/console/login") => {
-                let h = &session.req_header().headers;
-                let host = h
-                    .get(header::HOST)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("");
-                let origin = h.get(header::ORIGIN).and_then(|v| v.to_str().ok());
-                let site = h.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-                if super::parse::cross_site(origin, site, host) {
+                if super::from_another_site(&session.req_header().headers) {
                     self.refused("origin");
                     return super::text(StatusCode::FORBIDDEN, "a login from another site\n");
                 }

@@ -1,4 +1,4 @@
-//! `vestibule ctl`: the admin API (§13 actions, the pace override, the queue API's serving
+//! `vestibule ctl`: the admin API (the operator actions, the pace override, the queue API's serving
 //! counter, the audit log) from a shell, for scripts and for operators without the console.
 //!
 //! It owns turning a command into one request ([`Call`]), sending it ([`http`]), and turning

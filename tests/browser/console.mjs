@@ -1,4 +1,4 @@
-// The operator console (SPEC §16) in a real browser (Debian's chromium, headless, through
+// The operator console (docs/src/operations/console.md) in a real browser (Debian's chromium, headless, through
 // playwright-core) against a running vestibule's admin listener. The Rust test starts vestibule,
 // then runs this with one JSON argument:
 //   {"admin": "http://127.0.0.1:PORT", "operator_token": "...", "viewer_token": "...",

@@ -1,5 +1,5 @@
-// The operator console (SPEC §16): renders the figures pushed on GET /console/stream (server-sent
-// events named "status", one JSON object each) and, for operators, sends the §13 actions through
+// The operator console (docs/src/operations/console.md): renders the figures pushed on GET /console/stream (server-sent
+// events named "status", one JSON object each) and, for operators, sends the operator actions through
 // the admin API with the session cookie and the X-CSRF-Token header. Everything that comes from the
 // data is set with textContent (never innerHTML), and the page is updated in place, so an open
 // dialog or a focused button survives every update. Plain ES2020, no dependency, no build step.
