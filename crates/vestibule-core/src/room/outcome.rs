@@ -141,6 +141,8 @@ pub struct Outcome {
     pub invitation: Option<Result<(), Refusal>>,
     /// Rooms with the queue API: the visitor's queue number, when they have one.
     pub queue_number: Option<u64>,
+    /// A pre-queue with a verifiable draw: the visitor's receipt.
+    pub receipt: Option<super::draw::Receipt>,
 }
 
 /// What a request brings besides its cookies. Only a visitor without a valid token
@@ -223,6 +225,7 @@ impl Outcome {
             pow: PowCount::default(),
             invitation: None,
             queue_number: None,
+            receipt: None,
         }
     }
 }

@@ -151,6 +151,8 @@ pub struct LocalStore {
     invites: Mutex<HashMap<Arc<str>, HashMap<u64, Used>>>,
     /// Per scope: the registers (queue numbers, the serving counter, resets).
     registers: Mutex<HashMap<Arc<str>, [u64; Register::ALL.len()]>>,
+    /// The secret of verifiable draws, once the process sets it.
+    draw_secret: std::sync::OnceLock<[u8; 32]>,
 }
 
 /// An invitation in use: who joined with it, and until when it matters.
@@ -294,6 +296,14 @@ impl CounterStore for LocalStore {
 
     fn marks_of(&self, scope: &str, kind: MarkKind, now: Timestamp) -> Vec<(u64, Timestamp)> {
         self.marks.of(scope, kind, now)
+    }
+
+    fn draw_secret(&self) -> Option<[u8; 32]> {
+        self.draw_secret.get().copied()
+    }
+
+    fn set_draw_secret(&self, secret: [u8; 32]) {
+        let _ = self.draw_secret.set(secret);
     }
 
     fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {

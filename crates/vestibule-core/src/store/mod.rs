@@ -134,6 +134,9 @@ pub enum MarkKind {
     /// An OpenID Connect authorization code traded for tokens (id: from its MAC; scope: the
     /// `[oidc]` room), until the code expires: a second trade is refused.
     CodeUsed,
+    /// A verifiable draw's receipt handed out (id: the receipt; scope: the room and the event's
+    /// pre-queue start), until a week after the event's end: the reveal lists them.
+    Receipt,
 }
 
 /// A value per scope that only grows, merged across nodes by the highest.
@@ -293,6 +296,16 @@ pub trait CounterStore: Send + Sync {
     fn key_seed(&self) -> Option<[u64; 4]> {
         None
     }
+
+    /// The in-process store's secret for verifiable draws (`room::draw`), set once by the
+    /// process from its state folder; `None` when none was set, and always in a shared store,
+    /// whose draws derive theirs from [`CounterStore::key_seed`].
+    fn draw_secret(&self) -> Option<[u8; 32]> {
+        None
+    }
+
+    /// Sets the in-process store's draw secret; the first call wins. A shared store ignores it.
+    fn set_draw_secret(&self, _secret: [u8; 32]) {}
 
     /// Drops what has expired. The in-process store calls this from a background task; a
     /// shared store with native expiry may do nothing.
