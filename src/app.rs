@@ -76,6 +76,7 @@ impl App {
         let now = crate::time::now();
         let state = State::for_config(&crate::config::load(config_path)?);
         let snapshot = Snapshot::load(config_path, None, &state, now)?;
+        crate::draws::keep_secret(&snapshot.config, &*state.store, state.shared.is_some());
         let metrics = Metrics::new();
         metrics.refresh(&snapshot, &*state.store);
         Ok(Arc::new(App {
@@ -174,6 +175,7 @@ impl App {
                 changes.join("; ")
             }
         );
+        crate::draws::keep_secret(&new.config, &*self.state.store, self.state.shared.is_some());
         let generation = new.generation;
         let new = Arc::new(new);
         self.current.store(new.clone());

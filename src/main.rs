@@ -93,6 +93,18 @@ enum Command {
     /// --out) from the per-minute history ([admin] history_dir) and the audit log; works with
     /// the proxy stopped. Exit 0 written, 1 nothing to report or unreadable, 2 usage.
     Report(ReportArgs),
+    /// Check a verifiable draw after its start: the commitment is sha256(seed) and every
+    /// receipt's place is HMAC-SHA256(seed, receipt), listed lowest first. Reads the draw's
+    /// URL ({api_prefix}/rooms/<room>/draws/<event>) or a saved copy. Exit 0 all match, 1 the
+    /// first mismatch is named, 2 the draw cannot be read.
+    VerifyDraw {
+        /// The draw's URL (http:// or https://).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        url: Option<String>,
+        /// A saved copy of the draw's JSON.
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+    },
     /// Print invitation codes for a room, signed with the ring's active key, one per
     /// line. Visitors present one with `?vestibule_invite=<code>` or `Vestibule-Invite: <code>`.
     Invite(InviteArgs),
@@ -387,6 +399,9 @@ fn main() -> ExitCode {
         Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Invite(args)) => invite(&cli.config, &args),
         Some(Command::Report(args)) => report(&cli.config, &args),
+        Some(Command::VerifyDraw { url, file }) => {
+            cli::verify_draw::run(url.as_deref(), file.as_deref())
+        }
         Some(Command::Origin {
             listen,
             threads,

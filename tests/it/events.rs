@@ -305,3 +305,227 @@ fn check_and_previews_know_events() {
         "{err}"
     );
 }
+
+/// Places recomputed outside vestibule, by Python's `hmac` and `hashlib`: for the `seed`
+/// (hex) and each receipt, `HMAC-SHA256(seed, receipt)`; and `sha256(seed)`. `None` (said
+/// loudly, a failure under CI) without python3.
+fn python_places(seed: &str, receipts: &[String]) -> Option<(String, Vec<String>)> {
+    use std::io::Write;
+    let script = "import hashlib, hmac, json, sys\n\
+                  d = json.load(sys.stdin)\n\
+                  seed = bytes.fromhex(d['seed'])\n\
+                  print(hashlib.sha256(seed).hexdigest())\n\
+                  for r in d['receipts']:\n    \
+                  print(hmac.new(seed, r.encode(), hashlib.sha256).hexdigest())\n";
+    let child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            missing_tool("python3, to recompute a verifiable draw", e);
+            return None;
+        }
+    };
+    let input = serde_json::json!({ "seed": seed, "receipts": receipts });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "python3 failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines().map(str::to_owned);
+    let commitment = lines.next().unwrap();
+    Some((commitment, lines.collect()))
+}
+
+fn verify_draw(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .arg("verify-draw")
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// A pre-queued event with a verifiable draw, end to end: the commitment is published before
+/// the start (on /status, the page, the JSON answer and the draw's URL), each visitor holds one
+/// receipt, the seed and every receipt's place are revealed after the start, places recomputed
+/// by Python's `hmac` match, the first minute's admissions are the lowest places, and
+/// `verify-draw` passes the real draw and names a tampered one.
+#[test]
+fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
+    let origin = Origin::start();
+    let start = unix_now() + 12;
+    let room = format!(
+        "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+         new_users_per_minute = 1000\nrefresh = \"5s\"\nrejoin_grace = \"1m\"\n\
+         [[room.event]]\nname = \"launch\"\nprequeue_start = \"{}\"\nstart = \"{}\"\n\
+         end = \"{}\"\nshuffle_at_start = true\ndraw = \"verifiable\"\nnew_users_per_minute = 4\n",
+        rfc3339(start - 60),
+        rfc3339(start),
+        rfc3339(start + 3600),
+    );
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(&room)
+        .start();
+    let draw_url = v.url("/.vestibule/rooms/sale/draws/launch");
+    let get_draw = || -> serde_json::Value {
+        let resp = client().get(&draw_url).send().unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json().unwrap()
+    };
+    // Before the start: the commitment, no seed, no receipts.
+    let before = get_draw();
+    let commitment = before["commitment"].as_str().unwrap().to_owned();
+    assert_eq!(commitment.len(), 64, "{before}");
+    assert!(
+        before["seed"].is_null() && before.get("receipts").is_none(),
+        "{before}"
+    );
+    let status = v.status();
+    let room_status = status["rooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "sale")
+        .unwrap();
+    assert_eq!(
+        room_status["event"]["draw"]["commitment"],
+        commitment.as_str()
+    );
+    let (code, text) = verify_draw(&["--url", &draw_url]);
+    assert_eq!(code, 2, "not revealed yet: {text}");
+
+    // Twelve visitors pre-queue: each gets a receipt, the same when they ask again.
+    let mut users: Vec<User> = (0..12).map(User::new).collect();
+    let mut receipts = Vec::new();
+    for u in &mut users {
+        let (decision, body) = u.decision(&v);
+        assert_eq!(decision, "prequeue", "{body}");
+        assert_eq!(body["draw_commitment"], commitment.as_str(), "{body}");
+        let receipt = body["receipt"].as_str().unwrap().to_owned();
+        assert_eq!(receipt.len(), 19, "{receipt}");
+        receipts.push(receipt);
+    }
+    let (_, again) = users[0].decision(&v);
+    assert_eq!(again["receipt"], receipts[0].as_str());
+    // The page shows the receipt, the commitment and where to check.
+    let page = client()
+        .get(v.url("/"))
+        .header("X-Forwarded-For", &users[1].ip)
+        .header(
+            "Cookie",
+            format!("waiting_room={}", users[1].cookie.as_deref().unwrap()),
+        )
+        .header("Accept", "text/html")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(page.contains(&receipts[1]), "{page}");
+    assert!(page.contains(&commitment), "{page}");
+    // (The link's slashes are escaped as `&#x2f;`, as every value on a page is.)
+    assert!(
+        page.contains("href=\"&#x2f;.vestibule&#x2f;rooms&#x2f;sale&#x2f;draws&#x2f;launch\""),
+        "{page}"
+    );
+    assert!(!page.contains(vestibule::draws::RECEIPT_MARK));
+
+    // From the start, each comes back when their token says, until the minute's 4 are in.
+    let start_at = Instant::now()
+        + Duration::from_secs_f64(
+            start as f64
+                - SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64(),
+        );
+    let mut next = vec![start_at + Duration::from_millis(200); users.len()];
+    let mut admitted: Vec<usize> = Vec::new();
+    let deadline = start_at + Duration::from_secs(45);
+    while admitted.len() < 4 && Instant::now() < deadline {
+        let now = Instant::now();
+        for (i, u) in users.iter_mut().enumerate() {
+            if admitted.contains(&i) || next[i] > now {
+                continue;
+            }
+            let (decision, body) = u.decision(&v);
+            match decision.as_str() {
+                "allow" => admitted.push(i),
+                "wait" | "anon" | "prequeue" => {
+                    let secs = body["refresh_seconds"].as_u64().unwrap();
+                    next[i] = now + Duration::from_secs(secs);
+                }
+                other => panic!("{other}: {body}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admitted.len(), 4, "let in: {admitted:?}");
+
+    // The reveal: the seed, and every receipt with its place, lowest first.
+    let after = get_draw();
+    assert_eq!(after["commitment"], commitment.as_str());
+    let seed = after["seed"].as_str().unwrap().to_owned();
+    let revealed: Vec<(String, String)> = after["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["receipt"].as_str().unwrap().to_owned(),
+                r["place"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut listed: Vec<String> = revealed.iter().map(|r| r.0.clone()).collect();
+    listed.sort();
+    let mut handed: Vec<String> = receipts.clone();
+    handed.sort();
+    assert_eq!(listed, handed, "every receipt handed out is revealed");
+    assert!(!after.to_string().contains("10.1.0."), "no identities");
+    if let Some((sha, places)) = python_places(&seed, &receipts) {
+        assert_eq!(sha, commitment, "the commitment is sha256(seed)");
+        for (receipt, place) in receipts.iter().zip(&places) {
+            let shown = &revealed.iter().find(|r| &r.0 == receipt).unwrap().1;
+            assert_eq!(shown, place, "{receipt}");
+        }
+        // The minute's four are the four lowest places.
+        let mut order: Vec<usize> = (0..receipts.len()).collect();
+        order.sort_by(|a, b| places[*a].cmp(&places[*b]));
+        let mut lowest: Vec<usize> = order[..4].to_vec();
+        lowest.sort();
+        let mut got = admitted.clone();
+        got.sort();
+        println!("admitted {admitted:?}; the draw's order {order:?}");
+        assert_eq!(
+            got, lowest,
+            "the first minute's admissions follow the places"
+        );
+    }
+
+    // verify-draw: the real draw passes; a tampered copy fails naming it; junk cannot be read.
+    let (code, text) = verify_draw(&["--url", &draw_url]);
+    assert_eq!(code, 0, "{text}");
+    let saved = v.path("draw.json");
+    let mut tampered = after.clone();
+    tampered["receipts"][2]["place"] = tampered["receipts"][3]["place"].clone();
+    std::fs::write(&saved, tampered.to_string()).unwrap();
+    let (code, text) = verify_draw(&["--file", saved.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("receipts[2]"), "{text}");
+    std::fs::write(&saved, "not json").unwrap();
+    assert_eq!(verify_draw(&["--file", saved.to_str().unwrap()]).0, 2);
+}
