@@ -146,7 +146,10 @@ const REVEAL_TTL_MS: u64 = 5_000;
 
 /// Reveals made lately, by room, event and pre-queue start: the receipts' places are
 /// computed once per [`REVEAL_TTL_MS`], however many ask.
-static REVEALS: Mutex<Option<HashMap<(String, String, u64), (u64, Bytes)>>> = Mutex::new(None);
+static REVEALS: Mutex<Option<Reveals>> = Mutex::new(None);
+
+/// (room, event, pre-queue start) → (when made, Unix ms; the JSON).
+type Reveals = HashMap<(String, String, u64), (u64, Bytes)>;
 
 /// The answer to `GET {api_prefix}/rooms/<room>/draws/<event>`: status and JSON body.
 pub(crate) fn published(

@@ -344,6 +344,41 @@ fn python_places(seed: &str, receipts: &[String]) -> Option<(String, Vec<String>
     Some((commitment, lines.collect()))
 }
 
+/// The fenced ```` ```lang ```` block of the verifiable draws' docs page.
+fn docs_check(lang: &str) -> String {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/concepts/draws.md"),
+    )
+    .unwrap();
+    let open = format!("```{lang}\n");
+    let from = page.find(&open).expect("the docs' block") + open.len();
+    page[from..from + page[from..].find("```").unwrap()].to_owned()
+}
+
+/// Runs the docs' ten-line check in `lang` (`python` or `js`) on the draw saved at `file`:
+/// `Some(passed)`, or `None` (said loudly, a failure under CI) without its interpreter.
+fn run_docs_check(lang: &str, file: &std::path::Path) -> Option<bool> {
+    let (program, ext) = if lang == "python" {
+        ("python3", "py")
+    } else {
+        ("node", "js")
+    };
+    // Run as the docs say: a saved program, given the saved draw.
+    let script = file.with_file_name(format!("check.{ext}"));
+    std::fs::write(&script, docs_check(lang)).unwrap();
+    match std::process::Command::new(program)
+        .arg(&script)
+        .arg(file)
+        .output()
+    {
+        Ok(out) => Some(out.status.success()),
+        Err(e) => {
+            missing_tool(&format!("{program}, to run the docs' draw check"), e);
+            None
+        }
+    }
+}
+
 fn verify_draw(args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(BIN)
         .arg("verify-draw")
@@ -520,12 +555,24 @@ fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
     let (code, text) = verify_draw(&["--url", &draw_url]);
     assert_eq!(code, 0, "{text}");
     let saved = v.path("draw.json");
+    // The docs' Python and JavaScript checks pass the real draw, and fail the tampered one.
+    std::fs::write(&saved, after.to_string()).unwrap();
+    for lang in ["python", "js"] {
+        if let Some(passed) = run_docs_check(lang, &saved) {
+            assert!(passed, "the docs' {lang} check fails the real draw");
+        }
+    }
     let mut tampered = after.clone();
     tampered["receipts"][2]["place"] = tampered["receipts"][3]["place"].clone();
     std::fs::write(&saved, tampered.to_string()).unwrap();
     let (code, text) = verify_draw(&["--file", saved.to_str().unwrap()]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("receipts[2]"), "{text}");
+    for lang in ["python", "js"] {
+        if let Some(passed) = run_docs_check(lang, &saved) {
+            assert!(!passed, "the docs' {lang} check passes a tampered draw");
+        }
+    }
     std::fs::write(&saved, "not json").unwrap();
     assert_eq!(verify_draw(&["--file", saved.to_str().unwrap()]).0, 2);
 }
