@@ -25,7 +25,7 @@ h1{font-size:1.6rem;margin-bottom:.2rem}.sub{color:#666;margin-top:0}\
 .card{border:1px solid #ddd;border-radius:6px;padding:.6rem .8rem}.card b{display:block;font-size:1.4rem}\
 .card span{color:#666;font-size:.85rem}table{border-collapse:collapse;font-size:.85rem;width:100%}\
 th,td{border-bottom:1px solid #eee;padding:.25rem .4rem;text-align:right}th{background:#f6f6f6}\
-td:first-child,th:first-child{text-align:left}svg.chart{display:block;height:auto;border:1px solid #eee}\
+td:first-child,th:first-child{text-align:left}.charts{overflow-x:auto}svg.chart{display:block;height:auto;min-width:640px;border:1px solid #eee}\
 .note{color:#666;font-size:.85rem}details{margin:1rem 0}";
 
 /// The whole page.
@@ -152,10 +152,11 @@ pub(super) fn render(r: &Report) -> String {
     h
 }
 
-/// The charts, one inline `<svg>` (`svg.rs`), and what its grey lines are.
+/// The charts, one inline `<svg>` (`svg.rs`), and what its grey lines are. On a phone the
+/// figure keeps a readable size and scrolls sideways rather than shrinking its text to nothing.
 fn charts(r: &Report) -> String {
     format!(
-        "{}<p class=\"note\">Grey vertical lines: operator actions (listed below; point at one \
+        "<div class=\"charts\">{}</div><p class=\"note\">Grey vertical lines: operator actions (listed below; point at one \
          for who did what).</p>",
         super::svg::render(r)
     )
