@@ -576,3 +576,87 @@ fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
     std::fs::write(&saved, "not json").unwrap();
     assert_eq!(verify_draw(&["--file", saved.to_str().unwrap()]).0, 2);
 }
+
+/// A single node keeps its draw secret in the state folder: a restart keeps the commitment and
+/// every visitor's receipt, and a receipt handed out before the restart is revealed once its
+/// holder comes back.
+#[test]
+fn a_verifiable_draw_keeps_its_commitment_and_receipts_across_a_restart() {
+    let origin = Origin::start();
+    let start = unix_now() + 25;
+    let room = format!(
+        "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+         new_users_per_minute = 1000\nrefresh = \"5s\"\n\
+         [[room.event]]\nname = \"launch\"\nprequeue_start = \"{}\"\nstart = \"{}\"\n\
+         end = \"{}\"\nshuffle_at_start = true\ndraw = \"verifiable\"\n",
+        rfc3339(start - 600),
+        rfc3339(start),
+        rfc3339(start + 3600),
+    );
+    let mut v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(&room)
+        .start();
+    let commitment = |v: &Vestibule| {
+        v.status()["rooms"][0]["event"]["draw"]["commitment"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = commitment(&v);
+    let mut u = User::new(7);
+    let (decision, body) = u.decision(&v);
+    assert_eq!(decision, "prequeue", "{body}");
+    let receipt = body["receipt"].as_str().unwrap().to_owned();
+    let secret = v.path("state/draw-secret");
+    assert!(
+        secret.exists(),
+        "the draw secret is kept in the state folder"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    v.proc.signal("TERM");
+    assert!(v.proc.wait_exit(Duration::from_secs(10)).is_some());
+    v.proc = spawn(
+        &["--config", v.config_path().to_str().unwrap()],
+        &v.path("vestibule.log"),
+        &[],
+    );
+    assert!(
+        wait_for_port(v.proxy, Duration::from_secs(15))
+            && wait_for_port(v.admin, Duration::from_secs(5))
+    );
+    assert_eq!(commitment(&v), before, "a restart keeps the commitment");
+    let (_, body) = u.decision(&v);
+    assert_eq!(
+        body["receipt"],
+        receipt.as_str(),
+        "and the visitor's receipt"
+    );
+    // After the start the reveal lists it, with the seed the commitment named.
+    std::thread::sleep(Duration::from_secs(start.saturating_sub(unix_now()) + 1));
+    let _ = u.decision(&v);
+    let draw: serde_json::Value = client()
+        .get(v.url("/.vestibule/rooms/sale/draws/launch"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(draw["commitment"], before.as_str());
+    assert!(
+        draw["receipts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["receipt"] == receipt.as_str()),
+        "{draw}"
+    );
+    assert_eq!(
+        vestibule_core::room::draw::verify(draw.to_string().as_bytes()),
+        Ok(1)
+    );
+}
