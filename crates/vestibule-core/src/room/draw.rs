@@ -160,17 +160,20 @@ impl Receipt {
     /// A receipt's text back to the receipt (exactly the form [`Receipt::text`] writes).
     pub fn parse(text: &str) -> Option<Receipt> {
         let b = text.as_bytes();
-        if b.len() != 19 || [4, 9, 14].iter().any(|&i| b[i] != b'-') {
+        if b.len() != 19 {
             return None;
         }
-        let digits: String = text.split('-').collect();
-        if !digits
-            .bytes()
-            .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-        {
-            return None;
+        let mut id = 0u64;
+        for (i, &c) in b.iter().enumerate() {
+            let digit = match c {
+                b'-' if i % 5 == 4 => continue,
+                b'0'..=b'9' if i % 5 != 4 => c - b'0',
+                b'a'..=b'f' if i % 5 != 4 => c - b'a' + 10,
+                _ => return None,
+            };
+            id = id << 4 | u64::from(digit);
         }
-        u64::from_str_radix(&digits, 16).ok().map(Receipt)
+        Some(Receipt(id))
     }
 }
 
@@ -400,6 +403,9 @@ mod tests {
             "0123-4567-89ab-cdeF",
             "0123-4567-89ab-cde",
             "0123456789abcdef000",
+            // Found by fuzzing: a dash where a digit goes.
+            "ab-c-4567-89ab-cdef",
+            "0123-4567-89ab--def",
         ] {
             assert_eq!(Receipt::parse(bad), None, "{bad}");
         }
