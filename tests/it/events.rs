@@ -660,3 +660,53 @@ fn a_verifiable_draw_keeps_its_commitment_and_receipts_across_a_restart() {
         Ok(1)
     );
 }
+
+/// `verify-draw --url https://…` checks the certificate against the trusted roots: a site whose
+/// certificate nobody vouches for cannot be read (exit 2), and one the roots trust is
+/// (`SSL_CERT_FILE` names them, as OpenSSL's tools read it).
+#[test]
+fn verify_draw_reads_https_only_from_a_trusted_certificate() {
+    let origin = Origin::start();
+    let start = unix_now() + 2;
+    let tls = free_addr();
+    let room = format!(
+        "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+         new_users_per_minute = 10\n\
+         [[room.event]]\nname = \"launch\"\nprequeue_start = \"{}\"\nstart = \"{}\"\n\
+         end = \"{}\"\nshuffle_at_start = true\ndraw = \"verifiable\"\n",
+        rfc3339(start - 60),
+        rfc3339(start),
+        rfc3339(start + 3600),
+    );
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(&room)
+        .self_signed_tls(tls, &["localhost"])
+        .start();
+    assert!(wait_for_port(tls, Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_secs(start.saturating_sub(unix_now()) + 1));
+    let url = format!(
+        "https://localhost:{}/.vestibule/rooms/sale/draws/launch",
+        tls.port()
+    );
+    let run = |trusted: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["verify-draw", "--url", &url]);
+        if let Some(pem) = trusted {
+            cmd.env("SSL_CERT_FILE", pem);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned()
+                + &String::from_utf8_lossy(&out.stdout),
+        )
+    };
+    let (code, text) = run(Some(&v.path("tls/site.pem")));
+    assert_eq!(code, 0, "{text}");
+    let empty = v.path("no-roots.pem");
+    std::fs::write(&empty, "").unwrap();
+    let (code, text) = run(Some(&empty));
+    assert_eq!(code, 2, "{text}");
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+}
