@@ -280,6 +280,7 @@ impl BackgroundService for Housekeeping {
                     // The minute in progress, so a report after the event has it.
                     let snapshot = self.app.snapshot();
                     self.app.minutes.finish(&snapshot, &self.app.metrics, &node, crate::time::now());
+                    self.app.sync_receipts(&snapshot, crate::time::now());
                     crate::logging::set_buffering(false);
                     return;
                 }
@@ -295,6 +296,7 @@ impl BackgroundService for Housekeeping {
                     let counters = self.app.metrics.console_counters(&snapshot);
                     self.app.recent.sample(counters, now);
                     self.app.minutes.tick(&snapshot, &self.app.metrics, &node, now);
+                    self.app.sync_receipts(&snapshot, now);
                 }
             }
         }

@@ -3,7 +3,8 @@
 //! mismatch, 2 when the draw cannot be read (unreachable, not JSON, not revealed yet).
 //!
 //! The URL is fetched with one plain GET (`http://`, or `https://` checked against the system's
-//! trusted roots), no redirects followed, within the same deadlines as `vestibule ctl`.
+//! trusted roots, or those `SSL_CERT_FILE` names), no redirects followed, within the same
+//! deadlines as `vestibule ctl`. What the server sent is printed escaped.
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
@@ -12,9 +13,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use vestibule::ctl::http;
-use vestibule_core::room::draw::{verify, Unverified};
+use vestibule_core::room::draw::{verify_with, Expect, Unverified};
 
-pub fn run(url: Option<&str>, file: Option<&Path>) -> ExitCode {
+pub fn run(url: Option<&str>, file: Option<&Path>, expect: Expect) -> ExitCode {
     let unreadable = |m: String| {
         eprintln!("vestibule verify-draw: {m}");
         ExitCode::from(2)
@@ -30,12 +31,31 @@ pub fn run(url: Option<&str>, file: Option<&Path>) -> ExitCode {
         },
         (None, None) => return unreadable("give --url or --file".into()),
     };
-    match verify(&bytes) {
-        Ok(n) => {
+    match verify_with(&bytes, &expect) {
+        Ok(checked) => {
             println!(
-                "the draw checks out: the commitment is sha256(seed), and all {n} receipts' \
-                 places are HMAC-SHA256(seed, receipt), listed in order"
+                "the draw checks out: the commitment is sha256(seed){}, and all {} receipts' \
+                 places are HMAC-SHA256(seed, receipt), listed in order",
+                if expect.commitment.is_some() {
+                    " and the one published before the start"
+                } else {
+                    ""
+                },
+                checked.receipts
             );
+            for (receipt, place, rank) in &checked.found {
+                println!(
+                    "{receipt}: place {place}, number {} of {} in the draw's order",
+                    rank + 1,
+                    checked.receipts
+                );
+            }
+            if checked.receipts == 0 {
+                eprintln!(
+                    "vestibule verify-draw: note: the draw lists no receipts (nobody pre-queued, \
+                     or it is read after its receipts were forgotten)"
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(Unverified::Mismatch(m)) => {
@@ -80,11 +100,12 @@ fn fetch(url: &str) -> Result<Vec<u8>, String> {
     };
     if answer.status != 200 {
         let body = String::from_utf8_lossy(&answer.body);
-        return Err(format!(
-            "answered {}: {}",
-            answer.status,
-            body.chars().take(300).collect::<String>()
-        ));
+        let body: String = body
+            .chars()
+            .take(300)
+            .flat_map(char::escape_debug)
+            .collect();
+        return Err(format!("answered {}: {body}", answer.status));
     }
     Ok(answer.body)
 }
@@ -122,6 +143,12 @@ fn https_get(addr: &str, host: &str, authority: &str, path: &str) -> Result<http
     tcp.set_read_timeout(Some(http::TIMEOUT))
         .and_then(|()| tcp.set_write_timeout(Some(http::TIMEOUT)))
         .map_err(|e| e.to_string())?;
+    // One deadline for the whole exchange, as for plain HTTP: a server that trickles bytes
+    // cannot hold the check.
+    let tcp = http::Deadline {
+        stream: tcp,
+        until: std::time::Instant::now() + http::TIMEOUT * http::ANSWER_TIMEOUTS,
+    };
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     let head = format!(
         "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: vestibule-verify-draw/{}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",

@@ -13,10 +13,11 @@
 //! - admissions per minute against the event's `new_users_per_minute`.
 //!
 //! A third run draws with `draw = "verifiable"`: each pre-queued visitor's receipt is kept, and
-//! the run counts the pairs of pre-queued visitors let in in different minutes whose minutes
-//! contradict their receipts' places (`HMAC-SHA256(seed, receipt)`, as published): the share of
-//! such pairs says how closely each minute's admissions followed the published draw (goal:
-//! about 0; within a minute a fifo room lets visitors in at their check-ins).
+//! the run measures how closely each minute's admissions followed the published places
+//! (`HMAC-SHA256(seed, receipt)`): the share of pre-queued visitors let in in another minute
+//! than their rank among the places gives (the k-th lowest place goes in the minute the k-th
+//! admission fell in). A fifo room orders by arrival buckets of half a `refresh`, so visitors
+//! whose places are that close may swap, across a minute's boundary too.
 //!
 //! It writes `event.png`: admission time against arrival time, one panel per run without and
 //! with the keyed shuffle.
@@ -136,9 +137,9 @@ pub struct EventReport {
     /// `new_users_per_minute` pre-queued visitors let in: about `(n − 1) / 2` for a fair draw,
     /// `(k − 1) / 2` in arrival order.
     pub first_mean_rank: f64,
-    /// A verifiable draw: among pairs of pre-queued visitors let in in different minutes, the
-    /// share whose minutes contradict their receipts' published places.
-    pub misordered: Option<f64>,
+    /// A verifiable draw: the share of the pre-queued who got in in another minute than their
+    /// rank among the published places gives.
+    pub other_minute: Option<f64>,
 }
 
 impl EventReport {
@@ -155,10 +156,10 @@ impl EventReport {
             self.first_mean_rank,
             self.overtaken
         );
-        if let Some(share) = self.misordered {
+        if let Some(share) = self.other_minute {
             let _ = writeln!(
                 s,
-                "  draw = \"verifiable\": pairs let in in different minutes against their published places: {:.2} %",
+                "  draw = \"verifiable\": pre-queued let in in another minute than their published place gives: {:.1} %",
                 share * 100.0
             );
         }
@@ -287,17 +288,12 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
                 ))
             })
             .collect();
+        // The k-th lowest place should go in the minute of the k-th admission.
+        let mut minutes: Vec<u64> = got.iter().map(|g| g.1).collect();
+        minutes.sort_unstable();
         got.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (mut apart, mut against) = (0u64, 0u64);
-        for (i, (_, early)) in got.iter().enumerate() {
-            for (_, late) in &got[i + 1..] {
-                if early != late {
-                    apart += 1;
-                    against += u64::from(early > late);
-                }
-            }
-        }
-        report.misordered = Some(against as f64 / apart.max(1) as f64);
+        let other = got.iter().zip(&minutes).filter(|(g, m)| g.1 != **m).count();
+        report.other_minute = Some(other as f64 / got.len().max(1) as f64);
     }
     Ok(report)
 }
@@ -380,7 +376,7 @@ fn report(
         prequeued_in: (x.len(), opts.prequeue as usize),
         per_minute,
         visits,
-        misordered: None,
+        other_minute: None,
     }
 }
 
@@ -610,9 +606,10 @@ mod tests {
     fn a_verifiable_draw_lets_the_pre_queue_in_in_the_order_of_its_published_places() {
         // (Prints its summaries with --nocapture.) The same event as the keyed shuffle's test,
         // drawn verifiably: the pre-queue still goes first, at the event's pace, in an order
-        // that owes nothing to arrival, and each minute lets in the lowest published places
-        // (out of order only for visitors whose places fell in one arrival bucket, 1/480 of
-        // the pre-queue, and came back out of order by a browser's latency).
+        // that owes nothing to arrival, and each minute lets in the lowest published places, to
+        // the room's resolution (an arrival bucket is 10 s of the 20-minute pre-queue: 1/120
+        // of it, a third of a minute's admissions here; visitors that close may swap across a
+        // minute's boundary).
         let opts = EventOptions {
             prequeue: 400,
             later: 200,
@@ -627,8 +624,8 @@ mod tests {
         assert_eq!(r.prequeued_in, (400, 400), "{}", r.summary(&opts));
         assert_eq!(r.overtaken, 0, "{}", r.summary(&opts));
         assert!(r.tau_prequeue.abs() < 0.1, "{}", r.summary(&opts));
-        let share = r.misordered.expect("the places of a verifiable draw");
-        assert!(share < 0.01, "{}", r.summary(&opts));
+        let share = r.other_minute.expect("the places of a verifiable draw");
+        assert!(share < 0.05, "{}", r.summary(&opts));
         // A keyed shuffle of the same event has no published places.
         let keyed = run(
             &EventOptions {
@@ -638,7 +635,7 @@ mod tests {
             true,
         )
         .unwrap();
-        assert_eq!(keyed.misordered, None);
+        assert_eq!(keyed.other_minute, None);
     }
 
     #[test]

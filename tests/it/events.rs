@@ -355,9 +355,10 @@ fn docs_check(lang: &str) -> String {
     page[from..from + page[from..].find("```").unwrap()].to_owned()
 }
 
-/// Runs the docs' ten-line check in `lang` (`python` or `js`) on the draw saved at `file`:
-/// `Some(passed)`, or `None` (said loudly, a failure under CI) without its interpreter.
-fn run_docs_check(lang: &str, file: &std::path::Path) -> Option<bool> {
+/// Runs the docs' ten-line check in `lang` (`python` or `js`) on the draw saved at `file`,
+/// against the `commitment` noted before the start if given: `Some(passed)`, or `None` (said
+/// loudly, a failure under CI) without its interpreter.
+fn run_docs_check(lang: &str, file: &std::path::Path, commitment: Option<&str>) -> Option<bool> {
     let (program, ext) = if lang == "python" {
         ("python3", "py")
     } else {
@@ -369,6 +370,7 @@ fn run_docs_check(lang: &str, file: &std::path::Path) -> Option<bool> {
     match std::process::Command::new(program)
         .arg(&script)
         .arg(file)
+        .args(commitment)
         .output()
     {
         Ok(out) => Some(out.status.success()),
@@ -537,29 +539,73 @@ fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
             let shown = &revealed.iter().find(|r| &r.0 == receipt).unwrap().1;
             assert_eq!(shown, place, "{receipt}");
         }
-        // The minute's four are the four lowest places.
-        let mut order: Vec<usize> = (0..receipts.len()).collect();
-        order.sort_by(|a, b| places[*a].cmp(&places[*b]));
-        let mut lowest: Vec<usize> = order[..4].to_vec();
-        lowest.sort();
-        let mut got = admitted.clone();
-        got.sort();
-        println!("admitted {admitted:?}; the draw's order {order:?}");
-        assert_eq!(
-            got, lowest,
-            "the first minute's admissions follow the places"
+    }
+    // The minute's four are the four lowest places, to the room's resolution: a place is an
+    // arrival within the pre-queue (its first 53 bits as a fraction of it, as the docs say),
+    // and a fifo room lets in out of arrival order only visitors who arrived within one
+    // refresh interval (5 s here) of each other.
+    let place_of = |i: usize| {
+        revealed
+            .iter()
+            .find(|r| r.0 == receipts[i])
+            .unwrap()
+            .1
+            .clone()
+    };
+    let opens = start - 60;
+    let span = (start / 2 * 2 - opens) as f64;
+    let arrival = |i: usize| {
+        let top = u64::from_str_radix(&place_of(i)[..16], 16).unwrap();
+        opens + ((top >> 11) as f64 / (1u64 << 53) as f64 * span) as u64
+    };
+    let mut order: Vec<usize> = (0..receipts.len()).collect();
+    order.sort_by_key(|i| place_of(*i));
+    let fourth = arrival(order[3]);
+    println!("admitted {admitted:?}; the draw's order {order:?}");
+    for &i in &admitted {
+        assert!(
+            arrival(i) <= fourth + 5,
+            "visitor {i} got in ahead of the four lowest places: {admitted:?}, order {order:?}"
         );
+    }
+    for &i in &order {
+        if arrival(i) + 5 < fourth {
+            assert!(
+                admitted.contains(&i),
+                "visitor {i}, among the four lowest places, waits: {admitted:?}, order {order:?}"
+            );
+        }
     }
 
     // verify-draw: the real draw passes; a tampered copy fails naming it; junk cannot be read.
     let (code, text) = verify_draw(&["--url", &draw_url]);
     assert_eq!(code, 0, "{text}");
+    // Against the commitment noted before the start, and a visitor's own receipt.
+    let (code, text) = verify_draw(&[
+        "--url",
+        &draw_url,
+        "--commitment",
+        &commitment,
+        "--receipt",
+        &receipts[5],
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains(&format!("{}: place", receipts[5])), "{text}");
+    let other = "0".repeat(64);
+    let (code, text) = verify_draw(&["--url", &draw_url, "--commitment", &other]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("published before the start"), "{text}");
+    let (code, text) = verify_draw(&["--url", &draw_url, "--receipt", "0000-0000-0000-0000"]);
+    assert_eq!(code, 1, "{text}");
     let saved = v.path("draw.json");
     // The docs' Python and JavaScript checks pass the real draw, and fail the tampered one.
     std::fs::write(&saved, after.to_string()).unwrap();
     for lang in ["python", "js"] {
-        if let Some(passed) = run_docs_check(lang, &saved) {
+        if let Some(passed) = run_docs_check(lang, &saved, Some(&commitment)) {
             assert!(passed, "the docs' {lang} check fails the real draw");
+        }
+        if let Some(passed) = run_docs_check(lang, &saved, Some(&other)) {
+            assert!(!passed, "the docs' {lang} check takes another commitment");
         }
     }
     let mut tampered = after.clone();
@@ -569,7 +615,7 @@ fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("receipts[2]"), "{text}");
     for lang in ["python", "js"] {
-        if let Some(passed) = run_docs_check(lang, &saved) {
+        if let Some(passed) = run_docs_check(lang, &saved, None) {
             assert!(!passed, "the docs' {lang} check passes a tampered draw");
         }
     }
@@ -577,9 +623,9 @@ fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
     assert_eq!(verify_draw(&["--file", saved.to_str().unwrap()]).0, 2);
 }
 
-/// A single node keeps its draw secret in the state folder: a restart keeps the commitment and
-/// every visitor's receipt, and a receipt handed out before the restart is revealed once its
-/// holder comes back.
+/// A single node keeps its draw secret and its receipts in the state folder: a restart keeps
+/// the commitment, every visitor's receipt, and the receipts to reveal, even of a visitor who
+/// never asks again.
 #[test]
 fn a_verifiable_draw_keeps_its_commitment_and_receipts_across_a_restart() {
     let origin = Origin::start();
@@ -608,6 +654,20 @@ fn a_verifiable_draw_keeps_its_commitment_and_receipts_across_a_restart() {
     let (decision, body) = u.decision(&v);
     assert_eq!(decision, "prequeue", "{body}");
     let receipt = body["receipt"].as_str().unwrap().to_owned();
+    // A second visitor never asks again: their receipt is in the reveal from the file the
+    // node wrote it to (synced every second).
+    let (_, body) = User::new(8).decision(&v);
+    let silent = body["receipt"].as_str().unwrap().to_owned();
+    let written = v.path("state/draws");
+    assert!(
+        eventually(Duration::from_secs(5), || std::fs::read_dir(&written)
+            .map(|d| d
+                .flatten()
+                .any(|f| std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains(&silent))))
+            .unwrap_or(false)),
+        "the receipts are written down in {}",
+        written.display()
+    );
     let secret = v.path("state/draw-secret");
     assert!(
         secret.exists(),
@@ -647,17 +707,19 @@ fn a_verifiable_draw_keeps_its_commitment_and_receipts_across_a_restart() {
         .json()
         .unwrap();
     assert_eq!(draw["commitment"], before.as_str());
-    assert!(
-        draw["receipts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["receipt"] == receipt.as_str()),
-        "{draw}"
-    );
+    for r in [&receipt, &silent] {
+        assert!(
+            draw["receipts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["receipt"] == r.as_str()),
+            "{r}: {draw}"
+        );
+    }
     assert_eq!(
         vestibule_core::room::draw::verify(draw.to_string().as_bytes()),
-        Ok(1)
+        Ok(2)
     );
 }
 

@@ -161,7 +161,8 @@ fn check_event(
     let k = |field: &str| format!("event[{j}].{field}");
     let mut bad = |field: &str, message: String| problems.push((k(field), message));
     let name = e.name.clone().unwrap_or_default();
-    if name.is_empty()
+    // At least one letter or digit: "." and ".." would name no path (the draw's URL).
+    if !name.chars().any(|c| c.is_ascii_alphanumeric())
         || name.len() > 64
         || !name
             .chars()
@@ -170,7 +171,8 @@ fn check_event(
         bad(
             "name",
             format!(
-                "needs a name of letters, digits, '_', '-' and '.' (at most 64), got \"{name}\""
+                "needs a name of letters, digits, '_', '-' and '.' (at most 64, a letter or digit \
+                 among them), got \"{name}\""
             ),
         );
     }

@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::EventConfig;
 use crate::identity::Identity;
-use crate::store::{CounterStore, Mark, MarkKind};
+use crate::store::CounterStore;
 use crate::time::Timestamp;
 
 /// How long after an event's end its receipts are remembered, so its draw is still published.
@@ -100,9 +100,9 @@ pub fn secret_of(store: &dyn CounterStore) -> Option<DrawSecret> {
         .or_else(|| store.key_seed().map(DrawSecret::of_key_seed))
 }
 
-/// The store scope of `room`'s `event`'s receipts.
-fn scope(room: &str, event: &EventConfig) -> String {
-    format!("{room}:draw:{}", event.opens())
+/// The store scope of `room`'s `event`'s receipts: the draw's name (room, event, pre-queue).
+pub fn scope(room: &str, event: &EventConfig) -> String {
+    format!("{room}:draw:{}:{}", event.name, event.opens())
 }
 
 /// Hands `uid` their receipt in `room`'s verifiable `event`, remembering it for the reveal, and
@@ -118,27 +118,21 @@ pub(crate) fn hand_out(
 ) -> Option<(Receipt, f64)> {
     let secret = secret_of(store)?;
     let receipt = secret.receipt(room, event, uid);
-    let mark = Mark {
-        kind: MarkKind::Receipt,
-        id: receipt.0,
-    };
     let until = Timestamp::from_secs(event.end.saturating_add(REVEAL_KEPT_SECS));
-    store.mark(&scope(room, event), mark, until, now);
+    store.note_receipt(&scope(room, event), receipt.0, until, now);
     Some((receipt, secret.draw(room, event).fraction(receipt)))
 }
 
-/// Every receipt handed out in `room`'s `event` that `store` knows (a cluster's, once synced).
+/// Every receipt handed out in `room`'s `event` that `store` knows (a cluster's, once synced),
+/// and how many were handed out past the store's bound and are not remembered.
 pub fn receipts(
     store: &dyn CounterStore,
     room: &str,
     event: &EventConfig,
     now: Timestamp,
-) -> Vec<Receipt> {
-    store
-        .marks_of(&scope(room, event), MarkKind::Receipt, now)
-        .into_iter()
-        .map(|(id, _)| Receipt(id))
-        .collect()
+) -> (Vec<Receipt>, u64) {
+    let list = store.receipts(&scope(room, event), 0, now);
+    (list.ids.into_iter().map(Receipt).collect(), list.left_out)
 }
 
 fn hmac(key: &[u8]) -> HmacSha256 {
@@ -280,10 +274,38 @@ fn hex32(text: &str) -> Option<[u8; 32]> {
         .map(|()| out)
 }
 
+/// What a checker expects of a published draw besides its own consistency.
+#[derive(Clone, Debug, Default)]
+pub struct Expect {
+    /// The commitment published before the start (from the page, `/status` or the draw's URL,
+    /// noted then): the revealed one must be it.
+    pub commitment: Option<String>,
+    /// Receipts that must be listed (a visitor's own).
+    pub receipts: Vec<String>,
+}
+
+/// A draw that checked out: how many receipts it lists, and where each expected receipt
+/// stands (its place and its rank, 0 first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    pub receipts: usize,
+    pub found: Vec<(String, String, usize)>,
+}
+
+/// `s` as it may be printed: control characters escaped, at most 80 characters.
+fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(80).flat_map(char::escape_debug).collect();
+    if s.chars().count() > 80 {
+        out.push('…');
+    }
+    out
+}
+
 /// Checks a published draw (the JSON of its URL after the start): the commitment is the
-/// seed's SHA-256, every place is `HMAC-SHA256(seed, receipt)`, and the receipts are listed
-/// by place. Returns how many receipts it checked.
-pub fn verify(json: &[u8]) -> Result<usize, Unverified> {
+/// seed's SHA-256 (and the one expected, if given), every receipt is written in its one form
+/// and listed once, every place is `HMAC-SHA256(seed, receipt)`, the list is in the order of
+/// the places, and every expected receipt is in it.
+pub fn verify_with(json: &[u8], expect: &Expect) -> Result<Checked, Unverified> {
     let doc: serde_json::Value = serde_json::from_slice(json)
         .map_err(|e| Unverified::Unreadable(format!("not JSON: {e}")))?;
     let text = |key: &str| -> Result<&str, Unverified> {
@@ -307,11 +329,23 @@ pub fn verify(json: &[u8]) -> Result<usize, Unverified> {
     let draw = Draw { seed };
     if draw.commitment() != commitment {
         return Err(Unverified::Mismatch(format!(
-            "the commitment {commitment} is not sha256(seed) = {}",
+            "the commitment {} is not sha256(seed) = {}",
+            shown(commitment),
             draw.commitment()
         )));
     }
+    if let Some(expected) = &expect.commitment {
+        if expected.trim() != commitment {
+            return Err(Unverified::Mismatch(format!(
+                "the revealed commitment {commitment} is not the one published before the start \
+                 ({})",
+                shown(expected.trim())
+            )));
+        }
+    }
     let mut last: Option<String> = None;
+    let mut seen = std::collections::HashSet::with_capacity(receipts.len());
+    let mut found = Vec::new();
     for (i, entry) in receipts.iter().enumerate() {
         let field = |key: &str| {
             entry.get(key).and_then(|v| v.as_str()).ok_or_else(|| {
@@ -320,13 +354,23 @@ pub fn verify(json: &[u8]) -> Result<usize, Unverified> {
         };
         let receipt_text = field("receipt")?;
         let place = field("place")?;
-        let mut mac = hmac(&seed);
-        mac.update(receipt_text.as_bytes());
-        let expected = hex::encode(mac.finalize().into_bytes());
+        let Some(receipt) = Receipt::parse(receipt_text) else {
+            return Err(Unverified::Mismatch(format!(
+                "receipts[{i}] ({}) is not a receipt (xxxx-xxxx-xxxx-xxxx, lowercase hex)",
+                shown(receipt_text)
+            )));
+        };
+        if !seen.insert(receipt) {
+            return Err(Unverified::Mismatch(format!(
+                "receipts[{i}] ({receipt_text}) is listed twice"
+            )));
+        }
+        let expected = draw.place(receipt);
         if place != expected {
             return Err(Unverified::Mismatch(format!(
-                "receipts[{i}] ({receipt_text}): the place {place} is not HMAC-SHA256(seed, \
-                 receipt) = {expected}"
+                "receipts[{i}] ({receipt_text}): the place {} is not HMAC-SHA256(seed, receipt) \
+                 = {expected}",
+                shown(place)
             )));
         }
         if last.as_deref().is_some_and(|l| l > place) {
@@ -335,9 +379,30 @@ pub fn verify(json: &[u8]) -> Result<usize, Unverified> {
                  in the draw's order"
             )));
         }
+        if expect.receipts.iter().any(|r| r.trim() == receipt_text) {
+            found.push((receipt_text.to_owned(), expected.clone(), i));
+        }
         last = Some(expected);
     }
-    Ok(receipts.len())
+    if let Some(missing) = expect
+        .receipts
+        .iter()
+        .find(|r| !found.iter().any(|f| f.0 == r.trim()))
+    {
+        return Err(Unverified::Mismatch(format!(
+            "the receipt {} is not in the draw",
+            shown(missing.trim())
+        )));
+    }
+    Ok(Checked {
+        receipts: receipts.len(),
+        found,
+    })
+}
+
+/// [`verify_with`], expecting nothing more: how many receipts it checked.
+pub fn verify(json: &[u8]) -> Result<usize, Unverified> {
+    verify_with(json, &Expect::default()).map(|c| c.receipts)
 }
 
 #[cfg(test)]
@@ -462,6 +527,55 @@ mod tests {
         assert!(matches!(
             verify(&serde_json::to_vec(&reordered).unwrap()),
             Err(Unverified::Mismatch(m)) if m.contains("order")
+        ));
+
+        // Against what was noted before the start: the commitment, and one's own receipt.
+        let json = serde_json::to_vec(&reveal).unwrap();
+        let mine = reveal.receipts[9].receipt.clone();
+        let noted = Expect {
+            commitment: Some(d.commitment()),
+            receipts: vec![mine.clone()],
+        };
+        let checked = verify_with(&json, &noted).unwrap();
+        assert_eq!(
+            checked.found,
+            vec![(mine, reveal.receipts[9].place.clone(), 9)]
+        );
+        let other = DrawSecret([5; 32]).draw("shop", &event("launch", 1_000));
+        let swapped = Expect {
+            commitment: Some(other.commitment()),
+            receipts: vec![],
+        };
+        assert!(matches!(
+            verify_with(&json, &swapped),
+            Err(Unverified::Mismatch(m)) if m.contains("published before the start")
+        ));
+        let absent = Expect {
+            commitment: None,
+            receipts: vec![Receipt(999_999).text()],
+        };
+        assert!(matches!(
+            verify_with(&json, &absent),
+            Err(Unverified::Mismatch(m)) if m.contains("is not in the draw")
+        ));
+        // A receipt listed twice, or not in its one form, is refused.
+        let mut twice = reveal.clone();
+        twice.receipts.insert(1, twice.receipts[0].clone());
+        assert!(matches!(
+            verify(&serde_json::to_vec(&twice).unwrap()),
+            Err(Unverified::Mismatch(m)) if m.contains("twice")
+        ));
+        let mut odd = reveal.clone();
+        let name = "alice@example.com";
+        let mut mac = HmacSha256::new_from_slice(&hex::decode(d.seed_hex()).unwrap()).unwrap();
+        mac.update(name.as_bytes());
+        odd.receipts = vec![Revealed {
+            receipt: name.into(),
+            place: hex::encode(mac.finalize().into_bytes()),
+        }];
+        assert!(matches!(
+            verify(&serde_json::to_vec(&odd).unwrap()),
+            Err(Unverified::Mismatch(m)) if m.contains("is not a receipt")
         ));
 
         let before_start = serde_json::json!({ "commitment": d.commitment(), "seed": null });

@@ -505,7 +505,7 @@ mod tests {
             assert_eq!(again.receipt, Some(receipt));
             held.push((uid, c, receipt));
         }
-        let mut receipts = r.receipts(&event, at(START - 1));
+        let mut receipts = r.receipts(&event, at(START - 1)).0;
         receipts.sort();
         receipts.dedup();
         assert_eq!(receipts.len(), 40);

@@ -179,12 +179,13 @@ impl Room {
         draw::secret_of(&*self.store).map(|s| s.draw(self.name(), event))
     }
 
-    /// The receipts handed out in `event`'s verifiable draw.
+    /// The receipts handed out in `event`'s verifiable draw, and how many more were handed out
+    /// past the store's bound and are not remembered.
     pub fn receipts(
         &self,
         event: &crate::config::EventConfig,
         now: Timestamp,
-    ) -> Vec<draw::Receipt> {
+    ) -> (Vec<draw::Receipt>, u64) {
         draw::receipts(&*self.store, self.name(), event, now)
     }
 

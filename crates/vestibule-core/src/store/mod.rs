@@ -16,6 +16,7 @@
 mod counters;
 pub mod local;
 pub mod marks;
+pub mod receipts;
 pub mod shared;
 
 pub use counters::Counters;
@@ -134,8 +135,9 @@ pub enum MarkKind {
     /// An OpenID Connect authorization code traded for tokens (id: from its MAC; scope: the
     /// `[oidc]` room), until the code expires: a second trade is refused.
     CodeUsed,
-    /// A verifiable draw's receipt handed out (id: the receipt; scope: the room and the event's
-    /// pre-queue start), until a week after the event's end: the reveal lists them.
+    /// A verifiable draw's receipt handed out (id: the receipt; scope: the draw), on its way
+    /// to the other nodes of a cluster: stores keep receipts apart from their marks
+    /// ([`receipts`]), and a node that learns one notes it there.
     Receipt,
 }
 
@@ -295,6 +297,18 @@ pub trait CounterStore: Send + Sync {
     /// sync.
     fn key_seed(&self) -> Option<[u64; 4]> {
         None
+    }
+
+    /// Notes a verifiable draw's receipt in `scope` (a draw) until `until`, apart from the marks
+    /// ([`receipts`]); a shared store tells the other nodes. Whether it is new here.
+    fn note_receipt(&self, _scope: &str, _id: u64, _until: Timestamp, _now: Timestamp) -> bool {
+        false
+    }
+
+    /// The receipts of `scope`'s draw this store knows (the cluster's, once synced), from index
+    /// `from` on, in the order noted here.
+    fn receipts(&self, _scope: &str, _from: usize, _now: Timestamp) -> receipts::ReceiptList {
+        receipts::ReceiptList::default()
     }
 
     /// The in-process store's secret for verifiable draws (`room::draw`), set once by the

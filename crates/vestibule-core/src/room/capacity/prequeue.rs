@@ -30,13 +30,19 @@ impl Capacity {
             .filter(|t| t.claims.chk.is_none() && first_interval.contains(&t.claims.exp))
             .map(|t| t.claims.exp);
         let mut qn = waiting.and_then(|t| t.claims.qn);
-        // A verifiable draw: the visitor's receipt, every time they ask (it is the same).
-        let drawn = event
-            .verifiable()
-            .then(|| draw::hand_out(&*self.store, &self.scope, event, uid, now))
-            .flatten();
-        let (cookie, due, arrived) = match in_line {
-            Some(exp) => (CookieAction::Keep, exp, false),
+        // A verifiable draw: the visitor's receipt, every time they ask (it is the same). Those
+        // who were waiting before the pre-queue opened keep their place ahead of it, outside
+        // the draw: they get none.
+        let draws = |arrival: u64| {
+            (event.verifiable() && arrival >= event.opens())
+                .then(|| draw::hand_out(&*self.store, &self.scope, event, uid, now))
+                .flatten()
+        };
+        let (cookie, due, arrived, drawn) = match in_line {
+            Some(exp) => {
+                let arrival = waiting.and_then(|t| t.claims.arr).map_or(0, token_secs);
+                (CookieAction::Keep, exp, false, draws(arrival))
+            }
             None => {
                 // Someone already waiting keeps their arrival, unless they were gone too long.
                 let kept = waiting
@@ -46,11 +52,12 @@ impl Capacity {
                 let arrival = kept
                     .unwrap_or(now.secs())
                     .min(head_of_start.saturating_sub(1));
+                let drawn = draws(arrival);
                 let place = match drawn {
                     Some((_, place)) => place,
                     // Verifiable, with no draw secret yet: the middle of the first interval;
                     // their place is drawn when they come back.
-                    None if event.verifiable() => 0.5,
+                    None if event.verifiable() && arrival >= event.opens() => 0.5,
                     None => prequeue_place(ring.active(), event, uid, arrival),
                 };
                 let due = event.start + (place * self.refresh_secs() as f64) as u64;
@@ -72,6 +79,7 @@ impl Capacity {
                     CookieAction::Set(claims.sign(key).into()),
                     due,
                     kept.is_none(),
+                    drawn,
                 )
             }
         };
