@@ -134,10 +134,9 @@ impl Admin {
             after,
         };
         let path = &snapshot.config.admin.audit_file;
-        match self
-            .audit
-            .append(path, &crate::time::now().rfc3339(), &record)
-        {
+        let time = crate::time::now().rfc3339();
+        self.app.events.operator_action(room, &record.line(&time));
+        match self.audit.append(path, &time, &record) {
             Ok(_) => true,
             Err(e) => {
                 self.app.metrics.audit_errors.inc();

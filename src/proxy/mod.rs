@@ -669,6 +669,7 @@ impl Proxy {
     /// Counts what the decision did: the room's decision and each rule's verdict.
     fn record(&self, snapshot: &Snapshot, notes: &Notes) {
         self.record_jwt(snapshot, notes);
+        self.app.events.admission_granted(snapshot, notes);
         enqueue::record(&self.app.metrics, snapshot, notes);
         self.app.metrics.with_handles(snapshot, |handles| {
             for (rule, outcome) in &notes.rule_outcomes {

@@ -184,6 +184,18 @@ pub struct Notes {
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     pub quotas: SmallVec<[(usize, u64, u64); 2]>,
+    /// A visitor this request let into its room: who, for the `admission.granted` event
+    /// (boxed: one request in very many has one).
+    pub admitted: Option<Box<Admitted>>,
+}
+
+/// A visitor let into a room by this request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// Who they are, as the room knows them (their address, or the header's identity).
+    pub identity: crate::identity::Identity,
+    /// Fifo rooms with `api = true`: the queue number they were let in with.
+    pub queue_number: Option<u64>,
 }
 
 /// A room decision as `vestibule_room_*` counts it.
@@ -371,6 +383,12 @@ fn in_room(
     };
     notes.counted = Some((route.index, Counted::from(&outcome)));
     notes.decision = Some(outcome.decision);
+    if outcome.admitted {
+        notes.admitted = Some(Box::new(Admitted {
+            identity: identity.clone(),
+            queue_number: outcome.queue_number,
+        }));
+    }
     if invited_by_link && room.config.mode == RoomMode::Enforce {
         if let Some(location) = invitation_free_target(req.uri) {
             let cookies = set_cookie_value(room, &outcome.cookie, notes.secure);

@@ -56,6 +56,14 @@ impl SigningKey {
         mac.finalize().into_bytes().into()
     }
 
+    /// A visitor's identity as events out carry it: the lowercase hex of the first 16 bytes of
+    /// HMAC-SHA512 under this key over a domain of its own and `identity`. The same visitor
+    /// hashes alike on every node while the ring's active key stays; without the ring nobody
+    /// can tell whose it is.
+    pub fn identity_hash(&self, identity: &str) -> String {
+        hex::encode(self.short_mac(b"vestibule event identity v1", &[identity.as_bytes()]))
+    }
+
     /// SHA-256 of the key bytes: tells "same id, new secret" apart without the secret.
     pub fn fingerprint(&self) -> &[u8; 32] {
         &self.fingerprint

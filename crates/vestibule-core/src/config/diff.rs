@@ -74,6 +74,27 @@ pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, St
         format!("{:?}", old.cluster),
         format!("{:?}", new.cluster),
     );
+    // The secrets' `Debug` hides them: a new key in the same file shows as no change here, so
+    // it is named apart.
+    check(
+        "events.sink",
+        format!("{:?}", old.sinks),
+        format!("{:?}", new.sinks),
+    );
+    if old.sinks.len() == new.sinks.len()
+        && old
+            .sinks
+            .iter()
+            .zip(&new.sinks)
+            .any(|(a, b)| a.destination != b.destination)
+        && format!("{:?}", old.sinks) == format!("{:?}", new.sinks)
+    {
+        check(
+            "events.sink secret_file",
+            "(a key)".into(),
+            "(a new key)".into(),
+        );
+    }
     out
 }
 
@@ -92,6 +113,7 @@ pub(crate) fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.upstream.ca_file = serving.upstream.ca_file.clone();
     new.upstream.keepalive_pool_size = serving.upstream.keepalive_pool_size;
     new.cluster = serving.cluster.clone();
+    new.sinks = serving.sinks.clone();
 }
 
 /// One line per changed setting, e.g. `room default: allow_percentage 50 -> 80`.

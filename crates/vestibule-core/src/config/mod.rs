@@ -10,6 +10,7 @@
 pub mod diff;
 pub mod event;
 mod file;
+pub mod sinks;
 mod suggest;
 mod validate;
 
@@ -55,6 +56,8 @@ pub struct Config {
     pub jwt: JwtConfig,
     /// `[oidc]`: the OpenID Provider for one room; `None` unless `enabled = true`.
     pub oidc: Option<OidcConfig>,
+    /// `[[events.sink]]`: where events are sent. Restart-only.
+    pub sinks: Vec<sinks::SinkConfig>,
 }
 
 /// `[oidc]` with `enabled = true`: vestibule is an OpenID Provider whose sign-in is a wait in
@@ -230,7 +233,7 @@ pub fn window_limit_text(window: Duration, quota: u64) -> String {
     }
 }
 
-pub(crate) fn redact_url(url: &str) -> String {
+pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
         _ => url.to_owned(),

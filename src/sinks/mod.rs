@@ -1,0 +1,486 @@
+//! Events out: what happened (a visitor let in, an operator's action, a room's minute), sent to
+//! the `[[events.sink]]`s that want it, in order, at least once.
+//!
+//! The path of an event:
+//! 1. Where it happens, one call to [`Events::emit`]: if a sink wants its type and room, the
+//!    event is handed to a bounded in-memory queue with `try_send`, never waiting. A full
+//!    queue drops it and counts it (`result="dropped"`) for every sink that wanted it.
+//! 2. The writer thread (started with the [`EventsOut`] service) drains the queue, writes each
+//!    event as CloudEvents 1.0 JSON and appends it to every matching sink's [`spool::Spool`]
+//!    with one write per batch, and fsyncs every [`FSYNC_EVERY`]. A spool that cannot be
+//!    written (a full disk) counts the events as dropped and logs once until it can again.
+//! 3. One sender task per sink reads its spool in order and delivers each event (webhook,
+//!    file, Redis stream), retrying with backoff until it is delivered, rejected, or older
+//!    than `max_retry_age`, then moves on and acknowledges it in the spool.
+//!
+//! The JSON is written with serde_json from a typed struct rather than with the
+//! `cloudevents-sdk` crate: the structured JSON format is seven fixed fields, and the SDK would
+//! bring its own HTTP bindings and a second `time` crate for them.
+//!
+//! This module must not touch the request path beyond step 1: no lock, no IO, no wait.
+
+pub mod spool;
+
+mod cloudevent;
+mod deliver;
+mod emit;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec};
+use serde_json::Value;
+
+pub use cloudevent::Event;
+
+use crate::config::sinks::SinkConfig;
+use spool::Spool;
+
+/// How often the writer thread fsyncs what it appended: a crash of the machine (not of the
+/// process) may lose up to this much of the newest events.
+pub const FSYNC_EVERY: Duration = Duration::from_millis(100);
+/// How often a sender writes how far it got: after a crash, up to this much of the events
+/// delivered last are delivered again.
+pub const CURSOR_EVERY: Duration = Duration::from_millis(200);
+/// Events waiting between the request path and the writer thread.
+const QUEUE: usize = 16 * 1024;
+/// The most events the writer appends with one write.
+const BATCH: usize = 1024;
+/// A sender with nothing to send looks again after this even if not woken.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// Where events are handed in. Cheap to call when no sink wants an event.
+pub struct Events {
+    inner: Option<Inner>,
+}
+
+struct Inner {
+    tx: SyncSender<Event>,
+    rx: Mutex<Option<Receiver<Event>>>,
+    /// The sinks as they were at start (sinks change on restart only).
+    sinks: Vec<SinkConfig>,
+    counted: IntCounterVec,
+    /// Each scheduled event's state at the last look, by (room, event).
+    states:
+        Mutex<std::collections::HashMap<(String, String), vestibule_core::room::event::EventState>>,
+}
+
+impl Events {
+    /// The entry for `sinks` (none: every emit returns at once).
+    pub fn new(sinks: &[SinkConfig], counted: IntCounterVec) -> Events {
+        if sinks.is_empty() {
+            return Events { inner: None };
+        }
+        let (tx, rx) = sync_channel(QUEUE);
+        Events {
+            inner: Some(Inner {
+                tx,
+                rx: Mutex::new(Some(rx)),
+                sinks: sinks.to_vec(),
+                counted,
+                states: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Whether some sink wants an event of `kind` about `room`.
+    pub fn wants(&self, kind: &str, room: Option<&str>) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.sinks.iter().any(|s| s.wants(kind, room)))
+    }
+
+    /// Hands an event of `kind` about `room` to the sinks that want it; `data` is only built
+    /// when one does. `client_ip` reaches only sinks with `include_client_ip`. Never waits.
+    pub fn emit(
+        &self,
+        kind: &'static str,
+        room: Option<&str>,
+        client_ip: Option<IpAddr>,
+        data: impl FnOnce() -> Value,
+    ) {
+        let Some(inner) = &self.inner else { return };
+        if !self.wants(kind, room) {
+            return;
+        }
+        let event = Event::new(kind, room, client_ip, data());
+        match inner.tx.try_send(event) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                for s in inner.sinks.iter().filter(|s| s.wants(kind, room)) {
+                    inner
+                        .counted
+                        .with_label_values(&[&s.name, kind, "dropped"])
+                        .inc();
+                }
+            }
+        }
+    }
+}
+
+/// One sink at run time: its config, its spool (`None` when it could not be opened), and how
+/// its sender is woken.
+struct Sink {
+    config: SinkConfig,
+    spool: Option<Spool>,
+    wake: tokio::sync::Notify,
+    counted: IntCounterVec,
+    spooled: IntGaugeVec,
+    oldest: GaugeVec,
+}
+
+impl Sink {
+    fn count(&self, kind: &str, result: &str, n: u64) {
+        if n > 0 {
+            self.counted
+                .with_label_values(&[&self.config.name, kind, result])
+                .inc_by(n);
+        }
+    }
+}
+
+/// The background service of events out: the writer thread and a sender per sink, from start
+/// to shutdown.
+pub struct EventsOut {
+    events: Arc<Events>,
+    /// This node's name: the events' `source`.
+    source: String,
+    /// Whose Redis a `redis_stream` sink with no `redis` of its own uses.
+    cluster: crate::config::ClusterConfig,
+    /// `vestibule_events_total`, `vestibule_events_spooled`,
+    /// `vestibule_events_oldest_spooled_seconds`.
+    metrics: (IntCounterVec, IntGaugeVec, GaugeVec),
+}
+
+impl EventsOut {
+    pub fn new(
+        events: Arc<Events>,
+        source: String,
+        cluster: crate::config::ClusterConfig,
+        metrics: (IntCounterVec, IntGaugeVec, GaugeVec),
+    ) -> EventsOut {
+        EventsOut {
+            events,
+            source,
+            cluster,
+            metrics,
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for EventsOut {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        let Some(inner) = &self.events.inner else {
+            return;
+        };
+        let Some(rx) = inner.rx.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        let source = self.source.clone();
+        let (counted, spooled, oldest) = &self.metrics;
+        let mut sinks = Vec::new();
+        for config in &inner.sinks {
+            let spool = match Spool::open(&config.spool_dir, config.max_spool_bytes) {
+                Ok((spool, recovery)) => {
+                    log::info!(
+                        "events sink {}: spool {} holds {} event(s) to deliver{}",
+                        config.name,
+                        config.spool_dir.display(),
+                        recovery.pending,
+                        if recovery.torn_bytes > 0 {
+                            format!(
+                                "; {} byte(s) of an unfinished write cut off",
+                                recovery.torn_bytes
+                            )
+                        } else {
+                            String::new()
+                        }
+                    );
+                    Some(spool)
+                }
+                Err(e) => {
+                    log::error!(
+                        "events sink {}: cannot open the spool {}: {e}; its events are dropped (and counted) until a restart",
+                        config.name,
+                        config.spool_dir.display()
+                    );
+                    None
+                }
+            };
+            sinks.push(Arc::new(Sink {
+                config: config.clone(),
+                spool,
+                wake: tokio::sync::Notify::new(),
+                counted: counted.clone(),
+                spooled: spooled.clone(),
+                oldest: oldest.clone(),
+            }));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (sinks, stop, source) = (sinks.clone(), stop.clone(), source.clone());
+            std::thread::Builder::new()
+                .name("vestibule-events".into())
+                .spawn(move || write_loop(rx, &sinks, &stop, &source))
+        };
+        let writer = match writer {
+            Ok(w) => w,
+            Err(e) => {
+                log::error!("events: cannot start the writer thread: {e}");
+                return;
+            }
+        };
+        let mut senders = Vec::new();
+        for sink in &sinks {
+            let Some(deliver) = deliver::Deliver::new(&sink.config, &self.cluster) else {
+                continue;
+            };
+            senders.push(tokio::spawn(send_loop(
+                sink.clone(),
+                deliver,
+                shutdown.clone(),
+            )));
+        }
+        let mut shutdown = shutdown;
+        let _ = shutdown.changed().await;
+        stop.store(true, Ordering::Relaxed);
+        for s in senders {
+            let _ = s.await;
+        }
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    }
+}
+
+/// The writer thread: queue → spools, fsynced every [`FSYNC_EVERY`], until `stop`.
+fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], stop: &AtomicBool, source: &str) {
+    let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    let mut failing = vec![false; sinks.len()];
+    let mut last_sync = Instant::now();
+    loop {
+        match rx.recv_timeout(FSYNC_EVERY) {
+            Ok(e) => batch.push(e),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(e) => batch.push(e),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            let now_ms = crate::time::now().millis();
+            for (i, sink) in sinks.iter().enumerate() {
+                let mine: Vec<&Event> = batch
+                    .iter()
+                    .filter(|e| sink.config.wants(e.kind(), e.room()))
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let Some(spool) = &sink.spool else {
+                    for e in &mine {
+                        sink.count(e.kind(), "dropped", 1);
+                    }
+                    continue;
+                };
+                let payloads: Vec<Vec<u8>> = mine
+                    .iter()
+                    .map(|e| e.to_json(source, sink.config.include_client_ip))
+                    .collect();
+                match spool.append(&payloads, now_ms) {
+                    Ok(appended) => {
+                        sink.count("unknown", "dropped", appended.dropped);
+                        if failing[i] {
+                            log::info!(
+                                "events sink {}: the spool takes events again",
+                                sink.config.name
+                            );
+                            failing[i] = false;
+                        }
+                        sink.wake.notify_one();
+                    }
+                    Err(e) => {
+                        for ev in &mine {
+                            sink.count(ev.kind(), "dropped", 1);
+                        }
+                        if !failing[i] {
+                            log::error!(
+                                "events sink {}: cannot write to the spool {}: {e}; events are dropped (and counted) until it can",
+                                sink.config.name,
+                                sink.config.spool_dir.display()
+                            );
+                            failing[i] = true;
+                        }
+                    }
+                }
+            }
+            batch.clear();
+        }
+        if last_sync.elapsed() >= FSYNC_EVERY {
+            for sink in sinks {
+                if let Some(spool) = &sink.spool {
+                    if let Err(e) = spool.sync() {
+                        log::warn!("events sink {}: fsync: {e}", sink.config.name);
+                    }
+                }
+            }
+            last_sync = Instant::now();
+        }
+        if stop.load(Ordering::Relaxed) && batch.is_empty() {
+            // What the request path handed in before the stop is written too.
+            if let Ok(e) = rx.try_recv() {
+                batch.push(e);
+                continue;
+            }
+            for sink in sinks {
+                if let Some(spool) = &sink.spool {
+                    let _ = spool.sync();
+                }
+            }
+            return;
+        }
+    }
+}
+
+/// The first wait after a failed attempt; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The wait before attempt `attempt + 1` (`attempt` ≥ 1): the doubled base, between half of it
+/// and all of it at random, so that senders do not retry in step.
+fn backoff(attempt: u32) -> Duration {
+    use rand::Rng;
+    let base = FIRST_BACKOFF
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF);
+    let half = base / 2;
+    half + half.mul_f64(rand::thread_rng().gen::<f64>())
+}
+
+/// What an event's JSON says of itself, for the metrics' `type` and the Redis fields.
+#[derive(serde::Deserialize)]
+struct Head {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// A sink's sender: its spool → its destination, in order, until shutdown.
+async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown: ShutdownWatch) {
+    let Some(spool) = &sink.spool else { return };
+    let name = sink.config.name.clone();
+    let max_age_ms = sink.config.max_retry_age.as_millis() as u64;
+    let mut last_cursor = Instant::now();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let record = match spool.peek() {
+            Ok(r) => r,
+            Err(e) => {
+                log::error!("events sink {name}: cannot read the spool: {e}");
+                None
+            }
+        };
+        sink.spooled
+            .with_label_values(&[&name])
+            .set(spool.pending() as i64);
+        let Some(record) = record else {
+            sink.oldest.with_label_values(&[&name]).set(0.0);
+            if let Err(e) = spool.persist_cursor() {
+                log::warn!("events sink {name}: cannot write the spool's cursor: {e}");
+            }
+            tokio::select! {
+                _ = sink.wake.notified() => {}
+                _ = tokio::time::sleep(IDLE_POLL) => {}
+                _ = shutdown.changed() => break,
+            }
+            continue;
+        };
+        let head: Option<Head> = serde_json::from_slice(&record.payload).ok();
+        let kind = head
+            .as_ref()
+            .and_then(|h| h.kind.strip_prefix("vestibule."))
+            .unwrap_or("unknown")
+            .to_owned();
+        let mut attempt = 0u32;
+        let result = loop {
+            let age_ms = crate::time::now()
+                .millis()
+                .saturating_sub(record.spooled_ms);
+            sink.oldest
+                .with_label_values(&[&name])
+                .set(age_ms as f64 / 1000.0);
+            if age_ms > max_age_ms {
+                log::warn!(
+                    "events sink {name}: event {} not delivered within max_retry_age; dropped",
+                    head.as_ref().map_or("?", |h| h.id.as_str())
+                );
+                break "dropped";
+            }
+            let Some(head) = &head else {
+                log::error!("events sink {name}: a spooled event is not JSON; dropped");
+                break "dropped";
+            };
+            attempt += 1;
+            match deliver.send(&head.id, &head.kind, &record.payload).await {
+                deliver::Outcome::Delivered => break "delivered",
+                deliver::Outcome::Rejected(why) => {
+                    log::warn!("events sink {name}: event {} rejected: {why}", head.id);
+                    break "rejected";
+                }
+                deliver::Outcome::Retry(why) => {
+                    sink.count(&kind, "retried", 1);
+                    let wait = backoff(attempt);
+                    if attempt == 1 || attempt % 10 == 0 {
+                        log::warn!(
+                            "events sink {name}: event {} not delivered (attempt {attempt}: {why}); retrying in {:.1}s",
+                            head.id,
+                            wait.as_secs_f64()
+                        );
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = shutdown.changed() => {
+                            let _ = spool.persist_cursor();
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        sink.count(&kind, result, 1);
+        if let Err(e) = spool.ack(record.seq) {
+            log::warn!("events sink {name}: cannot trim the spool: {e}");
+        }
+        if last_cursor.elapsed() >= CURSOR_EVERY {
+            if let Err(e) = spool.persist_cursor() {
+                log::warn!("events sink {name}: cannot write the spool's cursor: {e}");
+            }
+            last_cursor = Instant::now();
+        }
+    }
+    let _ = spool.persist_cursor();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_five_minutes() {
+        for attempt in 1..40 {
+            let base = (1u64 << (attempt - 1).min(16)).min(300) as f64;
+            let d = backoff(attempt).as_secs_f64();
+            assert!(d >= base / 2.0 - 1e-9 && d <= base + 1e-9, "{attempt}: {d}");
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Events out (`[[events.sink]]`): a real webhook receiver that fails, goes away and comes
+//! back while vestibule is SIGKILLed and started again, and still gets every event with a valid
+//! signature; a file sink rotated by size; a Redis stream on a real `redis-server`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::common::*;
+
+const SECRET: &str = "a-webhook-secret-for-the-tests-0123456789";
+
+/// A capacity room that lets everyone straight in: each new visitor is one `admission.granted`.
+const OPEN_ROOM: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
+    [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100000\n";
+
+/// What the receiver saw.
+#[derive(Default)]
+struct Seen {
+    /// Every request, answered or not: (signature valid, answered status).
+    attempts: Vec<(bool, u16)>,
+    /// Events accepted (2xx), by id: the event's JSON.
+    delivered: BTreeMap<String, serde_json::Value>,
+    /// Deliveries of an id already delivered (at least once allows them).
+    duplicates: usize,
+}
+
+/// A webhook receiver on `addr`: checks `Vestibule-Signature` on every request, answers 500
+/// to the first `fail_first`, 200 after. Stopped (its port closed) by [`Receiver::stop`].
+struct Receiver {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Receiver {
+    fn start(listener: TcpListener, seen: Arc<Mutex<Seen>>, fail_first: usize) -> Receiver {
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let failed = AtomicUsize::new(0);
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let fail = failed.fetch_add(1, Ordering::Relaxed) < fail_first;
+                            serve(stream, &seen, fail);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+            })
+        };
+        Receiver {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One request on `stream`: read, check, answer, close.
+fn serve(mut stream: TcpStream, seen: &Mutex<Seen>, fail: bool) {
+    stream.set_nonblocking(false).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_owned())
+    };
+    let length: usize = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = &buf[head_end..head_end + length];
+    let valid = header("vestibule-signature").is_some_and(|s| signature_ok(&s, body))
+        && header("content-type").as_deref() == Some("application/cloudevents+json");
+    let status = if fail || !valid { 500 } else { 200 };
+    {
+        let mut seen = seen.lock().unwrap();
+        seen.attempts.push((valid, status));
+        if status == 200 {
+            let event: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let id = event["id"].as_str().unwrap().to_owned();
+            if seen.delivered.insert(id, event).is_some() {
+                seen.duplicates += 1;
+            }
+        }
+    }
+    let reason = if status == 200 {
+        "OK"
+    } else {
+        "Internal Server Error"
+    };
+    let _ = stream.write_all(
+        format!("HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+}
+
+/// `t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`, with the test's secret, and a recent `t`.
+fn signature_ok(header: &str, body: &[u8]) -> bool {
+    let parts: BTreeMap<&str, &str> = header
+        .split(',')
+        .filter_map(|p| p.split_once('='))
+        .collect();
+    let (Some(t), Some(v1)) = (parts.get("t"), parts.get("v1")) else {
+        return false;
+    };
+    let Ok(t_secs) = t.parse::<u64>() else {
+        return false;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    if now.abs_diff(t_secs) > 300 {
+        return false;
+    }
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(t.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    hex::decode(v1).is_ok_and(|v| mac.verify_slice(&v).is_ok())
+}
+
+/// New visitors, one request each, from `ips` (each admitted straight in).
+fn visit(v: &Vestibule, ips: impl IntoIterator<Item = String>) {
+    let c = client();
+    for ip in ips {
+        let resp = c
+            .get(v.url("/"))
+            .header("X-Forwarded-For", &ip)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{ip}");
+    }
+}
+
+/// A sample of `v`'s metrics, 0 while it is absent.
+fn count(v: &Vestibule, series: &str) -> f64 {
+    metric_sample(&v.metrics(), series).unwrap_or(0.0)
+}
+
+/// The events a JSON-lines file holds, by id.
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn every_event_reaches_a_failing_receiver_across_an_outage_and_a_sigkill() {
+    let origin = Origin::start();
+    let listener = bind_loopback();
+    let hook: SocketAddr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    // First the receiver answers 500 three times.
+    let receiver = Receiver::start(listener, seen.clone(), 3);
+    let mut v = Setup::new(origin.addr)
+        .file("hook-secret", format!("{SECRET}\n"))
+        .extra(OPEN_ROOM)
+        .extra(&format!(
+            "[[events.sink]]\nname = \"shop\"\nkind = \"webhook\"\nurl = \"http://{hook}/hooks/vestibule\"\n\
+             secret_file = \"hook-secret\"\ntypes = [\"admission.granted\"]\ninclude_client_ip = true\n\
+             [[events.sink]]\nname = \"witness\"\nkind = \"file\"\npath = \"events.jsonl\"\n\
+             types = [\"admission.granted\"]\ninclude_client_ip = true\n"
+        ))
+        .start();
+    let ip = |i: u32| format!("198.51.100.{i}");
+    visit(&v, (1..=5).map(ip));
+    // The three 500s are retried (1 s, 2 s, 4 s at most), then the first events arrive.
+    assert!(
+        eventually(Duration::from_secs(20), || seen
+            .lock()
+            .unwrap()
+            .delivered
+            .len()
+            >= 2),
+        "{}",
+        v.log_text()
+    );
+    // The receiver goes away; more visitors come; vestibule is killed outright.
+    receiver.stop();
+    visit(&v, (6..=10).map(ip));
+    // Spooled (the writer appends within milliseconds), and tried against the closed port.
+    assert!(eventually(Duration::from_secs(5), || {
+        count(
+            &v,
+            "vestibule_events_total{result=\"retried\",sink=\"shop\",type=\"admission.granted\"}",
+        ) > 3.0
+    }));
+    std::thread::sleep(Duration::from_millis(300));
+    v.proc.signal("KILL");
+    assert!(v.proc.wait_exit(Duration::from_secs(5)).is_some());
+    // Started again on the same folder: it carries on from its spool.
+    v.proc = spawn(
+        &["--config", v.config_path().to_str().unwrap()],
+        &v.dir.path().join("vestibule-2.log"),
+        &[],
+    );
+    assert!(
+        wait_for_port(v.proxy, Duration::from_secs(15)),
+        "{}",
+        v.log_text()
+    );
+    assert!(wait_for_port(v.admin, Duration::from_secs(5)));
+    let held = v
+        .log_text()
+        .lines()
+        .find_map(|l| {
+            let rest = l.split("events sink shop: spool ").nth(1)?;
+            rest.split(" holds ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("the spool's recovery is logged");
+    assert!(
+        held >= 5,
+        "the killed process's events wait in the spool: {held}"
+    );
+    visit(&v, (11..=15).map(ip));
+    // The receiver comes back on its port, answering 200.
+    let listener = TcpListener::bind(hook).expect("the receiver's port again");
+    let receiver = Receiver::start(listener, seen.clone(), 0);
+    let witness = v.dir.path().join("events.jsonl");
+    let all_there = || {
+        let ids: BTreeSet<String> = lines(&witness)
+            .iter()
+            .map(|e| e["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.len() >= 15 && {
+            let seen = seen.lock().unwrap();
+            ids.iter().all(|id| seen.delivered.contains_key(id))
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(60), all_there),
+        "delivered {} of {:?}\n{}",
+        seen.lock().unwrap().delivered.len(),
+        lines(&witness).len(),
+        v.log_text()
+    );
+    receiver.stop();
+    let seen = seen.lock().unwrap();
+    // Every visitor's admission arrived, each once by id, with its address (include_client_ip).
+    let ips: BTreeSet<&str> = seen
+        .delivered
+        .values()
+        .map(|e| e["data"]["client_ip"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (1..=15).map(ip).collect();
+    assert_eq!(ips, expected.iter().map(String::as_str).collect());
+    assert_eq!(seen.delivered.len(), 15, "one id per admission");
+    // Every request the receiver got was signed, the 500s' too.
+    assert!(
+        seen.attempts.iter().all(|(valid, _)| *valid),
+        "{:?}",
+        seen.attempts
+    );
+    assert!(seen.attempts.iter().filter(|(_, s)| *s == 500).count() >= 3);
+    for e in seen.delivered.values() {
+        assert_eq!(e["specversion"], "1.0");
+        assert_eq!(e["type"], "vestibule.admission.granted");
+        assert_eq!(e["subject"], "sale");
+        assert_eq!(e["data"]["identity"].as_str().unwrap().len(), 32);
+    }
+    // Nothing left waiting.
+    assert!(eventually(Duration::from_secs(5), || {
+        v.metric("vestibule_events_spooled{sink=\"shop\"}") == 0.0
+    }));
+}
+
+#[test]
+fn a_file_sink_writes_json_lines_rotated_by_size() {
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(OPEN_ROOM)
+        .extra(
+            "[[events.sink]]\nname = \"archive\"\nkind = \"file\"\npath = \"out/events.jsonl\"\n\
+             max_file_bytes = \"4KiB\"\nrooms = [\"sale\"]\n",
+        )
+        .start();
+    visit(&v, (1..=30).map(|i| format!("203.0.113.{i}")));
+    assert!(eventually(Duration::from_secs(10), || {
+        count(&v, "vestibule_events_total{result=\"delivered\",sink=\"archive\",type=\"admission.granted\"}")
+            >= 30.0
+    }));
+    let now = lines(&v.dir.path().join("out/events.jsonl"));
+    let before = lines(&v.dir.path().join("out/events.jsonl.1"));
+    for (name, file) in [("events.jsonl", &now), ("events.jsonl.1", &before)] {
+        assert!(!file.is_empty(), "{name} is empty");
+        let bytes = std::fs::metadata(v.dir.path().join("out").join(name))
+            .unwrap()
+            .len();
+        assert!(bytes <= 4096, "{name}: {bytes} bytes");
+    }
+    // Rotation keeps the newest; each line an event of its own, no address without
+    // include_client_ip.
+    let ids: BTreeSet<&str> = now
+        .iter()
+        .chain(&before)
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), now.len() + before.len());
+    assert!(now
+        .iter()
+        .chain(&before)
+        .all(|e| e["data"].get("client_ip").is_none()));
+    assert_eq!(v.metric("vestibule_events_spooled{sink=\"archive\"}"), 0.0);
+}
+
+#[test]
+fn a_redis_stream_sink_xadds_each_event() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(OPEN_ROOM)
+        .extra(&format!(
+            "[[events.sink]]\nname = \"stream\"\nkind = \"redis_stream\"\nredis = \"{}\"\n\
+             stream = \"shop:events\"\nmax_len = 1000\n",
+            redis.url()
+        ))
+        .start();
+    visit(&v, (1..=3).map(|i| format!("192.0.2.{i}")));
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut entries = || -> Vec<(String, BTreeMap<String, String>)> {
+        let reply: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg("shop:events")
+            .arg("-")
+            .arg("+")
+            .query(&mut conn)
+            .unwrap();
+        reply
+            .into_iter()
+            .map(|(id, fields)| (id, fields.into_iter().collect()))
+            .collect()
+    };
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while started.elapsed() < Duration::from_secs(10) {
+        got = entries();
+        if got.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(got.len(), 3, "{}", v.log_text());
+    for (_, fields) in &got {
+        let event: serde_json::Value = serde_json::from_str(&fields["event"]).unwrap();
+        assert_eq!(fields["id"], event["id"].as_str().unwrap());
+        assert_eq!(fields["type"], "vestibule.admission.granted");
+        assert_eq!(event["type"], fields["type"].as_str());
+    }
+    assert!(eventually(Duration::from_secs(5), || count(
+        &v,
+        "vestibule_events_total{result=\"delivered\",sink=\"stream\",type=\"admission.granted\"}"
+    ) == 3.0));
+}
