@@ -105,9 +105,18 @@ pub struct Webhook {
 
 impl Webhook {
     fn new(url: &str, secret: Vec<u8>) -> Result<Webhook, String> {
+        Webhook::with_timeouts(url, secret, CONNECT_TIMEOUT, TOTAL_TIMEOUT)
+    }
+
+    fn with_timeouts(
+        url: &str,
+        secret: Vec<u8>,
+        connect: Duration,
+        total: Duration,
+    ) -> Result<Webhook, String> {
         let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(TOTAL_TIMEOUT)
+            .connect_timeout(connect)
+            .timeout(total)
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(1)
             .user_agent(concat!("vestibule/", env!("CARGO_PKG_VERSION")))
@@ -339,6 +348,114 @@ mod tests {
             signature(b"secret-secret-16", 1_700_000_000, br#"{"a":1}"#),
             "t=1700000000,v1=df6c7ddb48f79237fc23533418747c32f1beedf8c52f397e7fef6ac321de837c"
         );
+    }
+
+    /// A receiver on loopback that answers each connection with `answer` (after `delay`), then
+    /// keeps writing `trailer` for a while; how many connections it took.
+    fn receiver(
+        answer: &'static [u8],
+        delay: Duration,
+        trailer: Option<&'static [u8]>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = taken.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = stream.read(&mut buf);
+                    std::thread::sleep(delay);
+                    let _ = stream.write_all(answer);
+                    if let Some(t) = trailer {
+                        for _ in 0..20_000 {
+                            if stream.write_all(t).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    std::thread::sleep(Duration::from_secs(5));
+                });
+            }
+        });
+        (url, taken)
+    }
+
+    fn hook(url: &str) -> Webhook {
+        Webhook::with_timeouts(
+            url,
+            b"secret-secret-16".to_vec(),
+            Duration::from_millis(300),
+            Duration::from_millis(500),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bad_receivers_cost_bounded_time() {
+        let started = std::time::Instant::now();
+        // Never answers.
+        let (silent, _) = receiver(b"", Duration::from_secs(30), None);
+        assert_eq!(
+            hook(&silent).send(b"{}").await,
+            Outcome::Retry("timed out".into())
+        );
+        // Answers, but only after the total timeout.
+        let (slow, _) = receiver(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            Duration::from_secs(2),
+            None,
+        );
+        assert_eq!(
+            hook(&slow).send(b"{}").await,
+            Outcome::Retry("timed out".into())
+        );
+        // Nobody listens.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}/hook", l.local_addr().unwrap())
+        };
+        assert!(matches!(hook(&closed).send(b"{}").await, Outcome::Retry(_)));
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_huge_answer_is_never_read_and_a_redirect_never_followed() {
+        // 200 with a body of a gigabyte, streamed: delivered at once, the body left unread.
+        let (huge, _) = receiver(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1000000000\r\n\r\n",
+            Duration::ZERO,
+            Some(&[b'x'; 4096]),
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(hook(&huge).send(b"{}").await, Outcome::Delivered);
+        assert!(started.elapsed() < Duration::from_millis(400));
+        // A redirect elsewhere: retried, and the target never hears of it.
+        let (target, reached) = receiver(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            Duration::ZERO,
+            None,
+        );
+        let answer: &'static [u8] = Box::leak(
+            format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\n\r\n")
+                .into_bytes()
+                .into_boxed_slice(),
+        );
+        let (redirecting, _) = receiver(answer, Duration::ZERO, None);
+        assert!(matches!(
+            hook(&redirecting).send(b"{}").await,
+            Outcome::Retry(_)
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(reached.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]

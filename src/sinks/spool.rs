@@ -386,9 +386,12 @@ impl Inner {
     fn start_segment(&mut self, fresh: bool) -> io::Result<()> {
         if !fresh {
             if let Some(s) = self.segments.back() {
-                let file = OpenOptions::new().append(true).open(&s.path)?;
+                // Created again if a failed write left no file behind.
+                let file = OpenOptions::new().create(true).append(true).open(&s.path)?;
                 // Whatever a failed write left beyond the good records goes.
-                file.set_len(s.bytes)?;
+                if file.metadata()?.len() != s.bytes {
+                    file.set_len(s.bytes)?;
+                }
                 self.active = Some(file);
                 return Ok(());
             }
@@ -691,6 +694,26 @@ mod tests {
         assert_eq!(rec.pending, 0);
         spool.append(&payloads(0..1), 1).unwrap();
         assert_eq!(spool.peek().unwrap().unwrap().seq, 41);
+    }
+
+    /// `/dev/full` answers every write with ENOSPC: a full disk, without filling one.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_full_disk_is_an_error_and_the_spool_carries_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = Spool::open(dir.path(), 1 << 20).unwrap();
+        let segment = dir.path().join(segment_name(1));
+        std::os::unix::fs::symlink("/dev/full", &segment).unwrap();
+        for _ in 0..3 {
+            let e = spool.append(&payloads(0..2), 1).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        }
+        assert_eq!(spool.pending(), 0);
+        assert_eq!(spool.peek().unwrap(), None);
+        // Space again.
+        fs::remove_file(&segment).unwrap();
+        spool.append(&payloads(2..4), 1).unwrap();
+        assert_eq!(drain(&spool), ["event 2", "event 3"]);
     }
 
     #[test]

@@ -401,3 +401,43 @@ fn a_redis_stream_sink_xadds_each_event() {
         "vestibule_events_total{result=\"delivered\",sink=\"stream\",type=\"admission.granted\"}"
     ) == 3.0));
 }
+
+#[test]
+fn check_names_the_key_of_a_bad_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("keys.toml"),
+        format!("active = \"key1\"\n[ring]\nkey1 = \"{KEY1}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("hook-secret"), format!("{SECRET}\n")).unwrap();
+    let config = dir.path().join("vestibule.toml");
+    let sink = |url: &str, secret: &str| {
+        format!(
+            "[[events.sink]]\nname = \"s{}\"\nkind = \"webhook\"\nurl = \"{url}\"\nsecret_file = \"{secret}\"\n",
+            url.len() + secret.len()
+        )
+    };
+    let text = format!(
+        "[upstream]\npeers = [\"127.0.0.1:9\"]\n{}{}",
+        sink("hooks.example/in", "hook-secret"),
+        sink("https://hooks.example/in", "no-such-file")
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, out, err) = run_cli(&["--check", "--config", config.to_str().unwrap()]);
+    let said = format!("{out}{err}");
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("events.sink[0].url"), "{said}");
+    assert!(said.contains("events.sink[1].secret_file"), "{said}");
+    assert!(!said.contains(SECRET), "{said}");
+    std::fs::write(
+        &config,
+        format!(
+            "[upstream]\npeers = [\"127.0.0.1:9\"]\n{}",
+            sink("https://hooks.example/in", "hook-secret")
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = run_cli(&["--check", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+}
