@@ -79,6 +79,8 @@ pub(super) fn answer(
                 })?;
             let before = queue.serving_number();
             let serving = queue.move_serving(by, now);
+            app.events
+                .serving_moved(room.name(), before, serving, "operator");
             done = Some(Done {
                 audited: true,
                 action: "serving",

@@ -61,6 +61,33 @@ impl Events {
         }
     }
 
+    /// `session.updated`: an admitted visitor's session changed. This version sends `revoked`
+    /// (the origin answered `Vestibule-Command: revoke`).
+    pub fn session_updated(
+        &self,
+        room: &str,
+        status: &'static str,
+        client_ip: Option<std::net::IpAddr>,
+    ) {
+        self.emit(
+            "session.updated",
+            Some(room),
+            client_ip,
+            || json!({ "room": room, "status": status }),
+        );
+    }
+
+    /// `serving.moved`: a fifo room's serving counter was moved by hand (`why`: `operator`,
+    /// through `POST /rooms/<room>/serving`), from one number to another.
+    pub fn serving_moved(&self, room: &str, from: u64, to: u64, why: &'static str) {
+        self.emit(
+            "serving.moved",
+            Some(room),
+            None,
+            || json!({ "room": room, "from": from, "to": to, "why": why }),
+        );
+    }
+
     /// `store.state_changed`: the cluster's store answered after it did not (or at the first
     /// sync), or stopped answering. `from` is null at the first sync; `nodes` the live nodes
     /// it reported when up.

@@ -441,3 +441,96 @@ fn check_names_the_key_of_a_bad_sink() {
     let (code, out, err) = run_cli(&["--check", "--config", config.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+#[test]
+fn each_kind_of_event_is_sent_from_where_it_happens() {
+    let origin = Origin::start();
+    let fmt = |secs: u64| {
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(secs))
+            .to_string()
+    };
+    let mut setup = Setup::new(origin.addr)
+        .extra(&format!(
+            "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
+             [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100000\napi = true\n\
+             [[room.event]]\nname = \"launch\"\nstart = \"{}\"\nend = \"{}\"\n\
+             [[events.sink]]\nname = \"all\"\nkind = \"file\"\npath = \"all.jsonl\"\n",
+            fmt(4),
+            fmt(3600)
+        ));
+    setup.admin = Some(format!(
+        "listen = \"{}\"\ntoken = \"an-operator-token-for-sinks\"",
+        free_addr()
+    ));
+    // The queue API signs with a JWT key.
+    setup = setup.file(
+        "jwt-1.pem",
+        vestibule::jwt::generate(vestibule::jwt::Algorithm::Es256),
+    );
+    setup.keys = crate::jwt::ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+    let v = setup.start();
+    let mut a = User::at("198.51.100.77");
+    assert_eq!(a.get(&v, "/").status(), 200);
+    // The origin ends the session.
+    assert_eq!(a.get(&v, "/__revoke").status(), 200);
+    // An operator moves the serving counter.
+    let resp = client()
+        .post(format!("http://{}/rooms/sale/serving", v.admin))
+        .bearer_auth("an-operator-token-for-sinks")
+        .body(r#"{"increment_by": 2}"#)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().unwrap_or_default());
+    let path = v.dir.path().join("all.jsonl");
+    let by_type = || -> BTreeMap<String, serde_json::Value> {
+        lines(&path)
+            .into_iter()
+            .map(|e| (e["type"].as_str().unwrap().to_owned(), e))
+            .collect()
+    };
+    let wanted = [
+        "vestibule.admission.granted",
+        "vestibule.session.updated",
+        "vestibule.serving.moved",
+        "vestibule.operator.action",
+        "vestibule.event.state_changed",
+    ];
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let got = by_type();
+            wanted.iter().all(|t| got.contains_key(*t))
+        }),
+        "{:?}\n{}",
+        by_type().keys().collect::<Vec<_>>(),
+        v.log_text()
+    );
+    let got = by_type();
+    let data = |t: &str| &got[t]["data"];
+    assert_eq!(data("vestibule.admission.granted")["room"], "sale");
+    assert!(data("vestibule.admission.granted")
+        .get("client_ip")
+        .is_none());
+    assert_eq!(data("vestibule.session.updated")["status"], "revoked");
+    let moved = data("vestibule.serving.moved");
+    assert_eq!(
+        (
+            moved["why"].as_str(),
+            moved["to"].as_u64().unwrap() - moved["from"].as_u64().unwrap()
+        ),
+        (Some("operator"), 2)
+    );
+    let action = data("vestibule.operator.action");
+    assert_eq!(action["action"], "serving");
+    assert_eq!(action["operator"], "admin");
+    assert!(action["source"].as_str().unwrap().starts_with("127.0.0.1"));
+    let changed = data("vestibule.event.state_changed");
+    assert_eq!(
+        (
+            changed["event"].as_str(),
+            changed["from"].as_str(),
+            changed["to"].as_str()
+        ),
+        (Some("launch"), Some("scheduled"), Some("running"))
+    );
+    assert_eq!(got["vestibule.event.state_changed"]["subject"], "sale");
+}
