@@ -474,6 +474,168 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::sinks::{Destination, SinkSecret};
+
+    /// A webhook receiver answering 204 to every request, keeping connections alive.
+    fn keep_alive_receiver() -> String {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                std::thread::spawn(move || {
+                    let mut writer = stream.try_clone().unwrap();
+                    let mut reader = BufReader::new(stream);
+                    loop {
+                        let mut length = 0usize;
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let lower = line.to_ascii_lowercase();
+                            if let Some(v) = lower.strip_prefix("content-length:") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0u8; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        if writer
+                            .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    fn sink(name: &str, destination: Destination, spool: &std::path::Path) -> SinkConfig {
+        SinkConfig {
+            name: name.into(),
+            destination,
+            types: Vec::new(),
+            rooms: Vec::new(),
+            include_client_ip: false,
+            spool_dir: spool.join(name),
+            max_spool_bytes: 256 << 20,
+            max_retry_age: Duration::from_secs(3600),
+        }
+    }
+
+    /// Figures for the docs, not a check: `cargo test --lib sinks::tests::throughput --
+    /// --ignored --nocapture`. The request path's cost of an event, and how many events a
+    /// second a webhook sink and a file sink deliver (one at a time, in order).
+    #[test]
+    #[ignore]
+    fn throughput() {
+        const N: u64 = 20_000;
+        let dir = tempfile::tempdir().unwrap();
+        let sinks = vec![
+            sink(
+                "hook",
+                Destination::Webhook {
+                    url: keep_alive_receiver(),
+                    secret: SinkSecret(b"a-secret-of-16-bytes".to_vec()),
+                    secret_file: "unused".into(),
+                },
+                dir.path(),
+            ),
+            sink(
+                "file",
+                Destination::File {
+                    path: dir.path().join("events.jsonl"),
+                    max_file_bytes: 1 << 30,
+                },
+                dir.path(),
+            ),
+        ];
+        let metrics = crate::metrics::Metrics::new();
+        let events = Arc::new(Events::new(&sinks, metrics.events.clone()));
+        let out = EventsOut::new(
+            events.clone(),
+            "bench-node:8080".into(),
+            crate::config::ClusterConfig::default(),
+            (
+                metrics.events.clone(),
+                metrics.events_spooled.clone(),
+                metrics.events_oldest_spooled.clone(),
+            ),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (stop, watch) = tokio::sync::watch::channel(false);
+        let service = rt.spawn(async move { out.start(watch).await });
+        let delivered = |sink: &str| {
+            metrics
+                .events
+                .with_label_values(&[sink, "room.minute", "delivered"])
+                .get()
+        };
+        let started = Instant::now();
+        let mut emitted = 0;
+        let mut emit_time = Duration::ZERO;
+        while emitted < N {
+            // In bursts the queue can take, as a busy edge would.
+            for _ in 0..1000 {
+                let t = Instant::now();
+                events.emit("room.minute", Some("sale"), None, || {
+                    serde_json::json!({"room": "sale", "minute": "2026-11-27T20:15:00Z",
+                        "arrivals": 1200, "admitted": 500, "waiting": 3400, "active": 900,
+                        "abandoned": 12, "wait_p50": 311.0, "wait_p90": 720.5})
+                });
+                emit_time += t.elapsed();
+                emitted += 1;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let dropped = metrics
+            .events
+            .with_label_values(&["hook", "room.minute", "dropped"])
+            .get();
+        let mut file_done = None;
+        while delivered("hook") + dropped < N && started.elapsed() < Duration::from_secs(300) {
+            if file_done.is_none() && delivered("file") >= N - dropped {
+                file_done = Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let hook_done = started.elapsed();
+        let file_done = file_done.unwrap_or(hook_done);
+        let line = std::fs::read_to_string(dir.path().join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .len();
+        println!(
+            "emit: {:.2} µs/event on the request path; dropped at the queue: {dropped}\n\
+             webhook: {N} in {:.2?} = {:.0} events/s\n\
+             file: {N} in {:.2?} = {:.0} events/s\n\
+             spool record: {} bytes (JSON {line} + header {})",
+            emit_time.as_secs_f64() * 1e6 / N as f64,
+            hook_done,
+            N as f64 / hook_done.as_secs_f64(),
+            file_done,
+            N as f64 / file_done.as_secs_f64(),
+            line + spool::HEADER,
+            spool::HEADER
+        );
+        stop.send(true).unwrap();
+        rt.block_on(service).unwrap();
+    }
 
     #[test]
     fn backoff_doubles_with_jitter_up_to_five_minutes() {

@@ -534,3 +534,70 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
     );
     assert_eq!(got["vestibule.event.state_changed"]["subject"], "sale");
 }
+
+/// Figures for the docs, not a check: `cargo test --test it sinks::sigkill_loss -- --ignored
+/// --nocapture`. Visitors are let in from four threads as fast as they go while vestibule is
+/// SIGKILLed; after a restart, how many of the admissions never reach the file sink.
+#[test]
+#[ignore]
+fn sigkill_loss() {
+    let origin = Origin::start();
+    let mut v = Setup::new(origin.addr)
+        .extra(OPEN_ROOM)
+        .extra("[[events.sink]]\nname = \"witness\"\nkind = \"file\"\npath = \"events.jsonl\"\ninclude_client_ip = true\n")
+        .start();
+    let admitted = Arc::new(Mutex::new(BTreeSet::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4u32)
+        .map(|t| {
+            let (admitted, stop, url) = (admitted.clone(), stop.clone(), v.url("/"));
+            std::thread::spawn(move || {
+                let c = client();
+                let mut i = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let ip = format!("10.{t}.{}.{}", i / 256, i % 256);
+                    let ok = c
+                        .get(&url)
+                        .header("X-Forwarded-For", &ip)
+                        .send()
+                        .is_ok_and(|r| r.status() == 200);
+                    if ok {
+                        admitted.lock().unwrap().insert(ip);
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    v.proc.signal("KILL");
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(v.proc.wait_exit(Duration::from_secs(5)).is_some());
+    let path = v.dir.path().join("events.jsonl");
+    let before_restart = lines(&path).len();
+    v.proc = spawn(
+        &["--config", v.config_path().to_str().unwrap()],
+        &v.dir.path().join("vestibule-2.log"),
+        &[],
+    );
+    assert!(wait_for_port(v.proxy, Duration::from_secs(15)));
+    std::thread::sleep(Duration::from_secs(3));
+    let events = lines(&path);
+    let ips: BTreeSet<String> = events
+        .iter()
+        .map(|e| e["data"]["client_ip"].as_str().unwrap().to_owned())
+        .collect();
+    let ids: BTreeSet<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    let admitted = admitted.lock().unwrap();
+    let lost = admitted.difference(&ips).count();
+    println!(
+        "admitted {} visitors before SIGKILL; the file held {before_restart} lines then, {} after the restart ({} ids, {} duplicates); lost: {lost}",
+        admitted.len(),
+        events.len(),
+        ids.len(),
+        events.len() - ids.len()
+    );
+}
