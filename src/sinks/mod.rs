@@ -250,11 +250,13 @@ impl BackgroundService for EventsOut {
         }
         let mut shutdown = shutdown;
         let _ = shutdown.changed().await;
+        // The queue is written out first: a sender may be within an attempt (up to its
+        // timeout), and the process may be gone before that ends.
         stop.store(true, Ordering::Relaxed);
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         for s in senders {
             let _ = s.await;
         }
-        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
     }
 }
 

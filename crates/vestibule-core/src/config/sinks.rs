@@ -55,8 +55,8 @@ impl SinkConfig {
     }
 }
 
-/// Where a sink's events go.
-#[derive(Clone, Debug, PartialEq)]
+/// Where a sink's events go. `Debug` shows URLs without their credentials.
+#[derive(Clone, PartialEq)]
 pub enum Destination {
     /// One signed POST per event.
     Webhook {
@@ -76,6 +76,41 @@ pub enum Destination {
     },
     /// JSON lines in a file rotated by size.
     File { path: PathBuf, max_file_bytes: u64 },
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Webhook {
+                url,
+                secret,
+                secret_file,
+            } => f
+                .debug_struct("Webhook")
+                .field("url", &super::redact_url(url))
+                .field("secret", secret)
+                .field("secret_file", secret_file)
+                .finish(),
+            Destination::RedisStream {
+                stream,
+                max_len,
+                redis,
+            } => f
+                .debug_struct("RedisStream")
+                .field("stream", stream)
+                .field("max_len", max_len)
+                .field("redis", &redis.as_deref().map(super::redact_url))
+                .finish(),
+            Destination::File {
+                path,
+                max_file_bytes,
+            } => f
+                .debug_struct("File")
+                .field("path", path)
+                .field("max_file_bytes", max_file_bytes)
+                .finish(),
+        }
+    }
 }
 
 /// A webhook's HMAC key. `Debug` never prints it.

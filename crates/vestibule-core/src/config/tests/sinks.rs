@@ -40,6 +40,12 @@ fn sinks_are_read_with_their_defaults() {
     assert!(!hook.wants("room.minute", Some("shop")));
     assert!(!hook.wants("admission.granted", None));
     assert!(!format!("{hook:?}").contains("0123456789"));
+    let (_dir, with_password) = with_secret(
+        "[[events.sink]]\nname = \"s\"\nkind = \"redis_stream\"\nredis = \"redis://:hunter2@10.0.0.5:6379/0\"\n\
+         [[events.sink]]\nname = \"w\"\nkind = \"webhook\"\nurl = \"https://u:hunter3@x/\"\nsecret_file = \"hook-secret\"\n",
+    );
+    let shown = format!("{:?}", with_password.unwrap().sinks);
+    assert!(!shown.contains("hunter"), "{shown}");
 
     let file = &c.sinks[1];
     assert_eq!(
