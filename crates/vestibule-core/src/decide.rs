@@ -1089,6 +1089,9 @@ mod tests {
             first.answer
         );
         assert!(first.notes.place.is_some(), "a capacity room's place");
+        // Let in by this request: who, for the `admission.granted` event.
+        let admitted = first.notes.admitted.as_deref().expect("admitted now");
+        assert!(!admitted.identity.as_str().is_empty());
         let set = first.notes.set_cookie.clone().unwrap();
         let value = set.split(';').next().unwrap().to_owned();
         let again = run(
@@ -1102,6 +1105,10 @@ mod tests {
             again.answer
         );
         assert_eq!(again.notes.decision, Some(Decision::Allow));
+        assert!(
+            again.notes.admitted.is_none(),
+            "admitted once, not at each request"
+        );
     }
 
     fn jwt(v: &Verdict) -> crate::bearer::JwtNote {

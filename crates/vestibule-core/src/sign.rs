@@ -120,3 +120,30 @@ pub fn is_valid_key_id(id: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_hashes_are_keyed_stable_and_apart() {
+        let a = SigningKey::new("a", b"a key of thirty-two bytes or so..");
+        let b = SigningKey::new("b", b"another key of thirty-two bytes..");
+        let h = a.identity_hash("198.51.100.7");
+        assert_eq!(h.len(), 32);
+        assert!(h
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(
+            h,
+            a.identity_hash("198.51.100.7"),
+            "the same visitor hashes alike"
+        );
+        assert_ne!(h, a.identity_hash("198.51.100.8"));
+        assert_ne!(
+            h,
+            b.identity_hash("198.51.100.7"),
+            "another key, another hash"
+        );
+    }
+}
