@@ -187,7 +187,7 @@ impl BackgroundService for EventsOut {
         let (counted, spooled, oldest) = &self.metrics;
         let mut sinks = Vec::new();
         for config in &inner.sinks {
-            let spool = match Spool::open(&config.spool_dir, config.max_spool_bytes) {
+            let spool = match open_spool(config, shutdown.clone()).await {
                 Ok((spool, recovery)) => {
                     log::info!(
                         "events sink {}: spool {} holds {} event(s) to deliver{}",
@@ -256,6 +256,39 @@ impl BackgroundService for EventsOut {
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         for s in senders {
             let _ = s.await;
+        }
+    }
+}
+
+/// How long a spool held by the process before (an upgrade) is waited for before its sink gives
+/// up until a restart.
+const SPOOL_WAIT: Duration = Duration::from_secs(120);
+
+/// Opens `config`'s spool, waiting while the process before this one (an upgrade, draining)
+/// still holds it.
+async fn open_spool(
+    config: &SinkConfig,
+    shutdown: ShutdownWatch,
+) -> std::io::Result<(Spool, spool::Recovery)> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        match Spool::open(&config.spool_dir, config.max_spool_bytes) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if started.elapsed() > SPOOL_WAIT || *shutdown.borrow() {
+                    return Err(e);
+                }
+                if !said {
+                    log::info!(
+                        "events sink {}: the spool {} is still open in the process before this one; waiting for it",
+                        config.name,
+                        config.spool_dir.display()
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
         }
     }
 }

@@ -24,6 +24,10 @@
 //! that segment (what follows it is counted as lost and, in the last segment, cut off so that new
 //! records follow good ones).
 //!
+//! **One process at a time.** Opening takes an exclusive `flock` on `lock` in the folder, held
+//! until the spool is dropped (or the process ends): during an upgrade the new process waits
+//! for the old one to finish with it rather than append beside it.
+//!
 //! **Bound.** Past `max_bytes` the oldest segment is deleted, and its records not yet delivered
 //! are counted as dropped. A write that fails (a full disk) is undone (the segment is cut back
 //! to its length before it) and reported; the caller counts and logs it.
@@ -166,6 +170,8 @@ pub struct Appended {
 }
 
 struct Inner {
+    /// Holds the folder's `flock` while open.
+    _lock: File,
     dir: PathBuf,
     max_bytes: u64,
     segment_bytes: u64,
@@ -197,8 +203,11 @@ fn segment_name(first: u64) -> String {
 impl Spool {
     /// Opens (creating it if need be) the spool in `dir`, bounded to `max_bytes`, and recovers
     /// what a crash left.
+    /// Fails with [`io::ErrorKind::WouldBlock`] while another process (or another `Spool`)
+    /// has it open.
     pub fn open(dir: &Path, max_bytes: u64) -> io::Result<(Spool, Recovery)> {
         fs::create_dir_all(dir)?;
+        let lock = lock_folder(dir)?;
         let acked = read_cursor(&dir.join(CURSOR));
         let mut found: Vec<(u64, PathBuf)> = Vec::new();
         for entry in fs::read_dir(dir)? {
@@ -249,6 +258,7 @@ impl Spool {
             .max(acked + 1);
         let segment_bytes = (max_bytes / 8).clamp(16 << 10, 16 << 20);
         let mut inner = Inner {
+            _lock: lock,
             dir: dir.to_path_buf(),
             max_bytes,
             segment_bytes,
@@ -485,6 +495,33 @@ impl Inner {
     }
 }
 
+/// `dir/lock`, opened and locked exclusively (`flock`, released when the file is closed).
+fn lock_folder(dir: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; no memory is involved.
+        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if taken != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "another process has this spool open",
+                )
+            } else {
+                e
+            });
+        }
+    }
+    Ok(file)
+}
+
 /// The record at `offset` of `file`, if a good one is there.
 fn read_record(file: &mut File, offset: u64) -> io::Result<Option<Record>> {
     file.seek(SeekFrom::Start(offset))?;
@@ -714,6 +751,21 @@ mod tests {
         fs::remove_file(&segment).unwrap();
         spool.append(&payloads(2..4), 1).unwrap();
         assert_eq!(drain(&spool), ["event 2", "event 3"]);
+    }
+
+    #[test]
+    fn one_spool_at_a_time_per_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, _) = Spool::open(dir.path(), 1 << 20).unwrap();
+        first.append(&payloads(0..1), 1).unwrap();
+        let Err(e) = Spool::open(dir.path(), 1 << 20) else {
+            panic!("opened twice");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        drop(first);
+        let (second, rec) = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(rec.pending, 1);
+        assert_eq!(drain(&second), ["event 0"]);
     }
 
     #[test]
