@@ -39,11 +39,34 @@ impl Events {
                     "waited_seconds": waited,
                     "from_line": waited.is_some(),
                     "mode": room.config.mode.as_str(),
+                    "via": "request",
                     "event": vestibule_core::room::event::in_force(&room.config.events, now)
                         .map(|p| p.event.name.clone()),
                 })
             },
         );
+    }
+
+    /// `admission.granted` for a JWT issued for a queue number (`via`: `api`, the queue API's
+    /// token endpoint; `admin`, an operator's `POST /rooms/<room>/tokens`). The caller of the
+    /// API is not the visitor, so no identity is sent.
+    pub fn jwt_issued(&self, room: &str, request_id: &str, via: &'static str) {
+        let queue_number = request_id
+            .split('.')
+            .next()
+            .and_then(|n| n.parse::<u64>().ok());
+        self.emit("admission.granted", Some(room), None, || {
+            json!({
+                "room": room,
+                "identity": null,
+                "queue_number": queue_number,
+                "waited_seconds": null,
+                "from_line": true,
+                "mode": "enforce",
+                "event": null,
+                "via": via,
+            })
+        });
     }
 
     /// `operator.action`: the audit log's record of an operator's action (the operator's

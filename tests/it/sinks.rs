@@ -452,7 +452,7 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
     let mut setup = Setup::new(origin.addr)
         .extra(&format!(
             "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
-             [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100000\napi = true\n\
+             [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100000\napi = true\njwt = true\n\
              [[room.event]]\nname = \"launch\"\nstart = \"{}\"\nend = \"{}\"\n\
              [[events.sink]]\nname = \"all\"\nkind = \"file\"\npath = \"all.jsonl\"\n",
             fmt(4),
@@ -481,6 +481,21 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
         .send()
         .unwrap();
     assert_eq!(resp.status(), 200, "{}", resp.text().unwrap_or_default());
+    // An app takes a number through the queue API and exchanges it for a JWT.
+    let api = |path: &str, body: Option<String>| -> serde_json::Value {
+        let mut req = client()
+            .post(v.url(&format!("/.vestibule/rooms/sale{path}")))
+            .header("X-Forwarded-For", "198.51.100.78");
+        if let Some(b) = body {
+            req = req.header("Content-Type", "application/json").body(b);
+        }
+        let resp = req.send().unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json().unwrap()
+    };
+    let placed = api("/queue", None);
+    let id = placed["request_id"].as_str().unwrap().to_owned();
+    api("/token", Some(format!("{{\"request_id\": \"{id}\"}}")));
     let path = v.dir.path().join("all.jsonl");
     let by_type = || -> BTreeMap<String, serde_json::Value> {
         lines(&path)
@@ -504,12 +519,23 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
         by_type().keys().collect::<Vec<_>>(),
         v.log_text()
     );
+    let jwt_admission = || {
+        lines(&path)
+            .into_iter()
+            .find(|e| e["type"] == "vestibule.admission.granted" && e["data"]["via"] == "api")
+    };
+    assert!(eventually(Duration::from_secs(5), || jwt_admission().is_some()));
+    let by_jwt = jwt_admission().unwrap();
+    assert_eq!(by_jwt["data"]["queue_number"], placed["queue_number"]);
+    assert!(by_jwt["data"]["identity"].is_null());
+    let by_request = lines(&path)
+        .into_iter()
+        .find(|e| e["type"] == "vestibule.admission.granted" && e["data"]["via"] == "request")
+        .expect("the visitor's own admission");
+    assert_eq!(by_request["data"]["room"], "sale");
+    assert!(by_request["data"].get("client_ip").is_none());
     let got = by_type();
     let data = |t: &str| &got[t]["data"];
-    assert_eq!(data("vestibule.admission.granted")["room"], "sale");
-    assert!(data("vestibule.admission.granted")
-        .get("client_ip")
-        .is_none());
     assert_eq!(data("vestibule.session.updated")["status"], "revoked");
     let moved = data("vestibule.serving.moved");
     assert_eq!(
