@@ -414,6 +414,7 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
     let name = sink.config.name.clone();
     let max_age_ms = sink.config.max_retry_age.as_millis() as u64;
     let mut last_cursor = Instant::now();
+    let (mut expired, mut rejected) = (0u64, 0u64);
     loop {
         if *shutdown.borrow() {
             break;
@@ -455,10 +456,15 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
                 .with_label_values(&[&name])
                 .set(age_ms as f64 / 1000.0);
             if age_ms > max_age_ms {
-                log::warn!(
-                    "events sink {name}: event {} not delivered within max_retry_age; dropped",
-                    head.as_ref().map_or("?", |h| h.id.as_str())
-                );
+                // After a long outage every event left is too old: one line per thousand.
+                if expired % 1000 == 0 {
+                    log::warn!(
+                        "events sink {name}: event {} not delivered within max_retry_age; dropped ({} so far, counted in vestibule_events_total)",
+                        head.as_ref().map_or("?", |h| h.id.as_str()),
+                        expired + 1
+                    );
+                }
+                expired += 1;
                 break "dropped";
             }
             let Some(head) = &head else {
@@ -469,7 +475,15 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
             match deliver.send(&head.id, &head.kind, &record.payload).await {
                 deliver::Outcome::Delivered => break "delivered",
                 deliver::Outcome::Rejected(why) => {
-                    log::warn!("events sink {name}: event {} rejected: {why}", head.id);
+                    // A receiver that refuses everything (a wrong key): one line per thousand.
+                    if rejected % 1000 == 0 {
+                        log::warn!(
+                            "events sink {name}: event {} rejected: {why} ({} so far, counted in vestibule_events_total)",
+                            head.id,
+                            rejected + 1
+                        );
+                    }
+                    rejected += 1;
                     break "rejected";
                 }
                 deliver::Outcome::Retry(why) => {

@@ -627,3 +627,52 @@ fn sigkill_loss() {
         events.len() - ids.len()
     );
 }
+
+#[test]
+fn a_rejected_event_and_a_too_old_one_are_dropped_counted_and_passed() {
+    let origin = Origin::start();
+    // One receiver refuses every event (400); the other is not there at all.
+    let rejecting = canned_origin(
+        b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    );
+    let nobody = free_addr();
+    let v = Setup::new(origin.addr)
+        .file("hook-secret", format!("{SECRET}\n"))
+        .extra(OPEN_ROOM)
+        .extra(&format!(
+            "[[events.sink]]\nname = \"rejecting\"\nkind = \"webhook\"\nurl = \"http://{rejecting}/\"\nsecret_file = \"hook-secret\"\n\
+             [[events.sink]]\nname = \"nobody\"\nkind = \"webhook\"\nurl = \"http://{nobody}/\"\nsecret_file = \"hook-secret\"\nmax_retry_age = \"1s\"\n"
+        ))
+        .start();
+    visit(&v, (1..=3).map(|i| format!("192.0.2.{i}")));
+    let series = |result: &str, sink: &str| {
+        format!("vestibule_events_total{{result=\"{result}\",sink=\"{sink}\",type=\"admission.granted\"}}")
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            count(&v, &series("rejected", "rejecting")) == 3.0
+                && count(&v, &series("dropped", "nobody")) == 3.0
+        }),
+        "{}\n{}",
+        v.metrics(),
+        v.log_text()
+    );
+    assert!(count(&v, &series("retried", "nobody")) >= 1.0);
+    assert_eq!(count(&v, &series("delivered", "rejecting")), 0.0);
+    assert!(eventually(Duration::from_secs(5), || {
+        v.metric("vestibule_events_spooled{sink=\"nobody\"}") == 0.0
+            && v.metric("vestibule_events_oldest_spooled_seconds{sink=\"nobody\"}") == 0.0
+    }));
+    // Each logged once, not once an event.
+    let log = v.log_text();
+    assert_eq!(
+        log.matches("rejected: the receiver answered 400").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("not delivered within max_retry_age").count(),
+        1,
+        "{log}"
+    );
+}
