@@ -26,7 +26,6 @@ mod deliver;
 mod emit;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -223,20 +222,16 @@ impl BackgroundService for EventsOut {
                 oldest: oldest.clone(),
             }));
         }
-        let stop = Arc::new(AtomicBool::new(false));
         let writer = {
-            let (sinks, stop, source) = (sinks.clone(), stop.clone(), source.clone());
+            let (sinks, source) = (sinks.clone(), source.clone());
             std::thread::Builder::new()
                 .name("vestibule-events".into())
-                .spawn(move || write_loop(rx, &sinks, &stop, &source))
+                .spawn(move || write_loop(rx, &sinks, &source))
         };
-        let writer = match writer {
-            Ok(w) => w,
-            Err(e) => {
-                log::error!("events: cannot start the writer thread: {e}");
-                return;
-            }
-        };
+        if let Err(e) = writer {
+            log::error!("events: cannot start the writer thread: {e}");
+            return;
+        }
         let mut senders = Vec::new();
         for sink in &sinks {
             let Some(deliver) = deliver::Deliver::new(&sink.config, &self.cluster) else {
@@ -248,12 +243,7 @@ impl BackgroundService for EventsOut {
                 shutdown.clone(),
             )));
         }
-        let mut shutdown = shutdown;
-        let _ = shutdown.changed().await;
-        // The queue is written out first: a sender may be within an attempt (up to its
-        // timeout), and the process may be gone before that ends.
-        stop.store(true, Ordering::Relaxed);
-        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        // The senders end at shutdown, each writing its cursor; the writer thread goes on.
         for s in senders {
             let _ = s.await;
         }
@@ -293,8 +283,10 @@ async fn open_spool(
     }
 }
 
-/// The writer thread: queue → spools, fsynced every [`FSYNC_EVERY`], until `stop`.
-fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], stop: &AtomicBool, source: &str) {
+/// The writer thread: queue → spools, fsynced every [`FSYNC_EVERY`]. It runs as long as the
+/// process: during a graceful shutdown, requests in flight and the last minute's records still
+/// emit events, and they are written as they come.
+fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], source: &str) {
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     let mut failing = vec![false; sinks.len()];
     let mut last_sync = Instant::now();
@@ -368,19 +360,6 @@ fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], stop: &AtomicBool, sourc
                 }
             }
             last_sync = Instant::now();
-        }
-        if stop.load(Ordering::Relaxed) && batch.is_empty() {
-            // What the request path handed in before the stop is written too.
-            if let Ok(e) = rx.try_recv() {
-                batch.push(e);
-                continue;
-            }
-            for sink in sinks {
-                if let Some(spool) = &sink.spool {
-                    let _ = spool.sync();
-                }
-            }
-            return;
         }
     }
 }
