@@ -227,7 +227,12 @@ impl Spool {
         let mut segments = VecDeque::new();
         let count = found.len();
         for (i, (first, path)) in found.into_iter().enumerate() {
-            let bytes = fs::read(&path)?;
+            // As long as the file says it is, no more (a device or a growing file is not read
+            // without end).
+            let mut bytes = Vec::new();
+            let file = File::open(&path)?;
+            let len = file.metadata()?.len();
+            file.take(len).read_to_end(&mut bytes)?;
             let (records, good) = scan(&bytes);
             let torn = (bytes.len() - good) as u64;
             recovery.torn_bytes += torn;

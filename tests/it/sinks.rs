@@ -676,3 +676,50 @@ fn a_rejected_event_and_a_too_old_one_are_dropped_counted_and_passed() {
         "{log}"
     );
 }
+
+/// A full disk under a spool (its segment is `/dev/full`, which answers every write with
+/// ENOSPC): visitors are served as ever, the events are counted as dropped and logged once, and
+/// once there is room again events flow.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_under_the_spool_is_counted_and_logged_never_felt() {
+    let origin = Origin::start();
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let segment = spool.join(format!("{:020}.seg", 1));
+    std::os::unix::fs::symlink("/dev/full", &segment).unwrap();
+    let v = Setup::new(origin.addr)
+        .extra(OPEN_ROOM)
+        .extra(&format!(
+            "[[events.sink]]\nname = \"archive\"\nkind = \"file\"\npath = \"events.jsonl\"\nspool_dir = \"{}\"\n",
+            spool.display()
+        ))
+        .start();
+    visit(&v, (1..=5).map(|i| format!("203.0.113.{i}")));
+    let dropped =
+        "vestibule_events_total{result=\"dropped\",sink=\"archive\",type=\"admission.granted\"}";
+    assert!(
+        eventually(Duration::from_secs(5), || count(&v, dropped) == 5.0),
+        "{}",
+        v.log_text()
+    );
+    assert_eq!(
+        v.log_text().matches("cannot write to the spool").count(),
+        1,
+        "{}",
+        v.log_text()
+    );
+    // Room again.
+    std::fs::remove_file(&segment).unwrap();
+    visit(&v, (6..=8).map(|i| format!("203.0.113.{i}")));
+    let delivered =
+        "vestibule_events_total{result=\"delivered\",sink=\"archive\",type=\"admission.granted\"}";
+    assert!(
+        eventually(Duration::from_secs(5), || count(&v, delivered) == 3.0),
+        "{}",
+        v.log_text()
+    );
+    assert!(v.log_text().contains("the spool takes events again"));
+    assert_eq!(lines(&v.dir.path().join("events.jsonl")).len(), 3);
+}
