@@ -160,3 +160,29 @@ fn sinks_change_on_restart_only() {
     crate::config::diff::keep_restart_settings(&mut kept, &old);
     assert!(kept.sinks.is_empty());
 }
+
+#[test]
+fn a_new_webhook_key_is_named_as_waiting_for_a_restart_and_never_shown() {
+    let sink = "[[events.sink]]\nname = \"shop\"\nkind = \"webhook\"\nurl = \"https://x/\"\nsecret_file = \"hook-secret\"\n";
+    let (dir, old) = with_secret(sink);
+    let old = old.unwrap();
+    std::fs::write(
+        dir.path().join("hook-secret"),
+        "a-brand-new-key-of-some-length\n",
+    )
+    .unwrap();
+    let text = format!("{MINIMAL}[[room]]\nname = \"shop\"\nallow_percentage = 10\n{sink}");
+    let new = Config::parse(&text, &dir.path().join("vestibule.toml"), &Disk).unwrap();
+    let pending = crate::config::diff::needs_restart(&old, &new);
+    assert!(
+        pending
+            .iter()
+            .any(|(k, _, _)| *k == "events.sink secret_file"),
+        "{pending:?}"
+    );
+    let shown = format!("{pending:?}");
+    assert!(
+        !shown.contains("brand-new") && !shown.contains("0123456789"),
+        "{shown}"
+    );
+}
