@@ -351,6 +351,10 @@ fn a_file_sink_writes_json_lines_rotated_by_size() {
         .chain(&before)
         .all(|e| e["data"].get("client_ip").is_none()));
     assert_eq!(v.metric("vestibule_events_spooled{sink=\"archive\"}"), 0.0);
+    let status = v.status();
+    assert_eq!(status["events"][0]["sink"], "archive");
+    assert_eq!(status["events"][0]["kind"], "file");
+    assert_eq!(status["events"][0]["spooled"], 0);
 }
 
 #[test]
