@@ -727,3 +727,63 @@ fn a_full_disk_under_the_spool_is_counted_and_logged_never_felt() {
     assert!(v.log_text().contains("the spool takes events again"));
     assert_eq!(lines(&v.dir.path().join("events.jsonl")).len(), 3);
 }
+
+/// `store.state_changed` when the cluster's store is reached, and when it stops answering; and
+/// a `redis_stream` sink with no `redis` of its own writes to the cluster's.
+#[test]
+fn the_cluster_store_coming_and_going_is_an_event() {
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(OPEN_ROOM)
+        .extra(&format!(
+            "[cluster]\nstore = \"redis\"\nredis = [\"{}\"]\nnode = \"edge-1\"\nsync_interval = \"250ms\"\n\
+             [[events.sink]]\nname = \"ops\"\nkind = \"file\"\npath = \"ops.jsonl\"\ntypes = [\"store.state_changed\"]\n\
+             [[events.sink]]\nname = \"stream\"\nkind = \"redis_stream\"\ntypes = [\"admission.granted\"]\n",
+            redis.url()
+        ))
+        .start();
+    let path = v.dir.path().join("ops.jsonl");
+    let states = || -> Vec<(serde_json::Value, serde_json::Value)> {
+        lines(&path)
+            .into_iter()
+            .map(|e| (e["data"]["from"].clone(), e["data"]["to"].clone()))
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || !states().is_empty()),
+        "{}",
+        v.log_text()
+    );
+    assert_eq!(states()[0], (serde_json::Value::Null, "up".into()));
+    let first = &lines(&path)[0];
+    assert_eq!(first["source"], "edge-1");
+    assert!(first.get("subject").is_none(), "no room");
+    // The cluster's Redis takes the stream.
+    visit(&v, ["192.0.2.50".to_owned()]);
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || {
+        redis::cmd("XLEN")
+            .arg("vestibule:events")
+            .query::<u64>(&mut conn)
+            .unwrap()
+            == 1
+    }));
+    // The store freezes.
+    redis.signal("STOP");
+    let down = eventually(Duration::from_secs(10), || {
+        states().contains(&("up".into(), "down".into()))
+    });
+    redis.signal("CONT");
+    assert!(down, "{:?}\n{}", states(), v.log_text());
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            states().contains(&("down".into(), "up".into()))
+        }),
+        "{:?}",
+        states()
+    );
+}
