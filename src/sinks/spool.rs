@@ -370,9 +370,14 @@ impl Inner {
             encode(seq, now_ms, p, &mut buf);
             seq += 1;
         }
+        // A segment's records follow one another: after a gap (a cursor that outlived the
+        // records it passed, in a power loss) a new segment begins.
         let needs_new = match self.segments.back() {
             None => true,
-            Some(s) => s.bytes > 0 && s.bytes + buf.len() as u64 > self.segment_bytes,
+            Some(s) => {
+                s.last + 1 != self.next_seq
+                    || (s.bytes > 0 && s.bytes + buf.len() as u64 > self.segment_bytes)
+            }
         };
         if needs_new || self.active.is_none() {
             self.start_segment(needs_new)?;
@@ -414,6 +419,17 @@ impl Inner {
         if let Some(file) = self.active.take() {
             // The segment now closed is made durable before the next one opens.
             let _ = file.sync_data();
+        }
+        // An empty last segment gives way (its name would not match its first record).
+        if self.segments.back().is_some_and(|s| s.bytes == 0) {
+            let s = self.segments.pop_back().expect("a last segment");
+            if self.reader.as_ref().is_some_and(|r| r.0 == s.first) {
+                self.reader = None;
+            }
+            match fs::remove_file(&s.path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         }
         let path = self.dir.join(segment_name(self.next_seq));
         let file = OpenOptions::new()
@@ -736,6 +752,38 @@ mod tests {
         assert_eq!(rec.pending, 0);
         spool.append(&payloads(0..1), 1).unwrap();
         assert_eq!(spool.peek().unwrap().unwrap().seq, 41);
+    }
+
+    #[test]
+    fn a_cursor_ahead_of_the_records_after_a_power_loss_loses_nothing_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = Spool::open(dir.path(), 1 << 20).unwrap();
+        spool.append(&payloads(0..3), 1).unwrap();
+        spool.ack(3).unwrap();
+        spool.persist_cursor().unwrap();
+        drop(spool);
+        // The power went: the cursor (fsynced) survived, the last two records did not.
+        let seg = dir.path().join(segment_name(1));
+        let one = (HEADER + b"event 0".len()) as u64;
+        OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(one)
+            .unwrap();
+        let (spool, rec) = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(rec.pending, 0);
+        spool.append(&payloads(3..5), 1).unwrap();
+        drop(spool);
+        let (spool, rec) = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(
+            rec,
+            Recovery {
+                pending: 2,
+                torn_bytes: 0
+            }
+        );
+        assert_eq!(drain(&spool), ["event 3", "event 4"]);
     }
 
     /// `/dev/full` answers every write with ENOSPC: a full disk, without filling one.
