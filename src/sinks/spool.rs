@@ -437,6 +437,8 @@ impl Inner {
             .truncate(true)
             .write(true)
             .open(&path)?;
+        // The new name itself must survive a power loss, not only what is written to it.
+        sync_folder(&self.dir);
         self.segments.push_back(Segment {
             path,
             first: self.next_seq,
@@ -607,7 +609,19 @@ fn write_cursor(path: &Path, acked: u64) -> io::Result<()> {
         f.write_all(&bytes)?;
         f.sync_data()?;
     }
-    fs::rename(&tmp, path)
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        sync_folder(dir);
+    }
+    Ok(())
+}
+
+/// Fsyncs a folder's entries (a new or renamed file). Best effort: where folders cannot be
+/// opened for it, the file's own fsync is what there is.
+fn sync_folder(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
 }
 
 #[cfg(test)]
