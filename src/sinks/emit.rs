@@ -36,6 +36,7 @@ impl Events {
                         .as_ref()
                         .map(|k| k.active().identity_hash(admitted.identity.as_str())),
                     "queue_number": admitted.queue_number,
+                    "lane": admitted.lane.as_deref(),
                     "waited_seconds": waited,
                     "from_line": waited.is_some(),
                     "mode": room.config.mode.as_str(),
@@ -60,6 +61,7 @@ impl Events {
                 "room": room,
                 "identity": null,
                 "queue_number": queue_number,
+                "lane": null,
                 "waited_seconds": null,
                 "from_line": true,
                 "mode": "enforce",

@@ -196,6 +196,8 @@ pub struct Admitted {
     pub identity: crate::identity::Identity,
     /// Fifo rooms with `api = true`: the queue number they were let in with.
     pub queue_number: Option<u64>,
+    /// The priority lane they were let in from (`None`: `public`, or no lanes).
+    pub lane: Option<std::sync::Arc<str>>,
 }
 
 /// A room decision as `vestibule_room_*` counts it.
@@ -387,6 +389,7 @@ fn in_room(
         notes.admitted = Some(Box::new(Admitted {
             identity: identity.clone(),
             queue_number: outcome.queue_number,
+            lane: outcome.lane.clone(),
         }));
     }
     if invited_by_link && room.config.mode == RoomMode::Enforce {
