@@ -325,6 +325,10 @@ fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], source: &str) {
                 match spool.append(&payloads, now_ms) {
                     Ok(appended) => {
                         sink.count("unknown", "dropped", appended.dropped);
+                        // The backlog as it grows, while the sender may be waiting to retry.
+                        sink.spooled
+                            .with_label_values(&[&sink.config.name])
+                            .set(spool.pending() as i64);
                         if failing[i] {
                             log::info!(
                                 "events sink {}: the spool takes events again",

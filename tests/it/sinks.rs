@@ -787,3 +787,57 @@ fn the_cluster_store_coming_and_going_is_an_event() {
         states()
     );
 }
+
+/// A reload, even one that edits the sinks (which wait for a restart), leaves what is spooled
+/// alone: once the receiver is up, every event arrives.
+#[test]
+fn a_reload_loses_nothing_spooled() {
+    let origin = Origin::start();
+    let listener = bind_loopback();
+    let hook = listener.local_addr().unwrap();
+    // The receiver is not there yet.
+    drop(listener);
+    let v = Setup::new(origin.addr)
+        .file("hook-secret", format!("{SECRET}\n"))
+        .extra(OPEN_ROOM)
+        .extra(&format!(
+            "[[events.sink]]\nname = \"shop\"\nkind = \"webhook\"\nurl = \"http://{hook}/\"\nsecret_file = \"hook-secret\"\n"
+        ))
+        .start();
+    visit(&v, (1..=3).map(|i| format!("192.0.2.{i}")));
+    assert!(eventually(Duration::from_secs(5), || {
+        count(&v, "vestibule_events_spooled{sink=\"shop\"}") == 3.0
+    }));
+    let before = v.edit_config(
+        "kind = \"webhook\"\n",
+        "kind = \"webhook\"\ntypes = [\"room.minute\"]\n",
+    );
+    v.wait_generation_above(before);
+    assert!(
+        eventually(Duration::from_secs(5), || v
+            .log_text()
+            .contains("events.sink")
+            && v.log_text().contains("needs a restart")),
+        "{}",
+        v.log_text()
+    );
+    // Still admission events for this run: the sinks wait for a restart.
+    visit(&v, ["192.0.2.4".to_owned()]);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let receiver = Receiver::start(
+        TcpListener::bind(hook).expect("the receiver's port"),
+        seen.clone(),
+        0,
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || seen
+            .lock()
+            .unwrap()
+            .delivered
+            .len()
+            == 4),
+        "{}",
+        v.log_text()
+    );
+    receiver.stop();
+}
