@@ -479,12 +479,26 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
                             wait.as_secs_f64()
                         );
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = shutdown.changed() => {
-                            let _ = spool.persist_cursor();
-                            return;
+                    // Waited out a second at a time, so that the oldest event's age (what the
+                    // backlog alert reads) keeps counting through a backoff of minutes.
+                    let until = Instant::now() + wait;
+                    while let Some(left) = until.checked_duration_since(Instant::now()) {
+                        if left.is_zero() {
+                            break;
                         }
+                        tokio::select! {
+                            _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
+                            _ = shutdown.changed() => {
+                                let _ = spool.persist_cursor();
+                                return;
+                            }
+                        }
+                        let age_ms = crate::time::now()
+                            .millis()
+                            .saturating_sub(record.spooled_ms);
+                        sink.oldest
+                            .with_label_values(&[&name])
+                            .set(age_ms as f64 / 1000.0);
                     }
                 }
             }

@@ -808,6 +808,10 @@ fn a_reload_loses_nothing_spooled() {
     assert!(eventually(Duration::from_secs(5), || {
         count(&v, "vestibule_events_spooled{sink=\"shop\"}") == 3.0
     }));
+    // The oldest one's age keeps counting while the sender waits to retry.
+    assert!(eventually(Duration::from_secs(6), || {
+        count(&v, "vestibule_events_oldest_spooled_seconds{sink=\"shop\"}") >= 2.5
+    }));
     let before = v.edit_config(
         "kind = \"webhook\"\n",
         "kind = \"webhook\"\ntypes = [\"room.minute\"]\n",
