@@ -193,6 +193,45 @@ fn invitations(c: &mut Criterion) {
     });
 }
 
+/// Verifiable draws: a pre-queued visitor's decision with a keyed and with a verifiable draw
+/// (a receipt: two HMACs and a mark), and the reveal of 10,000 receipts (an HMAC each, sorted),
+/// which the edge makes at most once per 5 s per draw.
+fn draws(c: &mut Criterion) {
+    use vestibule::room::draw::{DrawSecret, Receipt};
+    let ring = ring();
+    let now = Timestamp::from_secs(1_800_000_000);
+    let event = |draw: &str| {
+        format!(
+            "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 100\n\
+             [[room.event]]\nname = \"launch\"\nprequeue_start = \"2027-01-15T07:00:00Z\"\n\
+             start = \"2027-01-15T09:00:00Z\"\nend = \"2027-01-15T10:00:00Z\"\n\
+             shuffle_at_start = true\ndraw = \"{draw}\"\n"
+        )
+    };
+    for draw in ["keyed", "verifiable"] {
+        let store: std::sync::Arc<dyn vestibule::store::CounterStore> =
+            std::sync::Arc::new(vestibule::store::local::LocalStore::new());
+        store.set_draw_secret([7; 32]);
+        let set = rooms_in(&store, &event(draw));
+        let room = set.iter().next().expect("room");
+        let mut n = 0u32;
+        c.bench_function(&format!("draw/pre-queue a newcomer, {draw} draw"), |b| {
+            b.iter(|| {
+                n = n.wrapping_add(1);
+                let uid = Identity::of_ip(std::net::IpAddr::from(n.to_be_bytes()), 64);
+                black_box(room.decide(&ring, &uid, &[], now))
+            })
+        });
+    }
+    let set = rooms(&event("verifiable"));
+    let e = set.iter().next().expect("room").config.events[0].clone();
+    let d = DrawSecret([7; 32]).draw("default", &e);
+    let receipts: Vec<Receipt> = (0..10_000u64).map(|i| Receipt(i * 7919)).collect();
+    c.bench_function("draw/reveal 10,000 receipts", |b| {
+        b.iter(|| black_box(d.reveal(receipts.iter().copied())))
+    });
+}
+
 /// A lottery room at 50 %, a visitor, a time, and that visitor's allow token of the current
 /// allow bucket (verified, not re-signed).
 fn room_and_allow_token() -> (
@@ -937,6 +976,7 @@ criterion_group!(
     jwts,
     challenges,
     invitations,
+    draws,
     decisions,
     rate_limits,
     pages,

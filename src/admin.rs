@@ -331,7 +331,7 @@ impl Admin {
                     "file": c.cert_file.display().to_string(),
                 })).collect::<Vec<_>>(),
             })),
-            "rooms": snapshot.rooms.iter().map(|r| room_status(r, &*self.app.state.store, &self.app.state.controls, now)).collect::<Vec<_>>(),
+            "rooms": snapshot.rooms.iter().map(|r| room_status(r, &*self.app.state.store, &self.app.state.controls, &snapshot.config.server.api_prefix, now)).collect::<Vec<_>>(),
             "rate_limits": snapshot.rules.iter().map(|r| rule_status(r, now)).collect::<Vec<_>>(),
         })
     }
@@ -422,6 +422,7 @@ fn room_status(
     room: &Room,
     store: &dyn crate::store::CounterStore,
     overrides: &Controls,
+    api_prefix: &str,
     now: crate::time::Timestamp,
 ) -> Value {
     let c = &room.config;
@@ -504,6 +505,7 @@ fn room_status(
                 "starts_at": rfc3339(e.start),
                 "ends_at": rfc3339(e.end),
                 "shuffle_at_start": e.shuffle_at_start,
+                "draw": crate::draws::status(room, e, api_prefix, now),
             })
         })
     };

@@ -60,6 +60,8 @@ pub struct App {
     pub(crate) minutes: crate::history::Recorder,
     /// Events out to the `[[events.sink]]`s (`crate::sinks`).
     pub events: Arc<crate::sinks::Events>,
+    /// A single node's draw receipts, written down in the state folder.
+    pub(crate) receipts: crate::draws::Kept,
 }
 
 impl App {
@@ -78,6 +80,9 @@ impl App {
         let now = crate::time::now();
         let state = State::for_config(&crate::config::load(config_path)?);
         let snapshot = Snapshot::load(config_path, None, &state, now)?;
+        crate::draws::keep_secret(&snapshot.config, &*state.store, state.shared.is_some());
+        let receipts = crate::draws::Kept::default();
+        receipts.sync(&snapshot.config, &*state.store, state.shared.is_some(), now);
         let metrics = Metrics::new();
         metrics.refresh(&snapshot, &*state.store);
         let events = Arc::new(crate::sinks::Events::new(
@@ -97,6 +102,7 @@ impl App {
             recent: Default::default(),
             minutes: Default::default(),
             events,
+            receipts,
         }))
     }
 
@@ -181,6 +187,10 @@ impl App {
                 changes.join("; ")
             }
         );
+        crate::draws::keep_secret(&new.config, &*self.state.store, self.state.shared.is_some());
+        for w in crate::draws::changes(&old.config, &new.config, now) {
+            log::warn!("reload ({trigger}): {w}");
+        }
         let generation = new.generation;
         let new = Arc::new(new);
         self.current.store(new.clone());
@@ -196,6 +206,16 @@ impl App {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
         Ok(generation)
+    }
+
+    /// Writes down the draw receipts handed out since the last call (a single node's).
+    pub(crate) fn sync_receipts(&self, snapshot: &Snapshot, now: Timestamp) {
+        self.receipts.sync(
+            &snapshot.config,
+            &*self.state.store,
+            self.state.shared.is_some(),
+            now,
+        );
     }
 
     /// One second of every room's autopilot: starts, steps or stops each, and logs

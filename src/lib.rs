@@ -16,6 +16,7 @@ pub mod config;
 pub mod controls;
 pub mod ctl;
 pub mod demo;
+pub mod draws;
 pub mod history;
 pub mod i18n;
 pub mod init;

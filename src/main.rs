@@ -93,6 +93,27 @@ enum Command {
     /// --out) from the per-minute history ([admin] history_dir) and the audit log; works with
     /// the proxy stopped. Exit 0 written, 1 nothing to report or unreadable, 2 usage.
     Report(ReportArgs),
+    /// Check a verifiable draw after its start: the commitment is sha256(seed) (and the one
+    /// noted before the start, with --commitment), every receipt's place is
+    /// HMAC-SHA256(seed, receipt), listed lowest first (and your receipt is listed, with
+    /// --receipt). Reads the draw's URL ({api_prefix}/rooms/<room>/draws/<event>) or a saved
+    /// copy. Exit 0 all match, 1 the first mismatch is named, 2 the draw cannot be read.
+    VerifyDraw {
+        /// The draw's URL (http:// or https://).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        url: Option<String>,
+        /// A saved copy of the draw's JSON.
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+        /// The commitment published before the start (64 hex digits, as the pre-queue page
+        /// showed it): the revealed seed must match it.
+        #[arg(long)]
+        commitment: Option<String>,
+        /// A receipt that must be in the draw (yours); its place and rank are printed. May be
+        /// given more than once.
+        #[arg(long)]
+        receipt: Vec<String>,
+    },
     /// Print invitation codes for a room, signed with the ring's active key, one per
     /// line. Visitors present one with `?vestibule_invite=<code>` or `Vestibule-Invite: <code>`.
     Invite(InviteArgs),
@@ -387,6 +408,19 @@ fn main() -> ExitCode {
         Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Invite(args)) => invite(&cli.config, &args),
         Some(Command::Report(args)) => report(&cli.config, &args),
+        Some(Command::VerifyDraw {
+            url,
+            file,
+            commitment,
+            receipt,
+        }) => cli::verify_draw::run(
+            url.as_deref(),
+            file.as_deref(),
+            vestibule::room::draw::Expect {
+                commitment,
+                receipts: receipt,
+            },
+        ),
         Some(Command::Origin {
             listen,
             threads,

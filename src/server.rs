@@ -302,6 +302,7 @@ impl BackgroundService for Housekeeping {
                     // The minute in progress, so a report after the event has it.
                     let snapshot = self.app.snapshot();
                     self.app.minutes.finish(&snapshot, &self.app.metrics, &self.app.events, &node, crate::time::now());
+                    self.app.sync_receipts(&snapshot, crate::time::now());
                     crate::logging::set_buffering(false);
                     return;
                 }
@@ -318,6 +319,7 @@ impl BackgroundService for Housekeeping {
                     let counters = self.app.metrics.console_counters(&snapshot);
                     self.app.recent.sample(counters, now);
                     self.app.minutes.tick(&snapshot, &self.app.metrics, &self.app.events, &node, now);
+                    self.app.sync_receipts(&snapshot, now);
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! One room's queue API on the proxy listeners: `queue`, `queue/<request_id>`, `serving`,
-//! `waiting` and `token` under `{api_prefix}/rooms/<room>/`. The core decides
+//! `waiting` and `token` under `{api_prefix}/rooms/<room>/`, and an event's verifiable draw at
+//! `draws/<event>` (any room: [`crate::draws`]). The core decides
 //! ([`vestibule_core::api::queue`]); this reads the body and writes the JSON.
 
 use bytes::Bytes;
@@ -68,6 +69,29 @@ pub(super) async fn answer(
     app: &App,
 ) -> Reply {
     let now = crate::time::now();
+    if let RoomEndpoint::Draw(event) = asked.what {
+        if !matches!(*asked.method, Method::GET | Method::HEAD) {
+            return Reply::error(405, "method_not_allowed", "this endpoint answers GET")
+                .allow("GET, HEAD, OPTIONS");
+        }
+        let (status, body) = crate::draws::published(&snapshot.rooms, asked.room, event, now);
+        let mut reply = Reply {
+            status,
+            body,
+            cache_control: if status == 200 {
+                "max-age=5"
+            } else {
+                "no-store"
+            },
+            headers: Vec::new(),
+        };
+        if status == 503 {
+            reply
+                .headers
+                .push((header::RETRY_AFTER, HeaderValue::from_static("1")));
+        }
+        return reply;
+    }
     let Some(room) = snapshot
         .rooms
         .iter()
@@ -166,7 +190,10 @@ pub(super) async fn answer(
             Reply::error(405, "method_not_allowed", "this endpoint answers POST")
                 .allow("POST, OPTIONS")
         }
-        RoomEndpoint::Request(_) | RoomEndpoint::Serving | RoomEndpoint::Waiting => {
+        RoomEndpoint::Request(_)
+        | RoomEndpoint::Serving
+        | RoomEndpoint::Waiting
+        | RoomEndpoint::Draw(_) => {
             Reply::error(405, "method_not_allowed", "this endpoint answers GET")
                 .allow("GET, HEAD, OPTIONS")
         }

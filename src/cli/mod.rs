@@ -13,3 +13,4 @@ pub mod run;
 #[cfg(feature = "tools")]
 pub mod simulate;
 pub(crate) mod token;
+pub(crate) mod verify_draw;

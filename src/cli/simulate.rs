@@ -116,7 +116,8 @@ fn simulate_event(args: &SimulateArgs) -> ExitCode {
                 print!("{}", r.summary(&opts));
             }
             println!("wrote {}", png.display());
-            if let (Some(dir), Some(shuffled)) = (&args.history, reports.last()) {
+            // The history of the run with the (keyed) shuffle.
+            if let (Some(dir), Some(shuffled)) = (&args.history, reports.get(1)) {
                 let records = vestibule::simulate::event::history(shuffled, &opts);
                 if let Err(e) = vestibule::history::write_records(dir, &records) {
                     eprintln!("vestibule simulate --event: {}: {e}", dir.display());

@@ -153,12 +153,22 @@ fn request_within(
 }
 
 /// How many of the per-step timeouts the whole answer may take.
-const ANSWER_TIMEOUTS: u32 = 3;
+pub const ANSWER_TIMEOUTS: u32 = 3;
 
 /// A connection read under one deadline: each read waits at most what is left of it.
-struct Deadline {
-    stream: TcpStream,
-    until: std::time::Instant,
+pub struct Deadline {
+    pub stream: TcpStream,
+    pub until: std::time::Instant,
+}
+
+impl Write for Deadline {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 impl Read for Deadline {

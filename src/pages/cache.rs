@@ -28,6 +28,7 @@ pub(super) struct RenderKey {
     event: Option<OwnedEventKey>,
     challenge: (Box<str>, u8, Box<str>),
     invitation_refused: bool,
+    draw: (Option<Box<str>>, Option<Box<str>>, bool),
 }
 
 /// What a page's event part depends on, owned.
@@ -100,6 +101,11 @@ impl RenderKey {
                 c.solution_cookie.into(),
             ),
             invitation_refused: c.invitation_refused,
+            draw: (
+                c.draw_commitment.as_deref().map(Into::into),
+                c.draw_url.as_deref().map(Into::into),
+                !c.receipt.is_empty(),
+            ),
         }
     }
 
@@ -126,6 +132,12 @@ impl RenderKey {
             && (&*self.challenge.0, self.challenge.1, &*self.challenge.2)
                 == (c.challenge_value, c.challenge_difficulty, c.solution_cookie)
             && self.invitation_refused == c.invitation_refused
+            && (self.draw.0.as_deref(), self.draw.1.as_deref(), self.draw.2)
+                == (
+                    c.draw_commitment.as_deref(),
+                    c.draw_url.as_deref(),
+                    !c.receipt.is_empty(),
+                )
     }
 }
 
@@ -148,6 +160,7 @@ pub(super) fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageC
         .hash(&mut h);
     event_key(c).hash(&mut h);
     (c.challenge_value, c.challenge_difficulty, c.solution_cookie).hash(&mut h);
+    (&c.draw_commitment, &c.draw_url, c.receipt).hash(&mut h);
     c.invitation_refused.hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
     h.finish()

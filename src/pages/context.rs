@@ -99,6 +99,12 @@ pub struct PageContext<'a> {
     pub solution_cookie: &'a str,
     /// Invitation pages: the visitor presented an invitation, and it was refused.
     pub invitation_refused: bool,
+    /// A pre-queue with a verifiable draw: its commitment, and where it is published.
+    pub draw_commitment: Option<String>,
+    pub draw_url: Option<String>,
+    /// The visitor's receipt in that draw: pages are rendered (and cached) with
+    /// [`crate::draws::RECEIPT_MARK`], and each visitor's is spliced in.
+    pub receipt: &'a str,
 }
 
 /// A rendered challenge page with `value` in place of [`CHALLENGE_MARK`]. The last page made
@@ -215,6 +221,9 @@ impl<'a> PageContext<'a> {
             challenge_difficulty: 0,
             solution_cookie: "",
             invitation_refused: false,
+            draw_commitment: None,
+            draw_url: None,
+            receipt: "",
         }
     }
 
@@ -288,6 +297,11 @@ impl<'a> PageContext<'a> {
             challenge_difficulty: 16,
             solution_cookie: "vestibule_pow",
             invitation_refused: true,
+            draw_commitment: Some(
+                "9f2c5e1d4b7a0c3e6f8192a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8".into(),
+            ),
+            draw_url: Some("/.vestibule/rooms/sample/draws/launch".into()),
+            receipt: "3f9a-0c41-7be2-d856",
         }
     }
 }

@@ -46,6 +46,14 @@ pub(crate) struct WaitingJson<'a> {
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invitation_refused: Option<&'static str>,
+    /// A pre-queue with a verifiable draw: the visitor's receipt, the draw's commitment and
+    /// where the draw is published; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw_commitment: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw_url: Option<&'a str>,
 }
 
 /// The proof-of-work in a JSON answer.
@@ -83,6 +91,9 @@ impl<'a> From<&'a PageContext<'a>> for WaitingJson<'a> {
             }),
             challenge: None,
             invitation_refused: None,
+            receipt: None,
+            draw_commitment: ctx.draw_commitment.as_deref(),
+            draw_url: ctx.draw_url.as_deref(),
         }
     }
 }

@@ -17,13 +17,15 @@ use crate::time::Timestamp;
 use super::NO_STORE;
 
 /// How a room page answers one request.
-pub(super) struct PageAnswer {
+pub(super) struct PageAnswer<'a> {
     /// Over TLS (or so a trusted proxy said): the cookie is `Secure`.
     pub(super) secure: bool,
     /// The JSON body rather than the page.
     pub(super) json: bool,
     /// Deletes a used solution cookie.
     pub(super) clear_solution: Option<String>,
+    /// `[server] api_prefix`: where a verifiable draw is published.
+    pub(super) api_prefix: &'a str,
 }
 
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
@@ -31,13 +33,14 @@ pub(super) async fn write_room_page(
     session: &mut Session,
     (room, pages): (&Room, &RoomPages),
     outcome: &Outcome,
-    answer: PageAnswer,
+    answer: PageAnswer<'_>,
     now: Timestamp,
 ) -> Result<()> {
     let PageAnswer {
         secure,
         json,
         clear_solution,
+        api_prefix,
     } = answer;
     // Room for every header a page can carry: two cookies, Retry-After, Content-Language, Vary.
     let mut extra = Vec::with_capacity(5);
@@ -68,7 +71,8 @@ pub(super) async fn write_room_page(
     } else {
         pages.language_for(room, accept_language(session), now)
     };
-    let page = pages::room_context(room, pages, outcome, language, now);
+    let mut page = pages::room_context(room, pages, outcome, language, now);
+    crate::draws::on_page(&mut page, room, outcome, api_prefix, now);
     let (content_type, body) = if json {
         let mut answer = WaitingJson::from(&page);
         answer.challenge = outcome.challenge.as_ref().map(|c| pages::ChallengeJson {
@@ -81,6 +85,7 @@ pub(super) async fn write_room_page(
             .invitation
             .and_then(Result::err)
             .map(invite::Refusal::as_str);
+        answer.receipt = outcome.receipt.map(|r| r.text());
         ("application/json", pages::json(&answer))
     } else {
         language_headers(&mut extra, &page);
@@ -88,6 +93,10 @@ pub(super) async fn write_room_page(
         let body = match &outcome.challenge {
             Some(c) => pages::splice_challenge(&body, &c.value),
             None => body,
+        };
+        let body = match outcome.receipt {
+            Some(r) if !page.receipt.is_empty() => crate::draws::splice_receipt(&body, &r.text()),
+            _ => body,
         };
         ("text/html; charset=utf-8", body)
     };

@@ -197,6 +197,7 @@ impl ProxyHttp for Proxy {
                     secure: ctx.notes.secure,
                     json,
                     clear_solution: clear,
+                    api_prefix: &snapshot.config.server.api_prefix,
                 };
                 write_room_page(session, room, &outcome, page, now).await?;
                 Ok(true)

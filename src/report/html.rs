@@ -1,26 +1,9 @@
-//! `report.html`: one page with nothing from elsewhere: the figures, the charts as PNGs inline
-//! (base64, drawn by `crate::plot`), the operator actions and every minute in a table.
+//! `report.html`: one page with nothing from elsewhere: the figures, the charts as inline SVG
+//! (`svg.rs`, in every build), the operator actions and every minute in a table.
 
 use std::fmt::Write;
-use std::path::Path;
 
-use super::Report;
-
-/// HTML-escapes `s`.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use super::{esc, Report};
 
 fn opt(v: Option<f64>, unit: &str) -> String {
     v.map_or_else(|| "–".to_owned(), |x| format!("{x:.1}{unit}"))
@@ -42,11 +25,11 @@ h1{font-size:1.6rem;margin-bottom:.2rem}.sub{color:#666;margin-top:0}\
 .card{border:1px solid #ddd;border-radius:6px;padding:.6rem .8rem}.card b{display:block;font-size:1.4rem}\
 .card span{color:#666;font-size:.85rem}table{border-collapse:collapse;font-size:.85rem;width:100%}\
 th,td{border-bottom:1px solid #eee;padding:.25rem .4rem;text-align:right}th{background:#f6f6f6}\
-td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee}\
+td:first-child,th:first-child{text-align:left}.charts{overflow-x:auto}svg.chart{display:block;height:auto;min-width:640px;border:1px solid #eee}\
 .note{color:#666;font-size:.85rem}details{margin:1rem 0}";
 
-/// The whole page. Charts are drawn into `dir` and read back (then removed).
-pub(super) fn render(r: &Report, dir: &Path) -> String {
+/// The whole page.
+pub(super) fn render(r: &Report) -> String {
     let t = &r.totals;
     let mut h = String::with_capacity(64 * 1024);
     let title = match &r.event {
@@ -103,7 +86,7 @@ pub(super) fn render(r: &Report, dir: &Path) -> String {
         t.origin_errors
     );
     h.push_str("<h2>Minute by minute</h2>");
-    h.push_str(&charts(r, dir));
+    h.push_str(&charts(r));
     h.push_str("<h2>Operator actions</h2>");
     if r.actions.is_empty() {
         h.push_str("<p class=\"note\">None in this span (from the audit log).</p>");
@@ -169,106 +152,12 @@ pub(super) fn render(r: &Report, dir: &Path) -> String {
     h
 }
 
-/// The charts, one `<img>` with the PNG inline; a note instead when this build draws none.
-#[cfg(feature = "tools")]
-fn charts(r: &Report, dir: &Path) -> String {
-    use crate::plot::{draw, Chart, Panel, Series};
-    use base64::Engine;
-
-    let from = vestibule_core::history::parse_start(&r.from).unwrap_or(0);
-    let x = |start: &str| {
-        vestibule_core::history::parse_start(start)
-            .map_or(0.0, |t| t.saturating_sub(from) as f64 / 60.0)
-    };
-    let series =
-        |name: &str, color: usize, f: &dyn Fn(&vestibule_core::history::Minute) -> Option<f64>| {
-            Series {
-                name: name.to_owned(),
-                points: r
-                    .minutes
-                    .iter()
-                    .filter_map(|m| Some((x(&m.start), f(m)?)))
-                    .collect(),
-                color,
-            }
-        };
-    let cap_name = if r.cap_is == "allow_percentage" {
-        "allow %"
-    } else {
-        "cap (new users per minute)"
-    };
-    let target = r.minutes.iter().find_map(|m| m.origin_target_ms);
-    let chart = Chart {
-        title: format!("{} — {} to {}", r.room, r.from, r.to),
-        x_label: format!("minutes from {}", r.from),
-        panels: vec![
-            Panel {
-                y_label: "per minute".into(),
-                series: vec![
-                    series("arrivals", 5, &|m| Some(m.arrivals as f64)),
-                    series("admitted", 0, &|m| Some(m.admitted as f64)),
-                    series(cap_name, 1, &|m| m.cap.filter(|c| *c > 0.0)),
-                ],
-                hlines: vec![],
-            },
-            Panel {
-                y_label: "visitors".into(),
-                series: vec![
-                    series("waiting", 3, &|m| Some(m.waiting as f64)),
-                    series("active", 2, &|m| Some(m.active as f64)),
-                ],
-                hlines: vec![],
-            },
-            Panel {
-                y_label: "time to admission (min)".into(),
-                series: vec![
-                    series("p50", 0, &|m| m.wait_p50.map(|s| s / 60.0)),
-                    series("p90", 4, &|m| m.wait_p90.map(|s| s / 60.0)),
-                    series("p99", 1, &|m| m.wait_p99.map(|s| s / 60.0)),
-                ],
-                hlines: vec![],
-            },
-            Panel {
-                y_label: "left the line / min".into(),
-                series: vec![series("abandoned", 1, &|m| Some(m.abandoned as f64))],
-                hlines: vec![],
-            },
-            Panel {
-                y_label: "origin p95 (ms)".into(),
-                series: vec![
-                    series("origin p95", 3, &|m| m.origin_p95_ms),
-                    series("origin errors / min", 1, &|m| Some(m.origin_errors as f64)),
-                ],
-                hlines: target
-                    .map(|t| vec![(t, "autopilot target".to_owned())])
-                    .unwrap_or_default(),
-            },
-        ],
-        events: r
-            .actions
-            .iter()
-            .map(|a| (x(&a.time), format!("{} {}", a.operator, a.action)))
-            .collect(),
-    };
-    let path = dir.join(".report-chart.png");
-    let drawn = draw(&chart, &path, 1060, 230)
-        .and_then(|()| std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())));
-    let _ = std::fs::remove_file(&path);
-    match drawn {
-        Ok(png) => format!(
-            "<img alt=\"arrivals, admissions and the cap; waiting and active; time to admission; \
-             abandonment; origin p95 — per minute, operator actions as grey lines\" \
-             src=\"data:image/png;base64,{}\"><p class=\"note\">Grey vertical lines: operator \
-             actions (listed below).</p>",
-            base64::engine::general_purpose::STANDARD.encode(png)
-        ),
-        Err(e) => format!("<p class=\"note\">No charts: {}</p>", esc(&e)),
-    }
-}
-
-#[cfg(not(feature = "tools"))]
-fn charts(_: &Report, _: &Path) -> String {
-    "<p class=\"note\">No charts: this build has no plotting (built without the `tools` \
-     feature); the figures are in the table below, report.json and minutes.csv.</p>"
-        .to_owned()
+/// The charts, one inline `<svg>` (`svg.rs`), and what its grey lines are. On a phone the
+/// figure keeps a readable size and scrolls sideways rather than shrinking its text to nothing.
+fn charts(r: &Report) -> String {
+    format!(
+        "<div class=\"charts\">{}</div><p class=\"note\">Grey vertical lines: operator actions (listed below; point at one \
+         for who did what).</p>",
+        super::svg::render(r)
+    )
 }

@@ -1,6 +1,7 @@
 //! `vestibule report`: one room's minutes over a time span, from the per-minute history every
 //! node keeps (`src/history/`) and the operator actions in the audit log, written as
-//! `report.json`, `minutes.csv` and a self-contained `report.html` (`html.rs`).
+//! `report.json`, `minutes.csv` and a self-contained `report.html` (`html.rs`, its charts drawn
+//! as SVG by `svg.rs`).
 //!
 //! It reads files only, so it works with the proxy stopped. The records of several nodes (a
 //! cluster's files copied into one folder, or a folder they share) are merged as
@@ -8,6 +9,7 @@
 //! whole record (the last one of a file a crash cut short), is skipped and said, never fatal.
 
 mod html;
+mod svg;
 
 use std::path::{Path, PathBuf};
 
@@ -229,6 +231,22 @@ fn totals(minutes: &[Minute]) -> Totals {
     t
 }
 
+/// HTML-escapes `s`; the same escaping serves the SVG inside the page.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The CSV columns, in order.
 const CSV_COLUMNS: &[&str] = &[
     "start",
@@ -305,7 +323,7 @@ pub fn write(report: &Report, dir: &Path) -> Result<(), Failure> {
     std::fs::write(&path, json + "\n").map_err(|e| io(&path, e))?;
     let path = dir.join("minutes.csv");
     std::fs::write(&path, csv(report)).map_err(|e| io(&path, e))?;
-    let page = html::render(report, dir);
+    let page = html::render(report);
     let path = dir.join("report.html");
     std::fs::write(&path, page).map_err(|e| io(&path, e))?;
     Ok(())

@@ -12,7 +12,15 @@
 //! - how many later arrivals got in before the last pre-queued visitor (goal: none);
 //! - admissions per minute against the event's `new_users_per_minute`.
 //!
-//! It writes `event.png`: admission time against arrival time, one panel per run.
+//! A third run draws with `draw = "verifiable"`: each pre-queued visitor's receipt is kept, and
+//! the run measures how closely each minute's admissions followed the published places
+//! (`HMAC-SHA256(seed, receipt)`): the share of pre-queued visitors let in in another minute
+//! than their rank among the places gives (the k-th lowest place goes in the minute the k-th
+//! admission fell in). A fifo room orders by arrival buckets of half a `refresh`, so visitors
+//! whose places are that close may swap, across a minute's boundary too.
+//!
+//! It writes `event.png`: admission time against arrival time, one panel per run without and
+//! with the keyed shuffle.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -56,6 +64,8 @@ pub struct EventOptions {
     /// The most a browser adds to the moment a page says to come back, milliseconds (drawn
     /// uniformly; 0: exactly on time, visitors due together ask in arrival order).
     pub latency_ms: u64,
+    /// With the shuffle, draw verifiably (`draw = "verifiable"`) rather than keyed.
+    pub verifiable: bool,
     pub seed: u64,
     pub out: PathBuf,
 }
@@ -75,6 +85,7 @@ impl Default for EventOptions {
             arrival_gap_ms: None,
             check_in_at_start_ms: None,
             latency_ms: 800,
+            verifiable: false,
             seed: 7,
             out: PathBuf::from("simulation"),
         }
@@ -126,6 +137,9 @@ pub struct EventReport {
     /// `new_users_per_minute` pre-queued visitors let in: about `(n − 1) / 2` for a fair draw,
     /// `(k − 1) / 2` in arrival order.
     pub first_mean_rank: f64,
+    /// A verifiable draw: the share of the pre-queued who got in in another minute than their
+    /// rank among the published places gives.
+    pub other_minute: Option<f64>,
 }
 
 impl EventReport {
@@ -142,6 +156,13 @@ impl EventReport {
             self.first_mean_rank,
             self.overtaken
         );
+        if let Some(share) = self.other_minute {
+            let _ = writeln!(
+                s,
+                "  draw = \"verifiable\": pre-queued let in in another minute than their published place gives: {:.1} %",
+                share * 100.0
+            );
+        }
         let minutes: Vec<String> = self.per_minute.iter().map(u32::to_string).collect();
         let _ = writeln!(
             s,
@@ -160,12 +181,17 @@ fn room(opts: &EventOptions, shuffle: bool, store: &Arc<dyn CounterStore>) -> Re
         "[upstream]\npeers = [\"127.0.0.1:1\"]\n[[room]]\nname = \"simulated\"\nadmission = \"fifo\"\n\
          new_users_per_minute = 1\nrefresh = \"{}s\"\n\
          [[room.event]]\nname = \"launch\"\nprequeue_start = \"{}\"\nstart = \"{}\"\nend = \"{}\"\n\
-         shuffle_at_start = {shuffle}\nnew_users_per_minute = {}\n",
+         shuffle_at_start = {shuffle}\nnew_users_per_minute = {}\n{}",
         opts.refresh_secs,
         rfc3339(OPENS),
         rfc3339(start),
         rfc3339(start + 24 * 3600),
-        opts.new_users_per_minute
+        opts.new_users_per_minute,
+        if shuffle && opts.verifiable {
+            "draw = \"verifiable\"\n"
+        } else {
+            ""
+        }
     );
     let config =
         crate::config::parse(&toml, Path::new("<simulation>")).map_err(|e| e.to_string())?;
@@ -179,6 +205,10 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
     let room = room(opts, shuffle, &store)?;
     let ring = super::seeded_ring(opts.seed ^ 0x00e7_e47d)?;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    // A verifiable draw's secret, from the seed (a node makes it at random once).
+    let mut secret = [0u8; 32];
+    ChaCha8Rng::seed_from_u64(opts.seed ^ 0xd2a3).fill(&mut secret);
+    store.set_draw_secret(secret);
     let start_ms = u64::from(opts.prequeue_minutes) * 60_000;
     let total = opts.prequeue + opts.later;
     let arrivals = arrival_times(opts, &mut rng, start_ms);
@@ -192,6 +222,7 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
         .collect();
     let mut cookies: Vec<Option<String>> = vec![None; total as usize];
     let mut admitted: Vec<Option<u64>> = vec![None; total as usize];
+    let mut receipts: Vec<Option<crate::room::draw::Receipt>> = vec![None; total as usize];
     let mut queue: BinaryHeap<Reverse<(u64, u32)>> = arrivals
         .iter()
         .enumerate()
@@ -220,6 +251,9 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
         if let CookieAction::Set(v) = &outcome.cookie {
             cookies[i as usize] = Some(v.to_string());
         }
+        if let Some(r) = outcome.receipt {
+            receipts[i as usize].get_or_insert(r);
+        }
         match outcome.decision {
             Decision::Allow => {
                 admitted[i as usize].get_or_insert(t);
@@ -241,7 +275,27 @@ pub fn run(opts: &EventOptions, shuffle: bool) -> Result<EventReport, String> {
             }
         }
     }
-    Ok(report(opts, shuffle, start_ms, &arrivals, &admitted))
+    let mut report = report(opts, shuffle, start_ms, &arrivals, &admitted);
+    // The published places of the receipts handed out, against when each got in.
+    if let Some(draw) = room.config.events.first().and_then(|e| room.draw(e)) {
+        let mut got: Vec<(f64, u64)> = receipts
+            .iter()
+            .zip(&admitted)
+            .filter_map(|(r, a)| {
+                Some((
+                    draw.fraction((*r)?),
+                    (*a)?.saturating_sub(start_ms) / 60_000,
+                ))
+            })
+            .collect();
+        // The k-th lowest place should go in the minute of the k-th admission.
+        let mut minutes: Vec<u64> = got.iter().map(|g| g.1).collect();
+        minutes.sort_unstable();
+        got.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let other = got.iter().zip(&minutes).filter(|(g, m)| g.1 != **m).count();
+        report.other_minute = Some(other as f64 / got.len().max(1) as f64);
+    }
+    Ok(report)
 }
 
 /// When each visitor arrives (ms), and whether in the pre-queue: sorted by time.
@@ -322,6 +376,7 @@ fn report(
         prequeued_in: (x.len(), opts.prequeue as usize),
         per_minute,
         visits,
+        other_minute: None,
     }
 }
 
@@ -461,8 +516,12 @@ pub fn write_plot(reports: &[EventReport], dir: &Path) -> Result<PathBuf, String
 /// Both runs, their summaries and the plot.
 pub fn simulate(opts: &EventOptions) -> Result<(Vec<EventReport>, PathBuf), String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
-    let reports = vec![run(opts, false)?, run(opts, true)?];
-    let png = write_plot(&reports, &opts.out)?;
+    let verifiable = EventOptions {
+        verifiable: true,
+        ..opts.clone()
+    };
+    let reports = vec![run(opts, false)?, run(opts, true)?, run(&verifiable, true)?];
+    let png = write_plot(&reports[..2], &opts.out)?;
     Ok((reports, png))
 }
 
@@ -541,6 +600,42 @@ mod tests {
             "{}",
             shuffled.summary(&opts)
         );
+    }
+
+    #[test]
+    fn a_verifiable_draw_lets_the_pre_queue_in_in_the_order_of_its_published_places() {
+        // (Prints its summaries with --nocapture.) The same event as the keyed shuffle's test,
+        // drawn verifiably: the pre-queue still goes first, at the event's pace, in an order
+        // that owes nothing to arrival, and each minute lets in the lowest published places, to
+        // the room's resolution (an arrival bucket is 10 s of the 20-minute pre-queue: 1/120
+        // of it, a third of a minute's admissions here; visitors that close may swap across a
+        // minute's boundary).
+        let opts = EventOptions {
+            prequeue: 400,
+            later: 200,
+            prequeue_minutes: 20,
+            later_minutes: 5,
+            new_users_per_minute: 100,
+            verifiable: true,
+            ..EventOptions::default()
+        };
+        let r = run(&opts, true).unwrap();
+        print!("{}", r.summary(&opts));
+        assert_eq!(r.prequeued_in, (400, 400), "{}", r.summary(&opts));
+        assert_eq!(r.overtaken, 0, "{}", r.summary(&opts));
+        assert!(r.tau_prequeue.abs() < 0.1, "{}", r.summary(&opts));
+        let share = r.other_minute.expect("the places of a verifiable draw");
+        assert!(share < 0.05, "{}", r.summary(&opts));
+        // A keyed shuffle of the same event has no published places.
+        let keyed = run(
+            &EventOptions {
+                verifiable: false,
+                ..opts
+            },
+            true,
+        )
+        .unwrap();
+        assert_eq!(keyed.other_minute, None);
     }
 
     #[test]

@@ -716,3 +716,89 @@ fn lanes_split_the_minute_across_nodes() {
         "members {m}, public {p} (weights 3 : 1 of {CAP}); {admitted:?}"
     );
 }
+
+/// A verifiable draw on two nodes of one store: the same commitment on both, one receipt per
+/// visitor whichever node they ask, and after the start each node reveals the same seed and
+/// every receipt either node handed out.
+#[test]
+fn a_verifiable_draw_is_the_same_on_every_node() {
+    use vestibule::config::event::rfc3339;
+    let Some(redis) = Redis::start() else { return };
+    let origin = Origin::start();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let start = now + 15;
+    let rooms = format!(
+        "[[room]]\nname = \"sale\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+         new_users_per_minute = 1000\nrefresh = \"5s\"\n\
+         [[room.event]]\nname = \"launch\"\nprequeue_start = \"{}\"\nstart = \"{}\"\n\
+         end = \"{}\"\nshuffle_at_start = true\ndraw = \"verifiable\"\n",
+        rfc3339(now - 60),
+        rfc3339(start),
+        rfc3339(start + 3600),
+    );
+    let a = node(&origin, &redis.url(), "a", &rooms, "");
+    let b = node(&origin, &redis.url(), "b", &rooms, "");
+    wait_nodes(&[&a, &b], 2);
+    let commitment = |v: &Vestibule| v.status()["rooms"][0]["event"]["draw"]["commitment"].clone();
+    assert!(commitment(&a).is_string(), "{}", commitment(&a));
+    assert_eq!(commitment(&a), commitment(&b));
+    // Eight visitors, half on each node; one asks the other node too.
+    let mut receipts = Vec::new();
+    for i in 0..8u32 {
+        let mut u = User::new(i);
+        let (decision, body) = u.decision(if i % 2 == 0 { &a } else { &b });
+        assert_eq!(decision, "prequeue", "{body}");
+        let receipt = body["receipt"].as_str().unwrap().to_owned();
+        if i == 0 {
+            let (_, again) = u.decision(&b);
+            assert_eq!(again["receipt"], receipt.as_str(), "the same on node b");
+        }
+        receipts.push(receipt);
+    }
+    receipts.sort();
+    std::thread::sleep(Duration::from_secs(
+        start.saturating_sub(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        ) + 1,
+    ));
+    let reveal = |v: &Vestibule| -> serde_json::Value {
+        client()
+            .get(v.url("/.vestibule/rooms/sale/draws/launch"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let listed = |d: &serde_json::Value| {
+        let mut r: Vec<String> = d["receipts"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .map(|r| r["receipt"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        r.sort();
+        r
+    };
+    for v in [&a, &b] {
+        assert!(
+            eventually(Duration::from_secs(8), || listed(&reveal(v)) == receipts),
+            "{}",
+            reveal(v)
+        );
+    }
+    let (da, db) = (reveal(&a), reveal(&b));
+    assert_eq!(da["seed"], db["seed"]);
+    assert_eq!(da["commitment"], commitment(&a));
+    assert_eq!(
+        vestibule_core::room::draw::verify(da.to_string().as_bytes()),
+        Ok(8)
+    );
+}

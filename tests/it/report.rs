@@ -140,7 +140,36 @@ fn the_report_s_minutes_add_up_to_the_traffic_sent() {
     let csv = std::fs::read_to_string(out.join("minutes.csv")).unwrap();
     assert_eq!(csv.lines().count(), minutes.len() + 1);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("data:image/png;base64,"), "charts inline");
+    // The charts are inline SVG in every build, a line per series: admissions among them.
+    assert!(
+        html.contains("<svg ") && html.contains("role=\"img\""),
+        "charts inline"
+    );
+    assert_eq!(html.matches("<svg ").count(), 1, "one figure");
+    let admitted = html
+        .split("<title>admitted</title>")
+        .nth(1)
+        .expect("an admitted series");
+    assert!(
+        admitted.starts_with("<polyline points=\"") || admitted.starts_with("<circle "),
+        "{admitted}"
+    );
+    for series in [
+        "arrivals",
+        "waiting",
+        "active",
+        "abandoned",
+        "origin errors / min",
+    ] {
+        assert!(
+            html.contains(&format!("<title>{series}</title>")),
+            "{series}"
+        );
+    }
+    assert!(
+        !html.contains("No charts") && !html.contains("<img"),
+        "no PNG"
+    );
 
     // A torn last line (a crash mid-write) is skipped and said; the report is the same.
     let history = v.dir.path().join("state/history");

@@ -38,6 +38,7 @@ const L = {
   allow: "allow", percent: (n) => `${n} %`,
   event: "event", startsIn: "starts in", endsIn: "ends in", startsAt: "starts", endedAt: "ended",
   shuffle: "shuffled at start",
+  verifiable: "verifiable draw, commitment",
   serving: "serving", queueNumber: "queue number", inLine: "in line", positionExpiry: "position expiry",
   autopilot: "autopilot", autopilotSteers: (s) => `steers ${s}`, originP95: "origin p95", target: "target",
   noInterval: "no interval yet",
@@ -676,6 +677,10 @@ function tickCard(c) {
     parts.push(`${L.endedAt} ${time(e.ends_at)}`);
   }
   if (e.shuffle_at_start && e.state !== "running" && e.state !== "ended") parts.push(L.shuffle);
+  // A verifiable draw's commitment, once published: what visitors note before the start.
+  if (e.draw && e.draw.kind === "verifiable" && typeof e.draw.commitment === "string") {
+    parts.push(`${L.verifiable} ${str(e.draw.commitment).slice(0, 16)}…`);
+  }
   setText(c.eventLine, parts.join(" · "));
   c.eventLine.dataset.state = String(e.state || "");
 }

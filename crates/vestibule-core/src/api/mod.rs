@@ -39,6 +39,9 @@ pub enum RoomEndpoint {
     Waiting,
     /// `token`: a request's JWT (POST).
     Token,
+    /// `draws/<event>`: an event's verifiable draw (GET); served whether or not the room has
+    /// the queue API.
+    Draw(String),
 }
 
 /// What a request asks of the OpenID Provider.
@@ -77,6 +80,7 @@ impl Endpoint {
             Endpoint::Room(_, RoomEndpoint::Serving) => "serving",
             Endpoint::Room(_, RoomEndpoint::Waiting) => "waiting",
             Endpoint::Room(_, RoomEndpoint::Token) => "token",
+            Endpoint::Room(_, RoomEndpoint::Draw(_)) => "draw",
             Endpoint::Oidc(_) => "oidc",
             Endpoint::Unknown => "unknown",
         }
@@ -102,9 +106,12 @@ fn room_endpoint(rest: &str) -> Option<Endpoint> {
         "serving" => RoomEndpoint::Serving,
         "waiting" => RoomEndpoint::Waiting,
         "token" => RoomEndpoint::Token,
-        _ => match what.strip_prefix("queue/") {
-            Some(id) if !id.is_empty() && id.len() <= 200 && !id.contains('/') => {
+        _ => match (what.strip_prefix("queue/"), what.strip_prefix("draws/")) {
+            (Some(id), _) if !id.is_empty() && id.len() <= 200 && !id.contains('/') => {
                 RoomEndpoint::Request(id.to_owned())
+            }
+            (_, Some(event)) if !event.is_empty() && event.len() <= 64 && !event.contains('/') => {
+                RoomEndpoint::Draw(event.to_owned())
             }
             _ => return None,
         },

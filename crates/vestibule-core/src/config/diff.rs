@@ -432,7 +432,17 @@ fn room_fields(r: &RoomConfig) -> Fields {
                     .map(|e| {
                         use crate::config::event::rfc3339;
                         let pre = e.prequeue_start.map(rfc3339).unwrap_or_default();
-                        format!("{} {pre}|{}..{}", e.name, rfc3339(e.start), rfc3339(e.end))
+                        let draw = match (e.shuffle_at_start, e.draw) {
+                            (false, _) => "",
+                            (true, crate::config::DrawKind::Keyed) => " shuffled",
+                            (true, crate::config::DrawKind::Verifiable) => " verifiable draw",
+                        };
+                        format!(
+                            "{} {pre}|{}..{}{draw}",
+                            e.name,
+                            rfc3339(e.start),
+                            rfc3339(e.end)
+                        )
                     })
                     .collect::<Vec<_>>(),
             ),

@@ -26,9 +26,38 @@ pub struct EventConfig {
     pub end: u64,
     /// Pre-queued visitors get their places by a keyed random draw at `start`.
     pub shuffle_at_start: bool,
+    /// How that draw is made: keyed, or verifiable by anyone after the start.
+    pub draw: DrawKind,
     /// The event's page folder (falls back to the room's).
     pub pages: Option<PathBuf>,
     pub overrides: EventOverrides,
+}
+
+/// How an event's draw at the start is made (`draw`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DrawKind {
+    /// A keyed hash of the identity: nobody can game it, nobody but the operator can compute it.
+    #[default]
+    Keyed,
+    /// A committed seed and receipts, revealed after the start
+    /// ([`crate::room::draw`]).
+    Verifiable,
+}
+
+impl DrawKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrawKind::Keyed => "keyed",
+            DrawKind::Verifiable => "verifiable",
+        }
+    }
+}
+
+impl EventConfig {
+    /// Whether the event's pre-queue is ordered by a verifiable draw.
+    pub fn verifiable(&self) -> bool {
+        self.shuffle_at_start && self.draw == DrawKind::Verifiable
+    }
 }
 
 /// What an event changes from `start` to `end`; `None` keeps the room's setting.
@@ -132,7 +161,8 @@ fn check_event(
     let k = |field: &str| format!("event[{j}].{field}");
     let mut bad = |field: &str, message: String| problems.push((k(field), message));
     let name = e.name.clone().unwrap_or_default();
-    if name.is_empty()
+    // At least one letter or digit: "." and ".." would name no path (the draw's URL).
+    if !name.chars().any(|c| c.is_ascii_alphanumeric())
         || name.len() > 64
         || !name
             .chars()
@@ -141,7 +171,8 @@ fn check_event(
         bad(
             "name",
             format!(
-                "needs a name of letters, digits, '_', '-' and '.' (at most 64), got \"{name}\""
+                "needs a name of letters, digits, '_', '-' and '.' (at most 64, a letter or digit \
+                 among them), got \"{name}\""
             ),
         );
     }
@@ -195,6 +226,34 @@ fn check_event(
             "needs prequeue_start: the draw orders the visitors who pre-queued".into(),
         );
     }
+    let draw = match e.draw.as_deref() {
+        None | Some("keyed") => DrawKind::Keyed,
+        Some("verifiable") => DrawKind::Verifiable,
+        Some(other) => {
+            bad(
+                "draw",
+                format!("must be \"keyed\" or \"verifiable\", got \"{other}\""),
+            );
+            DrawKind::Keyed
+        }
+    };
+    if draw == DrawKind::Verifiable {
+        if !capacity {
+            bad(
+                "draw",
+                "\"verifiable\" needs a random or fifo room: a lottery room draws no order at \
+                 the start"
+                    .into(),
+            );
+        } else if !shuffle_at_start || e.prequeue_start.is_none() {
+            bad(
+                "draw",
+                "\"verifiable\" needs prequeue_start and shuffle_at_start = true: it is the \
+                 draw that orders the pre-queue at the start"
+                    .into(),
+            );
+        }
+    }
     let overrides = event_overrides(e, capacity, &mut bad);
     // Like a room's: a folder that is missing serves the built-in pages, with a warning.
     let pages = e.pages.as_deref().map(resolve);
@@ -207,6 +266,7 @@ fn check_event(
         start,
         end,
         shuffle_at_start,
+        draw,
         pages,
         overrides,
     })

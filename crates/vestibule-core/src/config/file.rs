@@ -425,6 +425,8 @@ pub(crate) struct EventFile {
     pub start: Option<TimeText>,
     pub end: Option<TimeText>,
     pub shuffle_at_start: Option<bool>,
+    /// `keyed` (the default) or `verifiable`.
+    pub draw: Option<String>,
     pub pages: Option<String>,
     pub new_users_per_minute: Option<i64>,
     pub total_active_users: Option<i64>,

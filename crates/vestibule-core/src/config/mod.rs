@@ -24,7 +24,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use event::{EventConfig, EventOverrides};
+pub use event::{DrawKind, EventConfig, EventOverrides};
 
 use crate::identity::IdentityPolicy;
 

@@ -174,6 +174,7 @@ mod tests {
             start,
             end,
             shuffle_at_start: true,
+            draw: Default::default(),
             pages: None,
             overrides: EventOverrides::default(),
         }
@@ -463,5 +464,77 @@ mod tests {
             first_drawn > 1,
             "this key's draw puts a later arrival first"
         );
+    }
+
+    #[test]
+    fn a_verifiable_draw_hands_out_receipts_and_orders_by_their_places() {
+        let toml =
+            "[[room]]\nadmission = \"fifo\"\nnew_users_per_minute = 1000\nrefresh = \"10s\"\n\
+             [[room.event]]\nname = \"launch\"\nprequeue_start = \"2026-12-01T09:00:00Z\"\n\
+             start = \"2026-12-01T10:00:00Z\"\nend = \"2026-12-01T11:00:00Z\"\n\
+             shuffle_at_start = true\ndraw = \"verifiable\"\nnew_users_per_minute = 1\n";
+        let config = Config::parse(
+            &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
+            Path::new("/tmp/x.toml"),
+            &crate::config::testing::Bare,
+        )
+        .unwrap();
+        let store: Arc<dyn crate::store::CounterStore> =
+            Arc::new(crate::store::local::LocalStore::new());
+        let r = Room::new(config.rooms[0].clone(), &store);
+        let event = r.config.events[0].clone();
+        let ring = crate::keys::testing::ring();
+        let at = Timestamp::from_secs;
+        // No draw secret yet: no commitment, no receipt.
+        assert!(r.draw(&event).is_none());
+        let o = r.decide(&ring, &visitor(0), &[], at(START - 3000));
+        assert_eq!((o.decision, o.receipt), (Decision::PreQueue, None));
+        store.set_draw_secret([5; 32]);
+        let d = r.draw(&event).expect("a draw once the secret is set");
+        assert_eq!(d.commitment().len(), 64);
+        // 40 visitors pre-queue: each gets a receipt, the same when they ask again.
+        let mut held: Vec<(Identity, Option<String>, super::super::draw::Receipt)> = Vec::new();
+        for i in 0..40u32 {
+            let uid = visitor(i);
+            let o = r.decide(&ring, &uid, &[], at(START - 3000 + u64::from(i) * 60));
+            let receipt = o.receipt.expect("a receipt");
+            let mut c = None;
+            cookie(&o.cookie, &mut c);
+            let values: Vec<&[u8]> = c.iter().map(|v| v.as_bytes()).collect();
+            let again = r.decide(&ring, &uid, &values, at(START - 100));
+            assert_eq!(again.receipt, Some(receipt));
+            held.push((uid, c, receipt));
+        }
+        let mut receipts = r.receipts(&event, at(START - 1)).0;
+        receipts.sort();
+        receipts.dedup();
+        assert_eq!(receipts.len(), 40);
+        // The reveal checks out, and its places are the receipts' HMACs under the seed.
+        let reveal = d.reveal(receipts.iter().copied());
+        assert_eq!(
+            super::super::draw::verify(&serde_json::to_vec(&reveal).unwrap()),
+            Ok(40)
+        );
+        // At the start, the one slot goes to the lowest place (or one within the same arrival
+        // bucket: 5 s of the pre-queue's 3,600).
+        let mut admitted = Vec::new();
+        for t in START..START + 60 {
+            for (i, (uid, c, _)) in held.iter_mut().enumerate() {
+                if c.is_some() && claims(c).exp == t && ask(&r, uid, c, t) == Decision::Allow {
+                    admitted.push(i);
+                    *c = None;
+                }
+            }
+        }
+        assert_eq!(admitted.len(), 1);
+        let lowest = reveal.receipts[0].receipt.clone();
+        let first = held.iter().position(|h| h.2.text() == lowest).unwrap();
+        let frac = |i: usize| d.fraction(held[i].2);
+        assert!(frac(admitted[0]) - frac(first) < 5.0 / 3600.0);
+        // A keyed draw hands out no receipt.
+        let keyed = room(&toml.replace("draw = \"verifiable\"\n", ""));
+        let o = keyed.decide(&ring, &visitor(1), &[], at(START - 3000));
+        assert_eq!((o.decision, o.receipt), (Decision::PreQueue, None));
+        assert!(keyed.draw(&keyed.config.events[0]).is_none());
     }
 }

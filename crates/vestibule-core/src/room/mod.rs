@@ -8,6 +8,7 @@
 
 mod admission;
 pub mod capacity;
+pub mod draw;
 pub mod event;
 pub mod lottery;
 mod outcome;
@@ -167,6 +168,25 @@ impl Room {
     /// The event in force now (pre-queue or running), if any.
     pub fn event_now(&self, now: Timestamp) -> Option<event::Phase<'_>> {
         event::in_force(&self.config.events, now)
+    }
+
+    /// `event`'s verifiable draw (one of this room's events), once the draw secret is known;
+    /// `None` for a keyed draw.
+    pub fn draw(&self, event: &crate::config::EventConfig) -> Option<draw::Draw> {
+        if !event.verifiable() {
+            return None;
+        }
+        draw::secret_of(&*self.store).map(|s| s.draw(self.name(), event))
+    }
+
+    /// The receipts handed out in `event`'s verifiable draw, and how many more were handed out
+    /// past the store's bound and are not remembered.
+    pub fn receipts(
+        &self,
+        event: &crate::config::EventConfig,
+        now: Timestamp,
+    ) -> (Vec<draw::Receipt>, u64) {
+        draw::receipts(&*self.store, self.name(), event, now)
     }
 
     /// The policy deciding now: a running event's, else the room's.

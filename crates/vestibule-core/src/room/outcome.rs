@@ -144,6 +144,8 @@ pub struct Outcome {
     /// Capacity rooms with priority lanes, with `admitted`: the lane the visitor was let in
     /// from (`None`: `public`, or a room without lanes).
     pub lane: Option<std::sync::Arc<str>>,
+    /// A pre-queue with a verifiable draw: the visitor's receipt.
+    pub receipt: Option<super::draw::Receipt>,
 }
 
 /// What a request brings besides its cookies. Only a visitor without a valid token
@@ -227,6 +229,7 @@ impl Outcome {
             invitation: None,
             queue_number: None,
             lane: None,
+            receipt: None,
         }
     }
 }

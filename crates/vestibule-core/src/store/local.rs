@@ -151,6 +151,10 @@ pub struct LocalStore {
     invites: Mutex<HashMap<Arc<str>, HashMap<u64, Used>>>,
     /// Per scope: the registers (queue numbers, the serving counter, resets).
     registers: Mutex<HashMap<Arc<str>, [u64; Register::ALL.len()]>>,
+    /// The secret of verifiable draws, once the process sets it.
+    draw_secret: std::sync::OnceLock<[u8; 32]>,
+    /// Verifiable draws' receipts.
+    receipts: super::receipts::Receipts,
 }
 
 /// An invitation in use: who joined with it, and until when it matters.
@@ -296,6 +300,22 @@ impl CounterStore for LocalStore {
         self.marks.of(scope, kind, now)
     }
 
+    fn draw_secret(&self) -> Option<[u8; 32]> {
+        self.draw_secret.get().copied()
+    }
+
+    fn set_draw_secret(&self, secret: [u8; 32]) {
+        let _ = self.draw_secret.set(secret);
+    }
+
+    fn note_receipt(&self, scope: &str, id: u64, until: Timestamp, now: Timestamp) -> bool {
+        self.receipts.note(scope, id, until, now)
+    }
+
+    fn receipts(&self, scope: &str, from: usize, now: Timestamp) -> super::receipts::ReceiptList {
+        self.receipts.list(scope, from, now)
+    }
+
     fn invite(&self, scope: &str, ticket: &Ticket, now: Timestamp) -> Invited {
         let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
         let room = invites.entry(Arc::from(scope)).or_default();
@@ -354,6 +374,7 @@ impl CounterStore for LocalStore {
         exact.retain(|e| e.expire_ms > now.millis());
         drop(exact);
         self.marks.forget_expired(now);
+        self.receipts.sweep(now);
         let mut invites = self.invites.lock().unwrap_or_else(|p| p.into_inner());
         for room in invites.values_mut() {
             room.retain(|_, u| u.until_ms > now.millis());

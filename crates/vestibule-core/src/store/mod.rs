@@ -16,6 +16,7 @@
 mod counters;
 pub mod local;
 pub mod marks;
+pub mod receipts;
 pub mod shared;
 
 pub use counters::Counters;
@@ -134,6 +135,10 @@ pub enum MarkKind {
     /// An OpenID Connect authorization code traded for tokens (id: from its MAC; scope: the
     /// `[oidc]` room), until the code expires: a second trade is refused.
     CodeUsed,
+    /// A verifiable draw's receipt handed out (id: the receipt; scope: the draw), on its way
+    /// to the other nodes of a cluster: stores keep receipts apart from their marks
+    /// ([`receipts`]), and a node that learns one notes it there.
+    Receipt,
 }
 
 /// A value per scope that only grows, merged across nodes by the highest.
@@ -293,6 +298,28 @@ pub trait CounterStore: Send + Sync {
     fn key_seed(&self) -> Option<[u64; 4]> {
         None
     }
+
+    /// Notes a verifiable draw's receipt in `scope` (a draw) until `until`, apart from the marks
+    /// ([`receipts`]); a shared store tells the other nodes. Whether it is new here.
+    fn note_receipt(&self, _scope: &str, _id: u64, _until: Timestamp, _now: Timestamp) -> bool {
+        false
+    }
+
+    /// The receipts of `scope`'s draw this store knows (the cluster's, once synced), from index
+    /// `from` on, in the order noted here.
+    fn receipts(&self, _scope: &str, _from: usize, _now: Timestamp) -> receipts::ReceiptList {
+        receipts::ReceiptList::default()
+    }
+
+    /// The in-process store's secret for verifiable draws (`room::draw`), set once by the
+    /// process from its state folder; `None` when none was set, and always in a shared store,
+    /// whose draws derive theirs from [`CounterStore::key_seed`].
+    fn draw_secret(&self) -> Option<[u8; 32]> {
+        None
+    }
+
+    /// Sets the in-process store's draw secret; the first call wins. A shared store ignores it.
+    fn set_draw_secret(&self, _secret: [u8; 32]) {}
 
     /// Drops what has expired. The in-process store calls this from a background task; a
     /// shared store with native expiry may do nothing.

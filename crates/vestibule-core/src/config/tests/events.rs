@@ -78,3 +78,42 @@ fn bad_events_name_file_key_and_line() {
     assert!(e.contains("room[0].event[0].start: is required"), "{e}");
     assert!(e.contains("room[0].event[0].end: is required"), "{e}");
 }
+
+#[test]
+fn a_verifiable_draw_needs_a_shuffled_pre_queue_in_a_capacity_room() {
+    let event = |room: &str, extra: &str| {
+        format!(
+            "{MINIMAL}[[room]]\n{room}\n[[room.event]]\nname = \"x\"\n\
+             start = \"2026-12-01T10:00:00Z\"\nend = \"2026-12-01T12:00:00Z\"\n{extra}"
+        )
+    };
+    let fifo = "admission = \"fifo\"\nnew_users_per_minute = 1";
+    let prequeue = "prequeue_start = \"2026-12-01T09:00:00Z\"\nshuffle_at_start = true\n";
+    let c = Config::parse(
+        &event(fifo, &format!("{prequeue}draw = \"verifiable\"\n")),
+        Path::new("/tmp/vestibule.toml"),
+        &testing::Bare,
+    )
+    .unwrap();
+    assert!(c.rooms[0].events[0].verifiable());
+    let e = errors(&event(fifo, "draw = \"verifiable\"\n"));
+    assert!(
+        e.contains(
+            "room[0].event[0].draw: \"verifiable\" needs prequeue_start and shuffle_at_start"
+        ),
+        "{e}"
+    );
+    let e = errors(&event(
+        "allow_percentage = 5",
+        &format!("{prequeue}draw = \"verifiable\"\n"),
+    ));
+    assert!(
+        e.contains("room[0].event[0].draw: \"verifiable\" needs a random or fifo room"),
+        "{e}"
+    );
+    let e = errors(&event(fifo, &format!("{prequeue}draw = \"fair\"\n")));
+    assert!(
+        e.contains(":12: room[0].event[0].draw: must be \"keyed\" or \"verifiable\""),
+        "{e}"
+    );
+}

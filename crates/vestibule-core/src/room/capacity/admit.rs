@@ -274,7 +274,7 @@ impl Capacity {
         let qn = c.qn.or_else(|| self.next_number(now));
         // A pre-queue token's first check-in in the event: its place in the pre-queue.
         if let (Some(event), None) = (hold.event, c.chk) {
-            arrival = self.prequeued_place(ring, uid, event, arrival);
+            arrival = self.prequeued_place(ring, uid, event, arrival, now);
         }
         let bucket = self.bucket(arrival);
         // Their lane is the one their token names (`public` if the room has no such lane now).

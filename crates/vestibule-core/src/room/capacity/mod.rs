@@ -101,6 +101,7 @@ use crate::store::{
 use crate::time::Timestamp;
 use crate::token::{unit_interval, Claims, Dec, Reject, Token};
 
+use super::draw;
 use super::event::prequeue_place;
 use super::{CookieAction, Decision, Hold, Outcome, Place, Presented};
 use crate::config::EventConfig;

@@ -30,8 +30,19 @@ impl Capacity {
             .filter(|t| t.claims.chk.is_none() && first_interval.contains(&t.claims.exp))
             .map(|t| t.claims.exp);
         let mut qn = waiting.and_then(|t| t.claims.qn);
-        let (cookie, due, arrived) = match in_line {
-            Some(exp) => (CookieAction::Keep, exp, false),
+        // A verifiable draw: the visitor's receipt, every time they ask (it is the same). Those
+        // who were waiting before the pre-queue opened keep their place ahead of it, outside
+        // the draw: they get none.
+        let draws = |arrival: u64| {
+            (event.verifiable() && arrival >= event.opens())
+                .then(|| draw::hand_out(&*self.store, &self.scope, event, uid, now))
+                .flatten()
+        };
+        let (cookie, due, arrived, drawn) = match in_line {
+            Some(exp) => {
+                let arrival = waiting.and_then(|t| t.claims.arr).map_or(0, token_secs);
+                (CookieAction::Keep, exp, false, draws(arrival))
+            }
             None => {
                 // Someone already waiting keeps their arrival, unless they were gone too long.
                 let kept = waiting
@@ -41,7 +52,14 @@ impl Capacity {
                 let arrival = kept
                     .unwrap_or(now.secs())
                     .min(head_of_start.saturating_sub(1));
-                let place = prequeue_place(ring.active(), event, uid, arrival);
+                let drawn = draws(arrival);
+                let place = match drawn {
+                    Some((_, place)) => place,
+                    // Verifiable, with no draw secret yet: the middle of the first interval;
+                    // their place is drawn when they come back.
+                    None if event.verifiable() && arrival >= event.opens() => 0.5,
+                    None => prequeue_place(ring.active(), event, uid, arrival),
+                };
                 let due = event.start + (place * self.refresh_secs() as f64) as u64;
                 let key = ring.active();
                 let mut claims =
@@ -61,12 +79,14 @@ impl Capacity {
                     CookieAction::Set(claims.sign(key).into()),
                     due,
                     kept.is_none(),
+                    drawn,
                 )
             }
         };
         let mut outcome = Outcome::prequeued(cookie, due, now);
         outcome.queue_number = qn;
         outcome.arrived = arrived;
+        outcome.receipt = drawn.map(|(receipt, _)| receipt);
         outcome
     }
 
@@ -81,12 +101,14 @@ impl Capacity {
     /// with `shuffle_at_start`, an arrival drawn for their identity within the pre-queue's
     /// buckets (those before the start's), so the order among them is the draw; else their
     /// arrival. Visitors who arrived before the pre-queue opened keep their place ahead of it.
+    /// With a verifiable draw, the place is their receipt's ([`draw::hand_out`]).
     pub(super) fn prequeued_place(
         &self,
         ring: &KeyRing,
         uid: &Identity,
         event: &EventConfig,
         arrival: u64,
+        now: Timestamp,
     ) -> u64 {
         let Some(opens) = event.prequeue_start else {
             return arrival;
@@ -96,7 +118,15 @@ impl Capacity {
         }
         let head_of_start = self.bucket(event.start) * self.bucket_secs;
         let span = head_of_start.saturating_sub(opens).max(1);
-        let place = prequeue_place(ring.active(), event, uid, arrival);
+        let drawn = event
+            .verifiable()
+            .then(|| draw::hand_out(&*self.store, &self.scope, event, uid, now))
+            .flatten();
+        let place = match drawn {
+            Some((_, place)) => place,
+            // No draw secret (a cluster's store lost its data): the keyed draw, unpublished.
+            None => prequeue_place(ring.active(), event, uid, arrival),
+        };
         (opens + (place * span as f64) as u64).min(head_of_start.saturating_sub(1))
     }
 

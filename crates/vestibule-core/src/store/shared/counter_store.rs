@@ -157,6 +157,31 @@ impl CounterStore for SharedStore {
         true
     }
 
+    fn note_receipt(&self, scope: &str, id: u64, until: Timestamp, now: Timestamp) -> bool {
+        if !self.local.note_receipt(scope, id, until, now) {
+            return false;
+        }
+        let mark = Mark {
+            kind: MarkKind::Receipt,
+            id,
+        };
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner()).push((
+            Arc::from(scope),
+            Note::Mark(mark),
+            until,
+        ));
+        true
+    }
+
+    fn receipts(
+        &self,
+        scope: &str,
+        from: usize,
+        now: Timestamp,
+    ) -> crate::store::receipts::ReceiptList {
+        self.local.receipts(scope, from, now)
+    }
+
     fn number(&self, scope: &str, _now: Timestamp) -> Option<u64> {
         let n = {
             let mut numbers = self.numbers();

@@ -364,6 +364,10 @@ impl SharedStore {
         for (m, until) in &reply.marks {
             let until = Timestamp::from_millis(*until);
             match decode_note(m) {
+                // Receipts stay apart from marks, as on the node that handed them out.
+                Some((scope, Note::Mark(mark))) if mark.kind == MarkKind::Receipt => {
+                    self.local.note_receipt(&scope, mark.id, until, now);
+                }
                 Some((scope, Note::Mark(mark))) => {
                     self.local.mark(&scope, mark, until, now);
                 }

@@ -243,6 +243,7 @@ pub fn encode_mark(scope: &str, m: Mark) -> String {
         MarkKind::Redeemed => 't',
         MarkKind::Ended => 'e',
         MarkKind::CodeUsed => 'o',
+        MarkKind::Receipt => 'd',
     };
     format!("m|{kind}|{}|{scope}", m.id)
 }
@@ -260,6 +261,7 @@ pub fn decode_mark(s: &str) -> Option<(String, Mark)> {
         "t" => MarkKind::Redeemed,
         "e" => MarkKind::Ended,
         "o" => MarkKind::CodeUsed,
+        "d" => MarkKind::Receipt,
         _ => return None,
     };
     let id = parts.next()?.parse().ok()?;
