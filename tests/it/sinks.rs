@@ -180,12 +180,14 @@ fn count(v: &Vestibule, series: &str) -> f64 {
     metric_sample(&v.metrics(), series).unwrap_or(0.0)
 }
 
-/// The events a JSON-lines file holds, by id.
+/// The events a JSON-lines file holds, in order. A last line still being written (no newline
+/// yet) is left for the next look.
 fn lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| serde_json::from_str(l.trim_end()).unwrap())
         .collect()
 }
 
@@ -245,10 +247,8 @@ fn every_event_reaches_a_failing_receiver_across_an_outage_and_a_sigkill() {
         v.log_text()
     );
     assert!(wait_for_port(v.admin, Duration::from_secs(5)));
-    let held = v
-        .log_text()
-        .lines()
-        .find_map(|l| {
+    let held = || {
+        v.log_text().lines().find_map(|l| {
             let rest = l.split("events sink shop: spool ").nth(1)?;
             rest.split(" holds ")
                 .nth(1)?
@@ -257,7 +257,13 @@ fn every_event_reaches_a_failing_receiver_across_an_outage_and_a_sigkill() {
                 .parse::<u64>()
                 .ok()
         })
-        .expect("the spool's recovery is logged");
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || held().is_some()),
+        "the spool's recovery is logged\n{}",
+        v.log_text()
+    );
+    let held = held().unwrap();
     assert!(
         held >= 5,
         "the killed process's events wait in the spool: {held}"
@@ -350,11 +356,13 @@ fn a_file_sink_writes_json_lines_rotated_by_size() {
         .iter()
         .chain(&before)
         .all(|e| e["data"].get("client_ip").is_none()));
-    assert_eq!(v.metric("vestibule_events_spooled{sink=\"archive\"}"), 0.0);
+    assert!(eventually(Duration::from_secs(5), || {
+        v.metric("vestibule_events_spooled{sink=\"archive\"}") == 0.0
+            && v.status()["events"][0]["spooled"] == 0
+    }));
     let status = v.status();
     assert_eq!(status["events"][0]["sink"], "archive");
     assert_eq!(status["events"][0]["kind"], "file");
-    assert_eq!(status["events"][0]["spooled"], 0);
 }
 
 #[test]
@@ -365,7 +373,7 @@ fn a_redis_stream_sink_xadds_each_event() {
         .extra(OPEN_ROOM)
         .extra(&format!(
             "[[events.sink]]\nname = \"stream\"\nkind = \"redis_stream\"\nredis = \"{}\"\n\
-             stream = \"shop:events\"\nmax_len = 1000\n",
+             stream = \"shop:events\"\nmax_len = 1000\ntypes = [\"admission.granted\"]\n",
             redis.url()
         ))
         .start();
@@ -459,7 +467,9 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
              [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100000\napi = true\njwt = true\n\
              [[room.event]]\nname = \"launch\"\nstart = \"{}\"\nend = \"{}\"\n\
              [[events.sink]]\nname = \"all\"\nkind = \"file\"\npath = \"all.jsonl\"\n",
-            fmt(4),
+            // Far enough ahead that the first housekeeping tick, on a loaded machine too, sees
+            // it scheduled before it starts.
+            fmt(10),
             fmt(3600)
         ));
     setup.admin = Some(format!(
@@ -515,7 +525,7 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
         "vestibule.event.state_changed",
     ];
     assert!(
-        eventually(Duration::from_secs(15), || {
+        eventually(Duration::from_secs(30), || {
             let got = by_type();
             wanted.iter().all(|t| got.contains_key(*t))
         }),
@@ -667,17 +677,15 @@ fn a_rejected_event_and_a_too_old_one_are_dropped_counted_and_passed() {
         v.metric("vestibule_events_spooled{sink=\"nobody\"}") == 0.0
             && v.metric("vestibule_events_oldest_spooled_seconds{sink=\"nobody\"}") == 0.0
     }));
-    // Each logged once, not once an event.
-    let log = v.log_text();
-    assert_eq!(
-        log.matches("rejected: the receiver answered 400").count(),
-        1,
-        "{log}"
-    );
-    assert_eq!(
-        log.matches("not delivered within max_retry_age").count(),
-        1,
-        "{log}"
+    // Each logged once, not once an event (the log line may trail the counter).
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let log = v.log_text();
+            log.matches("rejected: the receiver answered 400").count() == 1
+                && log.matches("not delivered within max_retry_age").count() == 1
+        }),
+        "{}",
+        v.log_text()
     );
 }
 
@@ -696,7 +704,8 @@ fn a_full_disk_under_the_spool_is_counted_and_logged_never_felt() {
     let v = Setup::new(origin.addr)
         .extra(OPEN_ROOM)
         .extra(&format!(
-            "[[events.sink]]\nname = \"archive\"\nkind = \"file\"\npath = \"events.jsonl\"\nspool_dir = \"{}\"\n",
+            "[[events.sink]]\nname = \"archive\"\nkind = \"file\"\npath = \"events.jsonl\"\nspool_dir = \"{}\"\n\
+             types = [\"admission.granted\"]\n",
             spool.display()
         ))
         .start();
@@ -708,9 +717,12 @@ fn a_full_disk_under_the_spool_is_counted_and_logged_never_felt() {
         "{}",
         v.log_text()
     );
-    assert_eq!(
-        v.log_text().matches("cannot write to the spool").count(),
-        1,
+    assert!(
+        eventually(Duration::from_secs(5), || v
+            .log_text()
+            .matches("cannot write to the spool")
+            .count()
+            == 1),
         "{}",
         v.log_text()
     );
@@ -724,7 +736,9 @@ fn a_full_disk_under_the_spool_is_counted_and_logged_never_felt() {
         "{}",
         v.log_text()
     );
-    assert!(v.log_text().contains("the spool takes events again"));
+    assert!(eventually(Duration::from_secs(5), || v
+        .log_text()
+        .contains("the spool takes events again")));
     assert_eq!(lines(&v.dir.path().join("events.jsonl")).len(), 3);
 }
 
@@ -801,7 +815,8 @@ fn a_reload_loses_nothing_spooled() {
         .file("hook-secret", format!("{SECRET}\n"))
         .extra(OPEN_ROOM)
         .extra(&format!(
-            "[[events.sink]]\nname = \"shop\"\nkind = \"webhook\"\nurl = \"http://{hook}/\"\nsecret_file = \"hook-secret\"\n"
+            "[[events.sink]]\nname = \"shop\"\nkind = \"webhook\"\nurl = \"http://{hook}/\"\nsecret_file = \"hook-secret\"\n\
+             types = [\"admission.granted\"]\n"
         ))
         .start();
     visit(&v, (1..=3).map(|i| format!("192.0.2.{i}")));
@@ -813,8 +828,8 @@ fn a_reload_loses_nothing_spooled() {
         count(&v, "vestibule_events_oldest_spooled_seconds{sink=\"shop\"}") >= 2.5
     }));
     let before = v.edit_config(
-        "kind = \"webhook\"\n",
-        "kind = \"webhook\"\ntypes = [\"room.minute\"]\n",
+        "types = [\"admission.granted\"]\n",
+        "types = [\"admission.granted\", \"event.state_changed\"]\n",
     );
     v.wait_generation_above(before);
     assert!(
@@ -833,13 +848,16 @@ fn a_reload_loses_nothing_spooled() {
         seen.clone(),
         0,
     );
-    assert!(
-        eventually(Duration::from_secs(20), || seen
-            .lock()
+    let admissions = || {
+        seen.lock()
             .unwrap()
             .delivered
-            .len()
-            == 4),
+            .values()
+            .filter(|e| e["type"] == "vestibule.admission.granted")
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || admissions() == 4),
         "{}",
         v.log_text()
     );
