@@ -235,10 +235,19 @@ impl JsonLines {
         let mut buf = Vec::with_capacity(body.len() + 1);
         buf.extend_from_slice(body);
         buf.push(b'\n');
-        file.write_all(&buf)?;
+        write_or_cut(file, &mut &*file, *size, &buf)?;
         *size += line;
         Ok(())
     }
+}
+
+/// Writes `buf` whole to `out` (which writes to `file`), or, when that fails part way (a full
+/// disk takes half a line), cuts `file` back to `size`, its last whole line, as the spool does:
+/// the file stays JSON lines and the retry writes the line again after it.
+fn write_or_cut(file: &File, out: &mut impl Write, size: u64, buf: &[u8]) -> std::io::Result<()> {
+    out.write_all(buf).inspect_err(|_| {
+        let _ = file.set_len(size);
+    })
 }
 
 /// XADDs each event to a stream, trimmed with `MAXLEN ~`.
@@ -462,6 +471,50 @@ mod tests {
         ));
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(reached.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    /// Takes `room` bytes into its file, then answers every write as a full disk does.
+    struct NearlyFull<'a> {
+        file: &'a File,
+        room: usize,
+    }
+
+    impl Write for NearlyFull<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            self.file.write(&buf[..n])
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_the_disk_cuts_short_is_taken_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        write_or_cut(&file, &mut &file, 0, b"{\"n\":1}\n").unwrap();
+        let mut full = NearlyFull {
+            file: &file,
+            room: 4,
+        };
+        assert!(write_or_cut(&file, &mut full, 8, b"{\"n\":2}\n").is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"n\":1}\n");
+        // And the next line follows the last whole one.
+        write_or_cut(&file, &mut &file, 8, b"{\"n\":3}\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"n\":1}\n{\"n\":3}\n"
+        );
     }
 
     #[test]
