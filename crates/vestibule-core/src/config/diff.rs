@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 
+use super::sinks::Destination;
 use super::{Admission, Algorithm, Config, HostPattern, RoomConfig, RuleConfig};
 
 /// Settings that only take effect on restart (they shape sockets and runtimes), as
@@ -74,8 +75,9 @@ pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, St
         format!("{:?}", old.cluster),
         format!("{:?}", new.cluster),
     );
-    // The secrets' `Debug` hides them: a new key in the same file shows as no change here, so
-    // it is named apart.
+    // The secrets' `Debug` hides them, and a webhook's URL shows only where it goes: a new key
+    // in the same file, or a new token in a URL's path, shows as no change here, so it is
+    // named apart, unshown.
     check(
         "events.sink",
         format!("{:?}", old.sinks),
@@ -89,11 +91,32 @@ pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, St
             .any(|(a, b)| a.destination != b.destination)
         && format!("{:?}", old.sinks) == format!("{:?}", new.sinks)
     {
-        check(
-            "events.sink secret_file",
-            "(a key)".into(),
-            "(a new key)".into(),
-        );
+        let hook = |d: &Destination| match d {
+            Destination::Webhook { url, secret, .. } => Some((url.clone(), secret.clone())),
+            _ => None,
+        };
+        let pairs = || {
+            old.sinks
+                .iter()
+                .zip(&new.sinks)
+                .map(|(a, b)| (hook(&a.destination), hook(&b.destination)))
+        };
+        let new_url = pairs().any(|(a, b)| a.map(|h| h.0) != b.map(|h| h.0));
+        let new_key = pairs().any(|(a, b)| a.map(|h| h.1) != b.map(|h| h.1));
+        if new_url {
+            check(
+                "events.sink url",
+                "(a URL)".into(),
+                "(a new path or query)".into(),
+            );
+        }
+        if new_key || !new_url {
+            check(
+                "events.sink secret_file",
+                "(a key)".into(),
+                "(a new key)".into(),
+            );
+        }
     }
     out
 }

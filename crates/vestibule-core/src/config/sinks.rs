@@ -87,7 +87,7 @@ impl std::fmt::Debug for Destination {
                 secret_file,
             } => f
                 .debug_struct("Webhook")
-                .field("url", &super::redact_url(url))
+                .field("url", &super::url_origin(url))
                 .field("secret", secret)
                 .field("secret_file", secret_file)
                 .finish(),

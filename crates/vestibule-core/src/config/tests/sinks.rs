@@ -186,3 +186,51 @@ fn a_new_webhook_key_is_named_as_waiting_for_a_restart_and_never_shown() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_webhook_url_shows_only_where_it_goes() {
+    use crate::config::url_origin;
+    assert_eq!(
+        url_origin("https://hooks.slack.com/services/T0/B0/sekrit-token"),
+        "https://hooks.slack.com/…"
+    );
+    assert_eq!(
+        url_origin("https://user:pw@hooks.example:8443/in?token=sekrit"),
+        "https://hooks.example:8443/…"
+    );
+    assert_eq!(url_origin("http://hooks.example/"), "http://hooks.example/");
+    assert_eq!(url_origin("http://hooks.example"), "http://hooks.example");
+    assert_eq!(url_origin("hooks.example/sekrit"), "hooks.example/…");
+    // Nowhere a config, a diff or --check prints it.
+    let sink = |url: &str| {
+        format!(
+            "[[events.sink]]\nname = \"shop\"\nkind = \"webhook\"\nurl = \"{url}\"\nsecret_file = \"hook-secret\"\n"
+        )
+    };
+    let (dir, old) = with_secret(&sink("https://hooks.example/in/old-sekrit-token"));
+    let old = old.unwrap();
+    assert!(!format!("{old:?}").contains("sekrit"), "{old:?}");
+    let text = format!(
+        "{MINIMAL}[[room]]\nname = \"shop\"\nallow_percentage = 10\n{}",
+        sink("https://hooks.example/in/new-sekrit-token")
+    );
+    let new = Config::parse(&text, &dir.path().join("vestibule.toml"), &Disk).unwrap();
+    let pending = crate::config::diff::needs_restart(&old, &new);
+    let shown = format!("{pending:?}");
+    assert!(
+        pending.iter().any(|(k, _, _)| *k == "events.sink url") && !shown.contains("sekrit"),
+        "{shown}"
+    );
+    assert!(
+        !pending
+            .iter()
+            .any(|(k, _, _)| *k == "events.sink secret_file"),
+        "{shown}"
+    );
+    let (_dir, bad) = with_secret(&sink("ftp://hooks.example/in/sekrit-token"));
+    let said = bad.unwrap_err().to_string();
+    assert!(
+        said.contains("events.sink[0].url") && !said.contains("sekrit"),
+        "{said}"
+    );
+}

@@ -152,7 +152,7 @@ impl Validator<'_> {
                         Err(why) => {
                             self.err(
                                 k("url"),
-                                format!("\"{}\" {why}", redact_url(url).escape_debug()),
+                                format!("\"{}\" {why}", url_origin(url).escape_debug()),
                             );
                             return None;
                         }
