@@ -234,3 +234,22 @@ fn a_webhook_url_shows_only_where_it_goes() {
         "{said}"
     );
 }
+
+#[test]
+fn two_file_sinks_may_not_share_a_file() {
+    // Both default to state/events.jsonl.
+    let (_dir, c) = with_secret(
+        "[[events.sink]]\nname = \"a\"\nkind = \"file\"\n\
+         [[events.sink]]\nname = \"b\"\nkind = \"file\"\n",
+    );
+    let said = c.unwrap_err().to_string();
+    assert!(
+        said.contains("events.sink[1].path") && said.contains("another file sink's file"),
+        "{said}"
+    );
+    let (_dir, c) = with_secret(
+        "[[events.sink]]\nname = \"a\"\nkind = \"file\"\n\
+         [[events.sink]]\nname = \"b\"\nkind = \"file\"\npath = \"state/other.jsonl\"\n",
+    );
+    assert!(c.is_ok());
+}

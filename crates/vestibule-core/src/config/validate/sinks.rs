@@ -25,6 +25,7 @@ impl Validator<'_> {
     ) -> Vec<SinkConfig> {
         let mut names = HashSet::new();
         let mut spools: HashSet<PathBuf> = HashSet::new();
+        let mut files: HashSet<PathBuf> = HashSet::new();
         let mut out = Vec::new();
         for (i, s) in file.events.sink.iter().enumerate() {
             let k = |field: &str| format!("events.sink[{i}].{field}");
@@ -56,6 +57,15 @@ impl Validator<'_> {
             let Some(destination) = self.destination(i, s, cluster) else {
                 continue;
             };
+            // Two writers of one file would interleave, and rotate each other's lines away.
+            if let Destination::File { path, .. } = &destination {
+                if !files.insert(path.clone()) {
+                    self.err(
+                        k("path"),
+                        format!("{} is another file sink's file too", path.display()),
+                    );
+                }
+            }
             let types = self.event_types(i, &s.types);
             for (j, room) in s.rooms.iter().enumerate() {
                 if !rooms.iter().any(|r| &r.name == room) {
