@@ -46,6 +46,10 @@ use std::sync::Mutex;
 pub const HEADER: usize = 24;
 /// The largest payload a record may hold; an event is far smaller.
 pub const MAX_PAYLOAD: usize = 1 << 20;
+/// The largest sequence number (a segment's first, a record's, the cursor's) a spool takes as
+/// its own: beyond it a file is crafted or corrupt. Far past anything appended in earnest, and
+/// far enough below `u64::MAX` that counting on from any accepted number never overflows.
+const MAX_SEQ: u64 = 1 << 62;
 
 /// One record read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,7 +127,7 @@ pub fn encode(seq: u64, spooled_ms: u64, payload: &[u8], out: &mut Vec<u8>) {
 /// The good records at the start of a segment's bytes, and how many bytes they take; what
 /// follows is torn or corrupt.
 pub fn scan(buf: &[u8]) -> (Vec<(u64, u64)>, usize) {
-    let mut records = Vec::new();
+    let mut records: Vec<(u64, u64)> = Vec::new();
     let mut at = 0;
     while let Parsed::Record {
         seq,
@@ -133,7 +137,11 @@ pub fn scan(buf: &[u8]) -> (Vec<(u64, u64)>, usize) {
     } = parse(&buf[at..])
     {
         // Sequence numbers within a segment follow one another; anything else is not ours.
-        if records.last().is_some_and(|&(prev, _)| seq != prev + 1) {
+        if seq > MAX_SEQ
+            || records
+                .last()
+                .is_some_and(|&(prev, _)| prev.checked_add(1) != Some(seq))
+        {
             break;
         }
         records.push((seq, spooled_ms));
@@ -217,7 +225,7 @@ impl Spool {
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_suffix(".seg"))
                 .and_then(|n| n.parse::<u64>().ok())
-                .filter(|&first| first > 0);
+                .filter(|&first| first > 0 && first <= MAX_SEQ);
             if let Some(first) = first {
                 found.push((first, path));
             }
@@ -492,7 +500,8 @@ impl Inner {
             }
             let (_, offset, file) = self.reader.as_mut().expect("just opened");
             match read_record(file, *offset)? {
-                Some(record) => {
+                // A record past the segment's last is not one it was found holding.
+                Some(record) if record.seq <= last => {
                     *offset += (HEADER + record.payload.len()) as u64;
                     if record.seq <= self.acked {
                         continue;
@@ -501,7 +510,7 @@ impl Inner {
                     *offset -= (HEADER + record.payload.len()) as u64;
                     return Ok(Some(record));
                 }
-                None => {
+                _ => {
                     // The segment's records end before `last`: what is missing cannot be
                     // read (it was never written whole); it is given up.
                     log::warn!(
@@ -597,7 +606,10 @@ fn read_cursor(path: &Path) -> u64 {
     }
     let mut b = [0u8; 8];
     b.copy_from_slice(&bytes[..8]);
-    u64::from_le_bytes(b)
+    // Beyond any real count: corrupt, so everything spooled is delivered again.
+    Some(u64::from_le_bytes(b))
+        .filter(|&acked| acked <= MAX_SEQ)
+        .unwrap_or(0)
 }
 
 fn write_cursor(path: &Path, acked: u64) -> io::Result<()> {
@@ -798,6 +810,34 @@ mod tests {
             }
         );
         assert_eq!(drain(&spool), ["event 3", "event 4"]);
+    }
+
+    /// Sequence numbers at the end of `u64` (a crafted or corrupt folder): taken as corruption,
+    /// never an overflow.
+    #[test]
+    fn sequence_numbers_at_the_end_of_u64_are_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        // A segment named for the last number, holding a record of it, and one of MAX_SEQ + 1.
+        let mut bytes = Vec::new();
+        encode(u64::MAX, 1, b"crafted", &mut bytes);
+        fs::write(dir.path().join(segment_name(u64::MAX)), &bytes).unwrap();
+        let mut bytes = Vec::new();
+        encode(MAX_SEQ + 1, 1, b"crafted", &mut bytes);
+        fs::write(dir.path().join(segment_name(MAX_SEQ + 1)), &bytes).unwrap();
+        // A record of the last number after a good one, in a good segment.
+        let mut bytes = Vec::new();
+        encode(1, 1, b"event 0", &mut bytes);
+        encode(u64::MAX, 1, b"crafted", &mut bytes);
+        fs::write(dir.path().join(segment_name(1)), &bytes).unwrap();
+        assert_eq!(scan(&bytes).0.len(), 1);
+        // A cursor at the last number.
+        let mut cursor = u64::MAX.to_le_bytes().to_vec();
+        cursor.extend_from_slice(&crc32fast::hash(&cursor).to_le_bytes());
+        fs::write(dir.path().join(CURSOR), cursor).unwrap();
+        let (spool, rec) = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(rec.pending, 1);
+        spool.append(&payloads(1..2), 1).unwrap();
+        assert_eq!(drain(&spool), ["event 0", "event 1"]);
     }
 
     /// `/dev/full` answers every write with ENOSPC: a full disk, without filling one.
