@@ -283,6 +283,22 @@ async fn open_spool(
     }
 }
 
+/// Each item with its payload, where the payload fits a spool record; apart, the items whose
+/// payload does not (dropped alone, not with the batch they came in).
+fn fitting<T>(items: Vec<T>, to_json: impl Fn(&T) -> Vec<u8>) -> (Vec<(T, Vec<u8>)>, Vec<T>) {
+    let mut fit = Vec::with_capacity(items.len());
+    let mut too_large = Vec::new();
+    for item in items {
+        let payload = to_json(&item);
+        if payload.len() > spool::MAX_PAYLOAD {
+            too_large.push(item);
+        } else {
+            fit.push((item, payload));
+        }
+    }
+    (fit, too_large)
+}
+
 /// The writer thread: queue → spools, fsynced every [`FSYNC_EVERY`]. It runs as long as the
 /// process: during a graceful shutdown, requests in flight and the last minute's records still
 /// emit events, and they are written as they come.
@@ -318,10 +334,17 @@ fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], source: &str) {
                     }
                     continue;
                 };
-                let payloads: Vec<Vec<u8>> = mine
-                    .iter()
-                    .map(|e| e.to_json(source, sink.config.include_client_ip))
-                    .collect();
+                let (fit, too_large) =
+                    fitting(mine, |e| e.to_json(source, sink.config.include_client_ip));
+                for e in &too_large {
+                    sink.count(e.kind(), "dropped", 1);
+                    log::warn!(
+                        "events sink {}: a {} event is over the spool's 1 MiB a record; dropped (and counted)",
+                        sink.config.name,
+                        e.kind()
+                    );
+                }
+                let (mine, payloads): (Vec<&Event>, Vec<Vec<u8>>) = fit.into_iter().unzip();
                 match spool.append(&payloads, now_ms) {
                     Ok(appended) => {
                         sink.count("unknown", "dropped", appended.dropped);
@@ -521,6 +544,17 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
 mod tests {
     use super::*;
     use crate::config::sinks::{Destination, SinkSecret};
+
+    #[test]
+    fn an_event_too_large_for_the_spool_is_dropped_alone() {
+        let sizes = [10, spool::MAX_PAYLOAD + 1, spool::MAX_PAYLOAD, 3];
+        let (fit, too_large) = fitting(sizes.to_vec(), |&n| vec![b'x'; n]);
+        assert_eq!(
+            fit.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(),
+            [(10, 10), (spool::MAX_PAYLOAD, spool::MAX_PAYLOAD), (3, 3)]
+        );
+        assert_eq!(too_large, [spool::MAX_PAYLOAD + 1]);
+    }
 
     /// A webhook receiver answering 204 to every request, keeping connections alive.
     fn keep_alive_receiver() -> String {
