@@ -123,11 +123,11 @@ impl Events {
     }
 }
 
-/// One sink at run time: its config, its spool (`None` when it could not be opened), and how
-/// its sender is woken.
+/// One sink at run time: its config, its spool (set once it is open), and how its sender is
+/// woken.
 struct Sink {
     config: SinkConfig,
-    spool: Option<Spool>,
+    spool: std::sync::OnceLock<Spool>,
     wake: tokio::sync::Notify,
     counted: IntCounterVec,
     spooled: IntGaugeVec,
@@ -186,41 +186,20 @@ impl BackgroundService for EventsOut {
         let (counted, spooled, oldest) = &self.metrics;
         let mut sinks = Vec::new();
         for config in &inner.sinks {
-            let spool = match open_spool(config, shutdown.clone()).await {
-                Ok((spool, recovery)) => {
-                    log::info!(
-                        "events sink {}: spool {} holds {} event(s) to deliver{}",
-                        config.name,
-                        config.spool_dir.display(),
-                        recovery.pending,
-                        if recovery.torn_bytes > 0 {
-                            format!(
-                                "; {} byte(s) of an unfinished write cut off",
-                                recovery.torn_bytes
-                            )
-                        } else {
-                            String::new()
-                        }
-                    );
-                    Some(spool)
-                }
-                Err(e) => {
-                    log::error!(
-                        "events sink {}: cannot open the spool {}: {e}; its events are dropped (and counted) until a restart",
-                        config.name,
-                        config.spool_dir.display()
-                    );
-                    None
-                }
-            };
-            sinks.push(Arc::new(Sink {
+            let sink = Sink {
                 config: config.clone(),
-                spool,
+                spool: std::sync::OnceLock::new(),
                 wake: tokio::sync::Notify::new(),
                 counted: counted.clone(),
                 spooled: spooled.clone(),
                 oldest: oldest.clone(),
-            }));
+            };
+            // Opened before the writer starts where it can be at once (every start but an
+            // upgrade's), so that no event waits; the others are opened in the background.
+            if let Ok(opened) = Spool::open(&config.spool_dir, config.max_spool_bytes) {
+                sink.opened(opened);
+            }
+            sinks.push(Arc::new(sink));
         }
         let writer = {
             let (sinks, source) = (sinks.clone(), source.clone());
@@ -234,10 +213,8 @@ impl BackgroundService for EventsOut {
         }
         let mut senders = Vec::new();
         for sink in &sinks {
-            let Some(deliver) = deliver::Deliver::new(&sink.config, &self.cluster) else {
-                continue;
-            };
-            senders.push(tokio::spawn(send_loop(
+            let deliver = deliver::Deliver::new(&sink.config, &self.cluster);
+            senders.push(tokio::spawn(run_sink(
                 sink.clone(),
                 deliver,
                 shutdown.clone(),
@@ -250,35 +227,95 @@ impl BackgroundService for EventsOut {
     }
 }
 
-/// How long a spool held by the process before (an upgrade) is waited for before its sink gives
-/// up until a restart.
-const SPOOL_WAIT: Duration = Duration::from_secs(120);
+/// How often a spool that could not be opened for another reason than the process before
+/// this one holding it (a folder not writable, a full disk) is tried again.
+const SPOOL_RETRY: Duration = Duration::from_secs(5);
 
-/// Opens `config`'s spool, waiting while the process before this one (an upgrade, draining)
-/// still holds it.
+impl Sink {
+    /// Takes its spool, once open, and says what it holds.
+    fn opened(&self, (spool, recovery): (Spool, spool::Recovery)) {
+        log::info!(
+            "events sink {}: spool {} holds {} event(s) to deliver{}",
+            self.config.name,
+            self.config.spool_dir.display(),
+            recovery.pending,
+            if recovery.torn_bytes > 0 {
+                format!(
+                    "; {} byte(s) of an unfinished write cut off",
+                    recovery.torn_bytes
+                )
+            } else {
+                String::new()
+            }
+        );
+        let _ = self.spool.set(spool);
+    }
+}
+
+/// A sink's life: its spool opened if it is not yet, then its sender (where it has one) until
+/// shutdown.
+async fn run_sink(sink: Arc<Sink>, deliver: Option<deliver::Deliver>, shutdown: ShutdownWatch) {
+    if sink.spool.get().is_none() {
+        match open_spool(&sink.config, shutdown.clone()).await {
+            Some(opened) => sink.opened(opened),
+            None => return,
+        }
+    }
+    if let Some(deliver) = deliver {
+        send_loop(sink, deliver, shutdown).await;
+    }
+}
+
+/// Opens `config`'s spool, trying again without end while the process before this one (an
+/// upgrade, draining) still holds it, or while it cannot be opened at all; `None` at shutdown.
+/// Meanwhile the writer holds the sink's events, as many as the queue holds.
 async fn open_spool(
     config: &SinkConfig,
-    shutdown: ShutdownWatch,
-) -> std::io::Result<(Spool, spool::Recovery)> {
-    let started = Instant::now();
+    mut shutdown: ShutdownWatch,
+) -> Option<(Spool, spool::Recovery)> {
     let mut said = false;
     loop {
-        match Spool::open(&config.spool_dir, config.max_spool_bytes) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if started.elapsed() > SPOOL_WAIT || *shutdown.borrow() {
-                    return Err(e);
+        let wait = match Spool::open(&config.spool_dir, config.max_spool_bytes) {
+            Ok(opened) => {
+                if said {
+                    log::info!(
+                        "events sink {}: the spool {} is open now",
+                        config.name,
+                        config.spool_dir.display()
+                    );
                 }
+                return Some(opened);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if !said {
                     log::info!(
-                        "events sink {}: the spool {} is still open in the process before this one; waiting for it",
+                        "events sink {}: the spool {} is still open in the process before this one; waiting for it (its events wait in memory, as many as {QUEUE}, then are dropped and counted)",
                         config.name,
                         config.spool_dir.display()
                     );
                     said = true;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                Duration::from_millis(100)
             }
-            other => return other,
+            Err(e) => {
+                if !said {
+                    log::error!(
+                        "events sink {}: cannot open the spool {}: {e}; trying again every {}s (its events wait in memory, as many as {QUEUE}, then are dropped and counted)",
+                        config.name,
+                        config.spool_dir.display(),
+                        SPOOL_RETRY.as_secs()
+                    );
+                    said = true;
+                }
+                SPOOL_RETRY
+            }
+        };
+        if *shutdown.borrow() {
+            return None;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return None,
         }
     }
 }
@@ -305,6 +342,8 @@ fn fitting<T>(items: Vec<T>, to_json: impl Fn(&T) -> Vec<u8>) -> (Vec<(T, Vec<u8
 fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], source: &str) {
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     let mut failing = vec![false; sinks.len()];
+    // Per sink, events waiting for its spool to open: (type, payload).
+    let mut held: Vec<Vec<(&'static str, Vec<u8>)>> = vec![Vec::new(); sinks.len()];
     let mut last_sync = Instant::now();
     loop {
         match rx.recv_timeout(FSYNC_EVERY) {
@@ -318,69 +357,73 @@ fn write_loop(rx: Receiver<Event>, sinks: &[Arc<Sink>], source: &str) {
                 Err(_) => break,
             }
         }
-        if !batch.is_empty() {
-            let now_ms = crate::time::now().millis();
-            for (i, sink) in sinks.iter().enumerate() {
-                let mine: Vec<&Event> = batch
-                    .iter()
-                    .filter(|e| sink.config.wants(e.kind(), e.room()))
-                    .collect();
-                if mine.is_empty() {
-                    continue;
+        let now_ms = crate::time::now().millis();
+        for (i, sink) in sinks.iter().enumerate() {
+            let mine: Vec<&Event> = batch
+                .iter()
+                .filter(|e| sink.config.wants(e.kind(), e.room()))
+                .collect();
+            if mine.is_empty() && held[i].is_empty() {
+                continue;
+            }
+            let (fit, too_large) =
+                fitting(mine, |e| e.to_json(source, sink.config.include_client_ip));
+            for e in &too_large {
+                sink.count(e.kind(), "dropped", 1);
+                log::warn!(
+                    "events sink {}: a {} event is over the spool's 1 MiB a record; dropped (and counted)",
+                    sink.config.name,
+                    e.kind()
+                );
+            }
+            let mut items = std::mem::take(&mut held[i]);
+            items.extend(fit.into_iter().map(|(e, p)| (e.kind(), p)));
+            let Some(spool) = sink.spool.get() else {
+                // Not open yet (the process before this one still holds it, in an upgrade):
+                // held here, as many as the queue holds, then dropped and counted.
+                let over = items.len().saturating_sub(QUEUE);
+                for (kind, _) in items.drain(..over) {
+                    sink.count(kind, "dropped", 1);
                 }
-                let Some(spool) = &sink.spool else {
-                    for e in &mine {
-                        sink.count(e.kind(), "dropped", 1);
+                held[i] = items;
+                continue;
+            };
+            let (kinds, payloads): (Vec<&'static str>, Vec<Vec<u8>>) = items.into_iter().unzip();
+            match spool.append(&payloads, now_ms) {
+                Ok(appended) => {
+                    sink.count("unknown", "dropped", appended.dropped);
+                    // The backlog as it grows, while the sender may be waiting to retry.
+                    sink.spooled
+                        .with_label_values(&[&sink.config.name])
+                        .set(spool.pending() as i64);
+                    if failing[i] {
+                        log::info!(
+                            "events sink {}: the spool takes events again",
+                            sink.config.name
+                        );
+                        failing[i] = false;
                     }
-                    continue;
-                };
-                let (fit, too_large) =
-                    fitting(mine, |e| e.to_json(source, sink.config.include_client_ip));
-                for e in &too_large {
-                    sink.count(e.kind(), "dropped", 1);
-                    log::warn!(
-                        "events sink {}: a {} event is over the spool's 1 MiB a record; dropped (and counted)",
-                        sink.config.name,
-                        e.kind()
-                    );
+                    sink.wake.notify_one();
                 }
-                let (mine, payloads): (Vec<&Event>, Vec<Vec<u8>>) = fit.into_iter().unzip();
-                match spool.append(&payloads, now_ms) {
-                    Ok(appended) => {
-                        sink.count("unknown", "dropped", appended.dropped);
-                        // The backlog as it grows, while the sender may be waiting to retry.
-                        sink.spooled
-                            .with_label_values(&[&sink.config.name])
-                            .set(spool.pending() as i64);
-                        if failing[i] {
-                            log::info!(
-                                "events sink {}: the spool takes events again",
-                                sink.config.name
-                            );
-                            failing[i] = false;
-                        }
-                        sink.wake.notify_one();
+                Err(e) => {
+                    for kind in kinds {
+                        sink.count(kind, "dropped", 1);
                     }
-                    Err(e) => {
-                        for ev in &mine {
-                            sink.count(ev.kind(), "dropped", 1);
-                        }
-                        if !failing[i] {
-                            log::error!(
-                                "events sink {}: cannot write to the spool {}: {e}; events are dropped (and counted) until it can",
-                                sink.config.name,
-                                sink.config.spool_dir.display()
-                            );
-                            failing[i] = true;
-                        }
+                    if !failing[i] {
+                        log::error!(
+                            "events sink {}: cannot write to the spool {}: {e}; events are dropped (and counted) until it can",
+                            sink.config.name,
+                            sink.config.spool_dir.display()
+                        );
+                        failing[i] = true;
                     }
                 }
             }
-            batch.clear();
         }
+        batch.clear();
         if last_sync.elapsed() >= FSYNC_EVERY {
             for sink in sinks {
-                if let Some(spool) = &sink.spool {
+                if let Some(spool) = sink.spool.get() {
                     if let Err(e) = spool.sync() {
                         log::warn!("events sink {}: fsync: {e}", sink.config.name);
                     }
@@ -416,7 +459,9 @@ struct Head {
 
 /// A sink's sender: its spool → its destination, in order, until shutdown.
 async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown: ShutdownWatch) {
-    let Some(spool) = &sink.spool else { return };
+    let Some(spool) = sink.spool.get() else {
+        return;
+    };
     let name = sink.config.name.clone();
     let max_age_ms = sink.config.max_retry_age.as_millis() as u64;
     let mut last_cursor = Instant::now();
@@ -610,6 +655,72 @@ mod tests {
             max_spool_bytes: 256 << 20,
             max_retry_age: Duration::from_secs(3600),
         }
+    }
+
+    /// A spool the process before this one still holds (an upgrade): its sink's events wait in
+    /// memory, the other sink's flow meanwhile, and once it is let go every event is delivered.
+    #[test]
+    fn a_spool_held_elsewhere_is_waited_for_without_end_and_its_events_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file_sink = |name: &str| {
+            sink(
+                name,
+                Destination::File {
+                    path: dir.path().join(format!("{name}.jsonl")),
+                    max_file_bytes: 1 << 30,
+                },
+                dir.path(),
+            )
+        };
+        let sinks = vec![file_sink("held"), file_sink("free")];
+        let (before, _) = Spool::open(&sinks[0].spool_dir, 1 << 20).unwrap();
+        let metrics = crate::metrics::Metrics::new();
+        let events = Arc::new(Events::new(&sinks, metrics.events.clone()));
+        let out = EventsOut::new(
+            events.clone(),
+            "node:8080".into(),
+            crate::config::ClusterConfig::default(),
+            (
+                metrics.events.clone(),
+                metrics.events_spooled.clone(),
+                metrics.events_oldest_spooled.clone(),
+            ),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (stop, watch) = tokio::sync::watch::channel(false);
+        let service = rt.spawn(async move { out.start(watch).await });
+        let count = |sink: &str, result: &str| {
+            metrics
+                .events
+                .with_label_values(&[sink, "room.minute", result])
+                .get()
+        };
+        let eventually = |what: &dyn Fn() -> bool| {
+            let started = Instant::now();
+            while !what() {
+                assert!(started.elapsed() < Duration::from_secs(20), "never");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        for _ in 0..5 {
+            events.emit(
+                "room.minute",
+                Some("sale"),
+                None,
+                || serde_json::json!({"room": "sale"}),
+            );
+        }
+        eventually(&|| count("free", "delivered") == 5);
+        assert_eq!(count("held", "delivered"), 0);
+        drop(before);
+        eventually(&|| count("held", "delivered") == 5);
+        assert_eq!(count("held", "dropped"), 0);
+        let _ = stop.send(true);
+        rt.block_on(service).unwrap();
     }
 
     /// Figures for the docs, not a check: `cargo test --lib sinks::tests::throughput --

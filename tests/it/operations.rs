@@ -515,6 +515,7 @@ fn alert_rules_pass_their_promtool_tests() {
         "VestibuleWaitOverAnHour",
         "VestibuleCertificateExpiresSoon",
         "VestibuleEventsBacklog",
+        "VestibuleEventsDropped",
     ] {
         assert!(rules.contains(&format!("alert: {alert}")), "no {alert}");
     }
