@@ -385,7 +385,16 @@ fn in_room(
     };
     notes.counted = Some((route.index, Counted::from(&outcome)));
     notes.decision = Some(outcome.decision);
-    if outcome.admitted {
+    // Only for the `admission.granted` event: no allocation where no sink wants it (the
+    // config in service keeps the sinks it started with, as the running sinks do).
+    let wanted = || {
+        policy
+            .config
+            .sinks
+            .iter()
+            .any(|s| s.wants("admission.granted", Some(room.name())))
+    };
+    if outcome.admitted && wanted() {
         notes.admitted = Some(Box::new(Admitted {
             identity: identity.clone(),
             queue_number: outcome.queue_number,
@@ -1084,6 +1093,17 @@ mod tests {
         let open = HELD_ROOM
             .replace("queue_all = true\n", "")
             .replace("new_users_per_minute = 1", "new_users_per_minute = 100");
+        // Without a sink that wants it, nobody is named for an `admission.granted` event.
+        let first = run(
+            &get("/tickets", &[("accept", "text/html")]),
+            &snapshot("", &open),
+            now(),
+        );
+        assert!(matches!(first.answer, Answer::Forward));
+        assert!(first.notes.admitted.is_none());
+        let open = format!(
+            "{open}[[events.sink]]\nname = \"archive\"\nkind = \"file\"\ntypes = [\"admission.granted\"]\n"
+        );
         let snap = snapshot("", &open);
         let first = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
         assert!(
