@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 SECONDS_EACH=${SECONDS_EACH:-5}
 RUNS=${RUNS:-}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(token cookie identity path config head proxy_header challenge invite jwt request_id enqueue oidc admin draw)
+[ ${#targets[@]} -gt 0 ] || targets=(token cookie identity path config head proxy_header challenge invite jwt request_id enqueue oidc admin draw spool)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "== fuzz: installing the nightly toolchain"

@@ -134,10 +134,9 @@ impl Admin {
             after,
         };
         let path = &snapshot.config.admin.audit_file;
-        match self
-            .audit
-            .append(path, &crate::time::now().rfc3339(), &record)
-        {
+        let time = crate::time::now().rfc3339();
+        self.app.events.operator_action(room, &record.line(&time));
+        match self.audit.append(path, &time, &record) {
             Ok(_) => true,
             Err(e) => {
                 self.app.metrics.audit_errors.inc();
@@ -255,6 +254,29 @@ impl Admin {
         )
     }
 
+    /// `[[events.sink]]`: each sink's kind and backlog (never a URL or a key).
+    fn events_status(&self, config: &crate::config::Config) -> Value {
+        let m = &self.app.metrics;
+        Value::Array(
+            config
+                .sinks
+                .iter()
+                .map(|s| {
+                    let name = [s.name.as_str()];
+                    json!({
+                        "sink": s.name,
+                        "kind": s.kind(),
+                        "spooled": m.events_spooled.get_metric_with_label_values(&name).map_or(0, |g| g.get()),
+                        "oldest_spooled_seconds": m
+                            .events_oldest_spooled
+                            .get_metric_with_label_values(&name)
+                            .map_or(0.0, |g| g.get()),
+                    })
+                })
+                .collect(),
+        )
+    }
+
     fn status(&self, snapshot: &Snapshot) -> Value {
         let now = crate::time::now();
         let config = &snapshot.config;
@@ -293,6 +315,7 @@ impl Admin {
                 "ids": ring.ids().collect::<Vec<_>>(),
             })),
             "cluster": cluster_status(&*self.app.state.store),
+            "events": self.events_status(config),
             "listeners": {
                 "listen": config.server.listen.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "tls_listen": config.server.tls_listen.iter().map(ToString::to_string).collect::<Vec<_>>(),

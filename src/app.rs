@@ -58,6 +58,8 @@ pub struct App {
     pub(crate) recent: crate::recent::History,
     /// The per-minute history this node writes (`[admin] history_dir`).
     pub(crate) minutes: crate::history::Recorder,
+    /// Events out to the `[[events.sink]]`s (`crate::sinks`).
+    pub events: Arc<crate::sinks::Events>,
     /// A single node's draw receipts, written down in the state folder.
     pub(crate) receipts: crate::draws::Kept,
 }
@@ -83,6 +85,10 @@ impl App {
         receipts.sync(&snapshot.config, &*state.store, state.shared.is_some(), now);
         let metrics = Metrics::new();
         metrics.refresh(&snapshot, &*state.store);
+        let events = Arc::new(crate::sinks::Events::new(
+            &snapshot.config.sinks,
+            metrics.events.clone(),
+        ));
         Ok(Arc::new(App {
             id: NEXT_APP.fetch_add(1, Ordering::Relaxed),
             config_path: config_path.to_path_buf(),
@@ -95,6 +101,7 @@ impl App {
             started_at: now,
             recent: Default::default(),
             minutes: Default::default(),
+            events,
             receipts,
         }))
     }

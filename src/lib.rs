@@ -37,6 +37,7 @@ pub mod resets;
 pub mod server;
 #[cfg(feature = "tools")]
 pub mod simulate;
+pub mod sinks;
 pub mod snapshot;
 pub mod state;
 pub mod store;

@@ -97,6 +97,22 @@ pub fn build(app: Arc<App>, options: &RunOptions) -> Server {
         Housekeeping { app: app.clone() },
     ));
 
+    if !config.sinks.is_empty() {
+        server.add_service(background_service(
+            "vestibule events out",
+            crate::sinks::EventsOut::new(
+                app.events.clone(),
+                app.node_name(),
+                config.cluster.clone(),
+                (
+                    app.metrics.events.clone(),
+                    app.metrics.events_spooled.clone(),
+                    app.metrics.events_oldest_spooled.clone(),
+                ),
+            ),
+        ));
+    }
+
     if let Some((store, cluster)) = &app.state.shared {
         match StoreSync::new(app.clone(), store.clone(), cluster) {
             Ok(sync) => {
@@ -214,6 +230,11 @@ impl StoreSync {
                 metrics.store_up.set(1);
                 metrics.cluster_nodes.set(figures.members as i64);
                 if *was_up != Some(true) {
+                    self.app.events.store_state_changed(
+                        *was_up,
+                        true,
+                        Some(figures.members as u64),
+                    );
                     log::info!(
                         "cluster store reached as {}: {} live node(s)",
                         self.store.member(),
@@ -227,6 +248,7 @@ impl StoreSync {
                 metrics.store_errors.inc();
                 metrics.store_up.set(0);
                 if *was_up != Some(false) {
+                    self.app.events.store_state_changed(*was_up, false, None);
                     log::warn!(
                         "cluster store unreachable ({e}); deciding on cluster.on_store_failure until it is back"
                     );
@@ -279,7 +301,7 @@ impl BackgroundService for Housekeeping {
                 _ = shutdown.changed() => {
                     // The minute in progress, so a report after the event has it.
                     let snapshot = self.app.snapshot();
-                    self.app.minutes.finish(&snapshot, &self.app.metrics, &node, crate::time::now());
+                    self.app.minutes.finish(&snapshot, &self.app.metrics, &self.app.events, &node, crate::time::now());
                     self.app.sync_receipts(&snapshot, crate::time::now());
                     crate::logging::set_buffering(false);
                     return;
@@ -293,9 +315,10 @@ impl BackgroundService for Housekeeping {
                     let now = crate::time::now();
                     self.app.steer(now);
                     let snapshot = self.app.snapshot();
+                    self.app.events.event_states(&snapshot, now);
                     let counters = self.app.metrics.console_counters(&snapshot);
                     self.app.recent.sample(counters, now);
-                    self.app.minutes.tick(&snapshot, &self.app.metrics, &node, now);
+                    self.app.minutes.tick(&snapshot, &self.app.metrics, &self.app.events, &node, now);
                     self.app.sync_receipts(&snapshot, now);
                 }
             }

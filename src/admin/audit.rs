@@ -40,6 +40,23 @@ pub(crate) struct Record {
     pub after: Value,
 }
 
+impl Record {
+    /// The record as the audit log writes it (and the `operator.action` event carries it).
+    pub fn line(&self, time: &str) -> Value {
+        json!({
+            "time": time,
+            "operator": self.operator,
+            "source": self.source,
+            "via": self.via,
+            "room": self.room,
+            "action": self.action,
+            "args": self.args,
+            "before": self.before,
+            "after": self.after,
+        })
+    }
+}
+
 struct Open {
     path: PathBuf,
     file: File,
@@ -72,17 +89,7 @@ impl Audit {
     /// Appends `record` at `time` (RFC 3339) to the file at `path`, and fsyncs it. The line as
     /// written comes back.
     pub fn append(&self, path: &Path, time: &str, record: &Record) -> Result<Value, String> {
-        let line = json!({
-            "time": time,
-            "operator": record.operator,
-            "source": record.source,
-            "via": record.via,
-            "room": record.room,
-            "action": record.action,
-            "args": record.args,
-            "before": record.before,
-            "after": record.after,
-        });
+        let line = record.line(time);
         let mut text = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
         text.push(b'\n');
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());

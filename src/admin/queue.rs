@@ -79,6 +79,8 @@ pub(super) fn answer(
                 })?;
             let before = queue.serving_number();
             let serving = queue.move_serving(by, now);
+            app.events
+                .serving_moved(room.name(), before, serving, "operator");
             done = Some(Done {
                 audited: true,
                 action: "serving",
@@ -131,6 +133,7 @@ pub(super) fn answer(
                 .jwt_issued
                 .with_label_values(&[room.name()])
                 .inc();
+            app.events.jwt_issued(room.name(), id, "admin");
             // The token itself is a secret: the record names the request, not the token.
             done = Some(Done {
                 audited: false,

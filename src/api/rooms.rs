@@ -163,6 +163,7 @@ pub(super) async fn answer(
                         .jwt_issued
                         .with_label_values(&[room.name()])
                         .inc();
+                    app.events.jwt_issued(room.name(), id, "api");
                     Reply::json(
                         200,
                         json!({

@@ -78,10 +78,12 @@ pub struct Recorder {
 
 impl Recorder {
     /// Once a second: closes the minute before when a new one has begun, and starts the next.
+    /// Each record closed is also a `room.minute` event for `events`.
     pub(crate) fn tick(
         &self,
         snapshot: &Snapshot,
         metrics: &dyn Counters,
+        events: &crate::sinks::Events,
         node: &str,
         now: Timestamp,
     ) {
@@ -97,6 +99,7 @@ impl Recorder {
                 let partial = !o.whole;
                 let started = o.minute;
                 let (next, records) = close(o, snapshot, metrics, node, partial, now);
+                events.room_minutes(&records);
                 write(dir, started, &records, snapshot, metrics);
                 *open = Some(Open {
                     minute,
@@ -113,6 +116,7 @@ impl Recorder {
         &self,
         snapshot: &Snapshot,
         metrics: &dyn Counters,
+        events: &crate::sinks::Events,
         node: &str,
         now: Timestamp,
     ) {
@@ -122,6 +126,7 @@ impl Recorder {
         };
         let started = o.minute;
         let (_, records) = close(o, snapshot, metrics, node, true, now);
+        events.room_minutes(&records);
         write(dir, started, &records, snapshot, metrics);
     }
 }

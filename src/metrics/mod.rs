@@ -188,6 +188,13 @@ pub struct Metrics {
     /// Enqueue tokens refused (or missing where required), by room and reason
     /// (`vestibule_core::enqueue::Refusal`).
     pub enqueue_rejected: IntCounterVec,
+    /// Events out, by sink, type and result (`delivered`, `retried` per attempt, `rejected`,
+    /// `dropped`).
+    pub events: IntCounterVec,
+    /// Events in a sink's spool, waiting for delivery.
+    pub events_spooled: IntGaugeVec,
+    /// The age of a sink's oldest event waiting for delivery (0 when none waits).
+    pub events_oldest_spooled: GaugeVec,
 }
 
 /// The upper bounds of `vestibule_upstream_response_seconds`, seconds.
@@ -321,6 +328,21 @@ impl Metrics {
                 "vestibule_room_autopilot_target_seconds",
                 "Autopilot rooms: autopilot_target_latency, by room.",
                 &["room"],
+            ),
+            events: counter_vec(
+                "vestibule_events_total",
+                "Events out, by sink, type and result: delivered, retried (per attempt), rejected (by the receiver), dropped (queue or spool full, too old, or unwritable).",
+                &["sink", "type", "result"],
+            ),
+            events_spooled: int_gauge_vec(
+                "vestibule_events_spooled",
+                "Events in a sink's spool waiting for delivery.",
+                &["sink"],
+            ),
+            events_oldest_spooled: gauge_vec(
+                "vestibule_events_oldest_spooled_seconds",
+                "Age of a sink's oldest event waiting for delivery; 0 when none waits.",
+                &["sink"],
             ),
             store_up: IntGauge::new(
                 "vestibule_store_up",
@@ -552,6 +574,9 @@ impl Metrics {
             Box::new(self.room_new_users_per_minute.clone()),
             Box::new(self.room_autopilot_p95.clone()),
             Box::new(self.room_autopilot_target.clone()),
+            Box::new(self.events.clone()),
+            Box::new(self.events_spooled.clone()),
+            Box::new(self.events_oldest_spooled.clone()),
         ];
         for c in collectors {
             // Names are unique by construction.

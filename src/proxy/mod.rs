@@ -344,6 +344,9 @@ impl ProxyHttp for Proxy {
                 ctx.notes.room.and_then(|i| ctx.snapshot.rooms.get(i)),
             ) {
                 room.revoke(ctx.notes.place.take(), crate::time::now());
+                self.app
+                    .events
+                    .session_updated(room.name(), "revoked", ctx.notes.client_ip);
                 ctx.notes.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.notes.secure));
                 // The session's JWT cookie goes too (a JWT held elsewhere lives until it
                 // expires, within the session it stood for).
@@ -670,6 +673,7 @@ impl Proxy {
     /// Counts what the decision did: the room's decision and each rule's verdict.
     fn record(&self, snapshot: &Snapshot, notes: &Notes) {
         self.record_jwt(snapshot, notes);
+        self.app.events.admission_granted(snapshot, notes);
         enqueue::record(&self.app.metrics, snapshot, notes);
         self.app.metrics.with_handles(snapshot, |handles| {
             for (rule, outcome) in &notes.rule_outcomes {

@@ -40,6 +40,7 @@ mod ratelimit;
 mod reload;
 mod report;
 mod shadow;
+mod sinks;
 mod skeleton;
 mod sync_twins;
 mod tls;

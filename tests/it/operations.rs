@@ -18,7 +18,8 @@ const EVERYTHING: &str = "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
 [[rate_limit]]\nname = \"burst\"\nwindow = \"1s\"\nlimit = 3\npenalty = \"1m\"\npaths = [\"/static/\"]\n\
 [[rate_limit]]\nname = \"writes\"\nalgorithm = \"token_bucket\"\nlimit = 100\nperiod = \"1m\"\nscope = \"origin\"\n\
 [[rate_limit]]\nname = \"slots\"\nalgorithm = \"concurrency\"\nlimit = 100\n\
-[[rate_limit]]\nname = \"watch\"\nwindow = \"1s\"\nlimit = 1\naction = \"log\"\n";
+[[rate_limit]]\nname = \"watch\"\nwindow = \"1s\"\nlimit = 1\naction = \"log\"\n\
+[[events.sink]]\nname = \"archive\"\nkind = \"file\"\n";
 
 /// Drives traffic through every feature and returns the instance.
 fn busy_instance(origin: &Origin) -> Vestibule {
@@ -513,6 +514,8 @@ fn alert_rules_pass_their_promtool_tests() {
         "VestibulePenaltyBoxNearlyFull",
         "VestibuleWaitOverAnHour",
         "VestibuleCertificateExpiresSoon",
+        "VestibuleEventsBacklog",
+        "VestibuleEventsDropped",
     ] {
         assert!(rules.contains(&format!("alert: {alert}")), "no {alert}");
     }

@@ -184,6 +184,20 @@ pub struct Notes {
     /// Token buckets that let this through: (rule, remaining, seconds to reset), for the
     /// `RateLimit-Policy` and `RateLimit` headers of the response.
     pub quotas: SmallVec<[(usize, u64, u64); 2]>,
+    /// A visitor this request let into its room: who, for the `admission.granted` event
+    /// (boxed: one request in very many has one).
+    pub admitted: Option<Box<Admitted>>,
+}
+
+/// A visitor let into a room by this request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// Who they are, as the room knows them (their address, or the header's identity).
+    pub identity: crate::identity::Identity,
+    /// Fifo rooms with `api = true`: the queue number they were let in with.
+    pub queue_number: Option<u64>,
+    /// The priority lane they were let in from (`None`: `public`, or no lanes).
+    pub lane: Option<std::sync::Arc<str>>,
 }
 
 /// A room decision as `vestibule_room_*` counts it.
@@ -371,6 +385,22 @@ fn in_room(
     };
     notes.counted = Some((route.index, Counted::from(&outcome)));
     notes.decision = Some(outcome.decision);
+    // Only for the `admission.granted` event: no allocation where no sink wants it (the
+    // config in service keeps the sinks it started with, as the running sinks do).
+    let wanted = || {
+        policy
+            .config
+            .sinks
+            .iter()
+            .any(|s| s.wants("admission.granted", Some(room.name())))
+    };
+    if outcome.admitted && wanted() {
+        notes.admitted = Some(Box::new(Admitted {
+            identity: identity.clone(),
+            queue_number: outcome.queue_number,
+            lane: outcome.lane.clone(),
+        }));
+    }
     if invited_by_link && room.config.mode == RoomMode::Enforce {
         if let Some(location) = invitation_free_target(req.uri) {
             let cookies = set_cookie_value(room, &outcome.cookie, notes.secure);
@@ -1063,6 +1093,17 @@ mod tests {
         let open = HELD_ROOM
             .replace("queue_all = true\n", "")
             .replace("new_users_per_minute = 1", "new_users_per_minute = 100");
+        // Without a sink that wants it, nobody is named for an `admission.granted` event.
+        let first = run(
+            &get("/tickets", &[("accept", "text/html")]),
+            &snapshot("", &open),
+            now(),
+        );
+        assert!(matches!(first.answer, Answer::Forward));
+        assert!(first.notes.admitted.is_none());
+        let open = format!(
+            "{open}[[events.sink]]\nname = \"archive\"\nkind = \"file\"\ntypes = [\"admission.granted\"]\n"
+        );
         let snap = snapshot("", &open);
         let first = run(&get("/tickets", &[("accept", "text/html")]), &snap, now());
         assert!(
@@ -1071,6 +1112,9 @@ mod tests {
             first.answer
         );
         assert!(first.notes.place.is_some(), "a capacity room's place");
+        // Let in by this request: who, for the `admission.granted` event.
+        let admitted = first.notes.admitted.as_deref().expect("admitted now");
+        assert!(!admitted.identity.as_str().is_empty());
         let set = first.notes.set_cookie.clone().unwrap();
         let value = set.split(';').next().unwrap().to_owned();
         let again = run(
@@ -1084,6 +1128,10 @@ mod tests {
             again.answer
         );
         assert_eq!(again.notes.decision, Some(Decision::Allow));
+        assert!(
+            again.notes.admitted.is_none(),
+            "admitted once, not at each request"
+        );
     }
 
     fn jwt(v: &Verdict) -> crate::bearer::JwtNote {

@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 
+use super::sinks::Destination;
 use super::{Admission, Algorithm, Config, HostPattern, RoomConfig, RuleConfig};
 
 /// Settings that only take effect on restart (they shape sockets and runtimes), as
@@ -74,6 +75,49 @@ pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<(&'static str, St
         format!("{:?}", old.cluster),
         format!("{:?}", new.cluster),
     );
+    // The secrets' `Debug` hides them, and a webhook's URL shows only where it goes: a new key
+    // in the same file, or a new token in a URL's path, shows as no change here, so it is
+    // named apart, unshown.
+    check(
+        "events.sink",
+        format!("{:?}", old.sinks),
+        format!("{:?}", new.sinks),
+    );
+    if old.sinks.len() == new.sinks.len()
+        && old
+            .sinks
+            .iter()
+            .zip(&new.sinks)
+            .any(|(a, b)| a.destination != b.destination)
+        && format!("{:?}", old.sinks) == format!("{:?}", new.sinks)
+    {
+        let hook = |d: &Destination| match d {
+            Destination::Webhook { url, secret, .. } => Some((url.clone(), secret.clone())),
+            _ => None,
+        };
+        let pairs = || {
+            old.sinks
+                .iter()
+                .zip(&new.sinks)
+                .map(|(a, b)| (hook(&a.destination), hook(&b.destination)))
+        };
+        let new_url = pairs().any(|(a, b)| a.map(|h| h.0) != b.map(|h| h.0));
+        let new_key = pairs().any(|(a, b)| a.map(|h| h.1) != b.map(|h| h.1));
+        if new_url {
+            check(
+                "events.sink url",
+                "(a URL)".into(),
+                "(a new path or query)".into(),
+            );
+        }
+        if new_key || !new_url {
+            check(
+                "events.sink secret_file",
+                "(a key)".into(),
+                "(a new key)".into(),
+            );
+        }
+    }
     out
 }
 
@@ -92,6 +136,7 @@ pub(crate) fn keep_restart_settings(new: &mut Config, serving: &Config) {
     new.upstream.ca_file = serving.upstream.ca_file.clone();
     new.upstream.keepalive_pool_size = serving.upstream.keepalive_pool_size;
     new.cluster = serving.cluster.clone();
+    new.sinks = serving.sinks.clone();
 }
 
 /// One line per changed setting, e.g. `room default: allow_percentage 50 -> 80`.

@@ -38,6 +38,41 @@ pub(crate) struct FileConfig {
     pub jwt: JwtFile,
     #[serde(default)]
     pub oidc: OidcFile,
+    #[serde(default)]
+    pub events: EventsFile,
+}
+
+/// `[events]`: where events go.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct EventsFile {
+    pub sink: Vec<SinkFile>,
+}
+
+/// One `[[events.sink]]`. Keys of one kind only are `Option`s, so validation can say that a
+/// key written for another kind does not apply.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SinkFile {
+    pub name: Option<String>,
+    pub kind: Option<String>,
+    pub url: Option<String>,
+    pub secret_file: Option<String>,
+    pub stream: Option<String>,
+    pub max_len: Option<i64>,
+    pub redis: Option<String>,
+    pub path: Option<String>,
+    pub max_file_bytes: Option<String>,
+    #[serde(default)]
+    pub types: Vec<String>,
+    #[serde(default)]
+    pub rooms: Vec<String>,
+    #[serde(default)]
+    pub include_client_ip: bool,
+    #[serde(default)]
+    pub spool_dir: String,
+    pub max_spool_bytes: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub max_retry_age: Option<Duration>,
 }
 
 /// `[oidc]`: the OpenID Provider for one room.

@@ -10,6 +10,7 @@
 pub mod diff;
 pub mod event;
 mod file;
+pub mod sinks;
 mod suggest;
 mod validate;
 
@@ -55,6 +56,8 @@ pub struct Config {
     pub jwt: JwtConfig,
     /// `[oidc]`: the OpenID Provider for one room; `None` unless `enabled = true`.
     pub oidc: Option<OidcConfig>,
+    /// `[[events.sink]]`: where events are sent. Restart-only.
+    pub sinks: Vec<sinks::SinkConfig>,
 }
 
 /// `[oidc]` with `enabled = true`: vestibule is an OpenID Provider whose sign-in is a wait in
@@ -217,8 +220,6 @@ impl std::fmt::Debug for ClusterConfig {
     }
 }
 
-/// A URL without its credentials (`redis://:secret@host` → `redis://***@host`): secrets never
-/// reach logs or `/status`.
 /// A window rule's limit as people read it: requests per second when the quota divides evenly
 /// over the window (every limit written as a number), else the rate (`"5/10s"`).
 pub fn window_limit_text(window: Duration, quota: u64) -> String {
@@ -230,11 +231,32 @@ pub fn window_limit_text(window: Duration, quota: u64) -> String {
     }
 }
 
-pub(crate) fn redact_url(url: &str) -> String {
+/// A URL without its credentials (`redis://:secret@host` → `redis://***@host`): secrets never
+/// reach logs or `/status`.
+pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &url[..s + 3], &url[at..]),
         _ => url.to_owned(),
     }
+}
+
+/// Only where a URL goes: `scheme://host[:port]`, and `/…` when it had a path or a query.
+/// Webhook URLs often carry their token in the path or the query (Slack, Discord), so logs,
+/// reload diffs and `--check` show no more than this of them.
+pub fn url_origin(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    let hidden = if matches!(&rest[end..], "" | "/") {
+        &rest[end..]
+    } else {
+        "/…"
+    };
+    format!("{scheme}{host}{hidden}")
 }
 
 impl ClusterConfig {

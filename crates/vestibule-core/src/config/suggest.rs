@@ -65,6 +65,8 @@ fn known_keys(table: &str) -> Option<&'static [&'static str]> {
         "oidc" => fields::<super::file::OidcFile>(),
         "oidc.clients" => fields::<super::file::OidcClientFile>(),
         "admin.operators" => fields::<super::file::OperatorFile>(),
+        "events" => fields::<super::file::EventsFile>(),
+        "events.sink" => fields::<super::file::SinkFile>(),
         _ => return None,
     })
 }

@@ -141,6 +141,9 @@ pub struct Outcome {
     pub invitation: Option<Result<(), Refusal>>,
     /// Rooms with the queue API: the visitor's queue number, when they have one.
     pub queue_number: Option<u64>,
+    /// Capacity rooms with priority lanes, with `admitted`: the lane the visitor was let in
+    /// from (`None`: `public`, or a room without lanes).
+    pub lane: Option<std::sync::Arc<str>>,
     /// A pre-queue with a verifiable draw: the visitor's receipt.
     pub receipt: Option<super::draw::Receipt>,
 }
@@ -225,6 +228,7 @@ impl Outcome {
             pow: PowCount::default(),
             invitation: None,
             queue_number: None,
+            lane: None,
             receipt: None,
         }
     }

@@ -5,6 +5,7 @@ mod file;
 mod rooms;
 mod rules;
 mod server;
+mod sinks;
 
 use super::*;
 

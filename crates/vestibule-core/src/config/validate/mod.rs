@@ -4,7 +4,8 @@
 //! line, and the checks several sections share (addresses, CIDRs, path prefixes, names). Each
 //! section of the file is checked in its own submodule: `server` (`[server]`, `[tls]`,
 //! `[admin]`, `[identity]`, `[log]`), `cluster`, `upstream`, `rooms`, `admission` (a room's
-//! lottery or capacity and its autopilot) and `rules` (`[[rate_limit]]`).
+//! lottery or capacity and its autopilot), `rules` (`[[rate_limit]]`) and `sinks`
+//! (`[[events.sink]]`).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ mod oidc;
 mod rooms;
 mod rules;
 mod server;
+mod sinks;
 mod upstream;
 
 pub(super) fn parse(text: &str, path: &Path, host: &dyn Host) -> Result<Config, ConfigErrors> {
@@ -133,6 +135,7 @@ impl Validator<'_> {
         let oidc = server
             .as_ref()
             .and_then(|s| self.oidc(&file.oidc, &s.api_prefix, &rooms));
+        let sinks = self.sinks(&file, &rooms, &cluster);
         let keys_file = self.resolve(&file.keys.file);
         if file.keys.file.trim().is_empty() {
             self.err("keys.file", "must name the key ring file");
@@ -151,6 +154,7 @@ impl Validator<'_> {
             tls,
             jwt,
             oidc,
+            sinks,
         })
     }
 

@@ -173,6 +173,7 @@ impl Capacity {
             && self.try_admit(lane, now)
         {
             let mut outcome = self.admit(ring, uid, (Some(now.secs()), qn), now);
+            outcome.lane = self.lane_claim(lane);
             outcome.arrived = true;
             return outcome;
         }
@@ -342,7 +343,9 @@ impl Capacity {
             };
             if eligible && slots.here != Some(0) && self.try_admit(lane, now) {
                 leave();
-                return waited(self.admit(ring, uid, (Some(arrival), qn), now));
+                let mut outcome = self.admit(ring, uid, (Some(arrival), qn), now);
+                outcome.lane = self.lane_claim(lane);
+                return waited(outcome);
             }
         }
         // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
@@ -368,7 +371,9 @@ impl Capacity {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
             self.count_lane_admission(lane, now);
             leave();
-            return waited(self.admit(ring, uid, (Some(arrival), qn), now));
+            let mut outcome = self.admit(ring, uid, (Some(arrival), qn), now);
+            outcome.lane = self.lane_claim(lane);
+            return waited(outcome);
         }
         match (first, counted) {
             (true, Some(arrived)) => {

@@ -645,7 +645,11 @@ fn run_lanes(c: &Capacity, members: u32, public: u32, until: u64) -> BTreeMap<u6
             if client.next_check_in() > t {
                 continue;
             }
-            if client.request(c, at(t)).decision == Decision::Allow {
+            let o = client.request(c, at(t));
+            if o.decision == Decision::Allow {
+                assert!(o.admitted);
+                // The lane it was let in from (for `admission.granted`); none for public.
+                assert_eq!(o.lane.as_deref(), member.then_some("members"));
                 let e = admitted.entry((t - T0) / 60).or_insert((0, 0));
                 if *member {
                     e.0 += 1;
