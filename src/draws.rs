@@ -294,16 +294,7 @@ pub const RECEIPT_MARK: &str = "@@vestibule-receipt@@";
 
 /// `page` with the visitor's receipt in place of [`RECEIPT_MARK`].
 pub(crate) fn splice_receipt(page: &Bytes, receipt: &str) -> Bytes {
-    let finder = memchr::memmem::Finder::new(RECEIPT_MARK);
-    let mut out = Vec::with_capacity(page.len() + 2 * receipt.len());
-    let mut rest = &page[..];
-    while let Some(at) = finder.find(rest) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(receipt.as_bytes());
-        rest = &rest[at + RECEIPT_MARK.len()..];
-    }
-    out.extend_from_slice(rest);
-    Bytes::from(out)
+    crate::pages::splice(page, RECEIPT_MARK, receipt)
 }
 
 /// How long a published reveal is served from memory before it is made again (receipts of

@@ -129,20 +129,26 @@ pub(crate) fn splice_challenge(page: &Bytes, value: &std::sync::Arc<str>) -> Byt
     if let Some(out) = hit {
         return out;
     }
-    let finder = memchr::memmem::Finder::new(CHALLENGE_MARK);
+    let out = splice(page, CHALLENGE_MARK, value);
+    let _ = LAST.try_with(|last| {
+        *last.borrow_mut() = Some((page.clone(), value.clone(), out.clone()));
+    });
+    out
+}
+
+/// `page` with `value` in place of every `mark`: a visitor's own value in a page rendered, and
+/// cached, with a placeholder.
+pub(crate) fn splice(page: &Bytes, mark: &str, value: &str) -> Bytes {
+    let finder = memchr::memmem::Finder::new(mark);
     let mut out = Vec::with_capacity(page.len() + 2 * value.len());
     let mut rest = &page[..];
     while let Some(at) = finder.find(rest) {
         out.extend_from_slice(&rest[..at]);
         out.extend_from_slice(value.as_bytes());
-        rest = &rest[at + CHALLENGE_MARK.len()..];
+        rest = &rest[at + mark.len()..];
     }
     out.extend_from_slice(rest);
-    let out = Bytes::from(out);
-    let _ = LAST.try_with(|last| {
-        *last.borrow_mut() = Some((page.clone(), value.clone(), out.clone()));
-    });
-    out
+    Bytes::from(out)
 }
 
 /// `2026-12-01T10:00:00Z` as `2026-12-01 10:00 UTC` (seconds kept when not zero).

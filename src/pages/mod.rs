@@ -19,7 +19,7 @@ mod room;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use context::{builtin_source, splice_challenge, BASE_FILE, BUILTIN_BASE};
+pub(crate) use context::{builtin_source, splice, splice_challenge, BASE_FILE, BUILTIN_BASE};
 pub use context::{Estimates, PageContext, PageKind, CHALLENGE_MARK};
 pub use json::json;
 pub(crate) use json::{ChallengeJson, WaitingJson};

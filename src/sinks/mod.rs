@@ -659,6 +659,41 @@ mod tests {
 
     /// A spool the process before this one still holds (an upgrade): its sink's events wait in
     /// memory, the other sink's flow meanwhile, and once it is let go every event is delivered.
+    /// The events-out service for `sinks` as node `node`, running on a runtime of its own:
+    /// its metrics, its events, the runtime, the stop switch and the service's task.
+    #[allow(clippy::type_complexity)]
+    fn running(
+        sinks: &[SinkConfig],
+        node: &str,
+    ) -> (
+        crate::metrics::Metrics,
+        Arc<Events>,
+        tokio::runtime::Runtime,
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let metrics = crate::metrics::Metrics::new();
+        let events = Arc::new(Events::new(sinks, metrics.events.clone()));
+        let out = EventsOut::new(
+            events.clone(),
+            node.into(),
+            crate::config::ClusterConfig::default(),
+            (
+                metrics.events.clone(),
+                metrics.events_spooled.clone(),
+                metrics.events_oldest_spooled.clone(),
+            ),
+        );
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (stop, watch) = tokio::sync::watch::channel(false);
+        let service = rt.spawn(async move { out.start(watch).await });
+        (metrics, events, rt, stop, service)
+    }
+
     #[test]
     fn a_spool_held_elsewhere_is_waited_for_without_end_and_its_events_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -674,25 +709,7 @@ mod tests {
         };
         let sinks = vec![file_sink("held"), file_sink("free")];
         let (before, _) = Spool::open(&sinks[0].spool_dir, 1 << 20).unwrap();
-        let metrics = crate::metrics::Metrics::new();
-        let events = Arc::new(Events::new(&sinks, metrics.events.clone()));
-        let out = EventsOut::new(
-            events.clone(),
-            "node:8080".into(),
-            crate::config::ClusterConfig::default(),
-            (
-                metrics.events.clone(),
-                metrics.events_spooled.clone(),
-                metrics.events_oldest_spooled.clone(),
-            ),
-        );
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (stop, watch) = tokio::sync::watch::channel(false);
-        let service = rt.spawn(async move { out.start(watch).await });
+        let (metrics, events, rt, stop, service) = running(&sinks, "node:8080");
         let count = |sink: &str, result: &str| {
             metrics
                 .events
@@ -750,25 +767,7 @@ mod tests {
                 dir.path(),
             ),
         ];
-        let metrics = crate::metrics::Metrics::new();
-        let events = Arc::new(Events::new(&sinks, metrics.events.clone()));
-        let out = EventsOut::new(
-            events.clone(),
-            "bench-node:8080".into(),
-            crate::config::ClusterConfig::default(),
-            (
-                metrics.events.clone(),
-                metrics.events_spooled.clone(),
-                metrics.events_oldest_spooled.clone(),
-            ),
-        );
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (stop, watch) = tokio::sync::watch::channel(false);
-        let service = rt.spawn(async move { out.start(watch).await });
+        let (metrics, events, rt, stop, service) = running(&sinks, "bench-node:8080");
         let delivered = |sink: &str| {
             metrics
                 .events

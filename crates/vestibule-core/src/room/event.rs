@@ -260,15 +260,21 @@ mod tests {
     const START: u64 = 1_796_119_200;
 
     fn room(toml: &str) -> Room {
+        room_in(
+            &(Arc::new(crate::store::local::LocalStore::new()) as _),
+            toml,
+        )
+    }
+
+    /// The first room of `toml`, counting in `store`.
+    fn room_in(store: &Arc<dyn crate::store::CounterStore>, toml: &str) -> Room {
         let config = Config::parse(
             &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
             Path::new("/tmp/x.toml"),
             &crate::config::testing::Bare,
         )
         .unwrap();
-        let store: Arc<dyn crate::store::CounterStore> =
-            Arc::new(crate::store::local::LocalStore::new());
-        Room::new(config.rooms[0].clone(), &store)
+        Room::new(config.rooms[0].clone(), store)
     }
 
     fn visitor(n: u32) -> Identity {
@@ -473,15 +479,9 @@ mod tests {
              [[room.event]]\nname = \"launch\"\nprequeue_start = \"2026-12-01T09:00:00Z\"\n\
              start = \"2026-12-01T10:00:00Z\"\nend = \"2026-12-01T11:00:00Z\"\n\
              shuffle_at_start = true\ndraw = \"verifiable\"\nnew_users_per_minute = 1\n";
-        let config = Config::parse(
-            &format!("[upstream]\npeers = [\"127.0.0.1:1\"]\n{toml}"),
-            Path::new("/tmp/x.toml"),
-            &crate::config::testing::Bare,
-        )
-        .unwrap();
         let store: Arc<dyn crate::store::CounterStore> =
             Arc::new(crate::store::local::LocalStore::new());
-        let r = Room::new(config.rooms[0].clone(), &store);
+        let r = room_in(&store, toml);
         let event = r.config.events[0].clone();
         let ring = crate::keys::testing::ring();
         let at = Timestamp::from_secs;
