@@ -292,6 +292,11 @@ struct SimulateArgs {
     /// they stray from the order of arrival.
     #[arg(long)]
     api: bool,
+    /// Share (0-1) of waiting pages that hold a stream (`/rooms/<room>/stream`) instead of
+    /// reloading on their timer. Each method then runs twice, all polling and with push, and
+    /// the two are compared: who gets in, the order, the wait, and requests per admission.
+    #[arg(long, default_value_t = 0.0)]
+    push: f64,
     /// Simulate a scheduled event instead: a pre-queue, then its start, run without
     /// and with `shuffle_at_start` (uses --new-users-per-minute, --refresh, --seed, --out).
     #[arg(long)]

@@ -190,6 +190,7 @@ pub fn simulate(args: SimulateArgs) -> ExitCode {
         split: args.split,
         lanes,
         api: args.api,
+        push: args.push.clamp(0.0, 1.0),
     };
     if opts.nodes > 1 {
         let split: Vec<String> = opts
@@ -235,6 +236,17 @@ pub fn simulate(args: SimulateArgs) -> ExitCode {
                 print!("{}", r.summary());
             }
             print!("{sweep}");
+            if opts.push > 0.0 {
+                for order in &opts.orders {
+                    match vestibule::simulate::push::compare(&opts, *order) {
+                        Ok(c) => print!("{}", c.text()),
+                        Err(e) => {
+                            eprintln!("vestibule simulate --push: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
+            }
             for f in &files {
                 println!("wrote {}", f.display());
             }

@@ -26,6 +26,7 @@
 pub mod autopilot;
 pub mod event;
 mod files;
+pub mod push;
 mod report;
 mod scenario;
 mod sweep;
@@ -55,6 +56,7 @@ use crate::config::OnStoreFailure;
 use crate::config::{Admission, QueueOrder};
 use crate::identity::Identity;
 use crate::keys::KeyRing;
+use crate::room::watch::{Tell, Watch};
 use crate::room::{Brought, CookieAction, Decision, Outcome, Room};
 use crate::store::local::LocalStore;
 use crate::store::shared::{MemoryHub, SharedStore};
@@ -89,6 +91,9 @@ pub struct Options {
     /// numbers stray from the order of arrival.
     pub api: bool,
     pub lanes: Vec<SimLane>,
+    /// Share (0-1) of visitors whose waiting page holds a stream
+    /// (`/rooms/<room>/stream`) instead of reloading on its timer.
+    pub push: f64,
 }
 
 /// A priority lane of the simulated room.
@@ -185,6 +190,7 @@ impl Default for Options {
             split: Vec::new(),
             lanes: Vec::new(),
             api: false,
+            push: 0.0,
         }
     }
 }

@@ -17,6 +17,12 @@ pub struct Journey {
     pub lane: usize,
     /// The queue number the room gave (`--api`).
     pub queue_number: Option<u64>,
+    /// Their waiting page holds a stream (`--push`).
+    pub push: bool,
+    /// Streams their page opened.
+    pub streams: u32,
+    /// Requests (page loads and check-ins) they made until they were let in, streams apart.
+    pub requests: u32,
 }
 
 impl Journey {
@@ -46,6 +52,8 @@ pub struct Report {
     /// Mean correlation (arrival minute vs remaining wait) among users waiting at once.
     pub same_time_correlation: f64,
     pub decisions: u64,
+    /// Streams opened by visitors' pages (`--push`).
+    pub streams: u64,
     /// Minutes that began with live users waiting (arrived, not admitted, not walked away):
     /// (minute, live users waiting at its start, admissions in it).
     pub live_minutes: Vec<(u64, u32, u32)>,

@@ -93,6 +93,9 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
     // Per minute: (waiting, active) at its start.
     let mut minute_start: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut decisions = 0u64;
+    let mut streams = 0u64;
+    // The open stream of each visitor whose page holds one: the node holding it, and its watch.
+    let mut watches: Vec<Option<(usize, Watch)>> = vec![None; opts.users as usize];
 
     while let Some(Reverse((t, i))) = events.pop() {
         if t > deadline_ms {
@@ -119,6 +122,19 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
             }
         }
         let uid = &ids[i as usize];
+        // A second of a stream: it tells its visitor where they stand, or that it is their
+        // turn; on a turn or an end, their page asks (after a browser's latency).
+        if let Some((node, watch)) = watches[i as usize].as_mut() {
+            match rooms[*node].tell(&ring, watch, now) {
+                Tell::Wait { .. } => events.push(Reverse((t + 1000, i))),
+                Tell::Turn | Tell::End => {
+                    rooms[*node].unwatch(watch, now);
+                    watches[i as usize] = None;
+                    events.push(Reverse((t + rng.gen_range(0..800), i)));
+                }
+            }
+            continue;
+        }
         let values: Vec<&[u8]> = cookies[i as usize]
             .as_deref()
             .map(str::as_bytes)
@@ -139,6 +155,9 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         };
         let outcome = rooms[node].decide_bringing(&ring, uid, &values, brought, now);
         decisions += 1;
+        if journeys[i as usize].admitted_ms.is_none() {
+            journeys[i as usize].requests += 1;
+        }
         match &outcome.cookie {
             CookieAction::Set(v) => cookies[i as usize] = Some(v.to_string()),
             CookieAction::Delete => cookies[i as usize] = None,
@@ -148,16 +167,32 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         if journey.queue_number.is_none() {
             journey.queue_number = outcome.queue_number;
         }
-        if let Some(next) = follow(
+        let Some(next) = follow(
             journey,
             &outcome,
             t,
             browse_ms,
             &mut rng,
             &mut admitted_per_minute,
-        ) {
-            events.push(Reverse((next, i)));
+        ) else {
+            continue;
+        };
+        // A waiting page that streams opens its stream once it has loaded, and reloads on its
+        // timer only when the stream is refused.
+        if journey.push && matches!(outcome.decision, Decision::Anon | Decision::Wait) {
+            let opened_at = t + rng.gen_range(0..300);
+            let at = Timestamp::from_millis(EPOCH_SECS * 1000 + opened_at);
+            if let Some(cookie) = cookies[i as usize].as_deref() {
+                if let Ok(watch) = rooms[node].watch(&ring, uid, &[cookie.as_bytes()], at) {
+                    journey.streams += 1;
+                    streams += 1;
+                    watches[i as usize] = Some((node, watch));
+                    events.push(Reverse((opened_at + 1000, i)));
+                    continue;
+                }
+            }
         }
+        events.push(Reverse((next, i)));
     }
     let tally = Tally {
         admitted_per_minute,
@@ -165,6 +200,7 @@ pub fn run(opts: &Options, order: QueueOrder) -> Result<Report, String> {
         peak_active,
         sampled_sec,
         decisions,
+        streams,
         store_sent,
         store_received,
     };
@@ -213,8 +249,18 @@ fn arrivals(opts: &Options, rng: &mut ChaCha8Rng, span_ms: u64) -> Vec<Journey> 
             estimate: None,
             lane: 0,
             queue_number: None,
+            push: false,
+            streams: 0,
+            requests: 0,
         })
         .collect();
+    // Who streams is drawn apart too: a run with push has the same arrivals as one without.
+    if opts.push > 0.0 {
+        let mut push_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x9054);
+        for j in &mut journeys {
+            j.push = push_rng.gen_bool(opts.push.clamp(0.0, 1.0));
+        }
+    }
     // Lanes are drawn apart, so a run with lanes has the same arrivals as one without.
     if opts.lanes.len() > 1 {
         let mut lane_rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1a4e);
@@ -332,6 +378,7 @@ struct Tally {
     /// The second of the last event.
     sampled_sec: u64,
     decisions: u64,
+    streams: u64,
     store_sent: usize,
     store_received: usize,
 }
@@ -352,6 +399,7 @@ fn report(
         peak_active,
         sampled_sec,
         decisions,
+        streams,
         store_sent,
         store_received,
     } = tally;
@@ -434,6 +482,7 @@ fn report(
         kendall_tau: tau,
         same_time_correlation,
         decisions,
+        streams,
         live_minutes,
         worst_inversion_secs,
         worst_lag_secs,

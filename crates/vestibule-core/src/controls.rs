@@ -403,6 +403,12 @@ pub struct RoomCell {
 }
 
 impl RoomCell {
+    /// Whether an operator's `admit` may have admissions left, as last seen: read, never
+    /// taken (a visitor's stream asks; their request takes).
+    pub fn grants_pending(&self) -> bool {
+        self.grants_left.load(Ordering::Relaxed)
+    }
+
     pub fn held(&self) -> Held {
         Held {
             paused: self.paused.load(Ordering::Relaxed),

@@ -14,6 +14,7 @@ pub mod lottery;
 mod outcome;
 pub mod page;
 mod routes;
+pub mod watch;
 #[cfg(test)]
 pub mod tests;
 

@@ -280,14 +280,6 @@ impl Capacity {
         // Their lane is the one their token names (`public` if the room has no such lane now).
         let lane = self.lane_of(c.lane.as_deref());
         let views = self.views(now);
-        let view = &views.lanes[lane];
-        // Arrived after the start of an event whose pre-queued visitors still go first.
-        let behind = hold.event.is_some_and(|e| arrival >= e.start)
-            && self.prequeue_first(hold.event, &views, now);
-        // Pre-queued: let in in the pre-queue's order (drawn, or of arrival), whatever the method.
-        let prequeued = hold
-            .event
-            .is_some_and(|e| e.prequeue_start.is_some() && arrival < e.start);
         // The token of an arrival: counted apart, and back now for the first time.
         let first = c.chk.is_some() && c.chk == c.arr;
         let counted = c.chk.map(|v| token_secs(v) / TICK_SECS);
@@ -309,65 +301,22 @@ impl Capacity {
         self.checkins.observe(lane as u64, 1, now);
         self.store.demand(&self.scope, 1, now);
         self.keep_account(uid, (arrival, qn), now);
-        let Some(mut rng) = token.rng(ring) else {
+        let Some((draw, jitter)) = period_draws(token, ring, self.period(c, now)) else {
             // Its key left the ring since it was checked: not trusted.
             return self.arrive(ring, uid, hold, now);
         };
-        let draw = unit_interval(rng.next_u64());
-        let jitter = unit_interval(rng.next_u64());
         let leave = || match (first, counted) {
             (true, Some(arrived)) => self.came_back(lane, bucket, arrived, now),
             _ => self.leave_queue(lane, bucket, counted, now),
         };
-        if !self.queue_all && !hold.held && !behind {
-            let slots = self.lane_slots(&views, lane, self.slots(now), now);
-            let eligible = match self.order {
-                // The pre-queue's order was settled at the start and everyone in it is
-                // waiting: the first in it that a check-in interval takes may go, rather than
-                // only the two head buckets (sparse in a long pre-queue), so its slots are not
-                // lost while people are still checking in. But only once all of them can have
-                // checked in: before that, those not counted yet are ahead of nobody, and the
-                // slots would go in the order of check-ins, which is arrival order when a
-                // crowd reloads at once.
-                _ if prequeued => {
-                    let ahead = view.ahead_of(bucket);
-                    hold.event.is_some_and(|e| self.prequeue_counted(e, now))
-                        && slots.cluster.is_none_or(|f| ahead < f)
-                        && ahead < self.front(view)
-                }
-                // The serving counter passed their number: they are at the head.
-                QueueOrder::Fifo => {
-                    self.is_served(qn) || self.fifo_reserved(view, arrival, slots.cluster, now)
-                }
-                QueueOrder::Random => draw < self.random_chance(lane, slots.here, now),
-            };
-            if eligible && slots.here != Some(0) && self.try_admit(lane, now) {
-                leave();
-                let mut outcome = self.admit(ring, uid, (Some(arrival), qn), now);
-                outcome.lane = self.lane_claim(lane);
-                return waited(outcome);
-            }
+        let chances = self.chances(&views, (lane, arrival, qn), hold, draw, now);
+        if chances.slot && self.try_admit(lane, now) {
+            leave();
+            let mut outcome = self.admit(ring, uid, (Some(arrival), qn), now);
+            outcome.lane = self.lane_claim(lane);
+            return waited(outcome);
         }
-        // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
-        // oldest two buckets), random to whoever checks in first (check-ins come in a random
-        // order).
-        let at_head = !behind
-            && match self.order {
-                _ if prequeued => view
-                    .waiting
-                    .keys()
-                    .next()
-                    .is_none_or(|&head| bucket <= head + 1),
-                QueueOrder::Fifo => view
-                    .waiting
-                    .keys()
-                    .next()
-                    .is_none_or(|&head| bucket <= head + 1),
-                QueueOrder::Random => true,
-            };
-        // An operator's move of the serving counter past their number, also beyond the limits.
-        let moved = !hold.held && self.is_moved_past(qn, arrival);
-        if moved || (at_head && (hold.grant)()) {
+        if chances.moved || (chances.at_head && (hold.grant)()) {
             self.add(CounterKind::Active, now.minute(), 0, 1, now);
             self.count_lane_admission(lane, now);
             leave();
@@ -390,4 +339,112 @@ impl Capacity {
         outcome.queue_number = qn;
         outcome
     }
+}
+
+/// What a check-in now may bring a waiting visitor, before anything is counted (see
+/// [`Capacity::chances`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Chances {
+    /// One of the free slots is theirs, if reserving it succeeds.
+    pub slot: bool,
+    /// They are at the head of the line: an operator's `admit` grant goes to them.
+    pub at_head: bool,
+    /// An operator moved the serving counter past their number: in, beyond the limits.
+    pub moved: bool,
+}
+
+impl Capacity {
+    /// What a check-in at `now` brings a visitor of `lane` who arrived at `arrival` (their place,
+    /// after any pre-queue draw) with queue number `qn`, under `hold`, `draw` being their uniform
+    /// draw for this check-in. A check-in and a visitor's stream ask the same question here, so
+    /// the stream tells a visitor it is their turn exactly when their request would get in.
+    pub(super) fn chances(
+        &self,
+        views: &Views,
+        (lane, arrival, qn): (usize, u64, Option<u64>),
+        hold: &Hold,
+        draw: f64,
+        now: Timestamp,
+    ) -> Chances {
+        let view = &views.lanes[lane];
+        let bucket = self.bucket(arrival);
+        // Arrived after the start of an event whose pre-queued visitors still go first.
+        let behind = hold.event.is_some_and(|e| arrival >= e.start)
+            && self.prequeue_first(hold.event, views, now);
+        // Pre-queued: let in in the pre-queue's order (drawn, or of arrival), whatever the method.
+        let prequeued = hold
+            .event
+            .is_some_and(|e| e.prequeue_start.is_some() && arrival < e.start);
+        let mut chances = Chances::default();
+        if !self.queue_all && !hold.held && !behind {
+            let slots = self.lane_slots(views, lane, self.slots(now), now);
+            let eligible = match self.order {
+                // The pre-queue's order was settled at the start and everyone in it is
+                // waiting: the first in it that a check-in interval takes may go, rather than
+                // only the two head buckets (sparse in a long pre-queue), so its slots are not
+                // lost while people are still checking in. But only once all of them can have
+                // checked in: before that, those not counted yet are ahead of nobody, and the
+                // slots would go in the order of check-ins, which is arrival order when a
+                // crowd reloads at once.
+                _ if prequeued => {
+                    let ahead = view.ahead_of(bucket);
+                    hold.event.is_some_and(|e| self.prequeue_counted(e, now))
+                        && slots.cluster.is_none_or(|f| ahead < f)
+                        && ahead < self.front(view)
+                }
+                // The serving counter passed their number: they are at the head.
+                QueueOrder::Fifo => {
+                    self.is_served(qn) || self.fifo_reserved(view, arrival, slots.cluster, now)
+                }
+                QueueOrder::Random => draw < self.random_chance(lane, slots.here, now),
+            };
+            chances.slot = eligible && slots.here != Some(0);
+        }
+        // An operator's `admit`, beyond the limits: fifo gives it to the head of the queue (the
+        // oldest two buckets), random to whoever checks in first (check-ins come in a random
+        // order).
+        chances.at_head = !behind
+            && match self.order {
+                _ if prequeued => view
+                    .waiting
+                    .keys()
+                    .next()
+                    .is_none_or(|&head| bucket <= head + 1),
+                QueueOrder::Fifo => view
+                    .waiting
+                    .keys()
+                    .next()
+                    .is_none_or(|&head| bucket <= head + 1),
+                QueueOrder::Random => true,
+            };
+        // An operator's move of the serving counter past their number, also beyond the limits.
+        chances.moved = !hold.held && self.is_moved_past(qn, arrival);
+        chances
+    }
+
+    /// Which of a wait token's check-ins one at `now` is: 0 up to one interval after its `exp`,
+    /// then one more each interval. Each gets its own draw ([`period_draws`]), so a visitor
+    /// whose stream checked in for them meets the same draw when their request comes, and
+    /// coming back late is one check-in, never a re-roll of an earlier one.
+    pub(super) fn period(&self, claims: &Claims, now: Timestamp) -> u64 {
+        let interval = claims
+            .refresh
+            .map_or(self.refresh_secs(), u64::from)
+            .max(1);
+        (now.secs().saturating_sub(claims.exp) / interval).min(MAX_PERIODS)
+    }
+}
+
+/// Check-ins of one wait token told apart by their draws; later ones share the last draw. A
+/// token is taken back at most `rejoin_grace` after it was issued, far fewer intervals.
+const MAX_PERIODS: u64 = 100_000;
+
+/// The uniform draw and the jitter of a wait token's check-in number `period`: two values of
+/// the stream keyed by its signature ([`Token::rng`]), `period` pairs in. `None` when the
+/// token's key has left the ring.
+pub(super) fn period_draws(token: &Token, ring: &KeyRing, period: u64) -> Option<(f64, f64)> {
+    let mut rng = token.rng(ring)?;
+    // Each `next_u64` takes two 32-bit words of the ChaCha stream.
+    rng.set_word_pos(u128::from(period) * 4);
+    Some((unit_interval(rng.next_u64()), unit_interval(rng.next_u64())))
 }

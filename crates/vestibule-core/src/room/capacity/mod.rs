@@ -79,6 +79,9 @@ mod prequeue;
 mod queue;
 mod slots;
 mod view;
+mod watch;
+
+pub use watch::Watched;
 
 pub use estimate::{random_wait_minutes, random_wait_quantiles};
 pub use slots::apportion;
