@@ -62,6 +62,8 @@ pub struct App {
     pub events: Arc<crate::sinks::Events>,
     /// A single node's draw receipts, written down in the state folder.
     pub(crate) receipts: crate::draws::Kept,
+    /// Visitors' streams open on this node (`crate::push`).
+    pub(crate) streams: crate::push::Streams,
 }
 
 impl App {
@@ -103,6 +105,7 @@ impl App {
             minutes: Default::default(),
             events,
             receipts,
+            streams: Default::default(),
         }))
     }
 

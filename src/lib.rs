@@ -30,6 +30,7 @@ pub mod pages;
 pub mod plot;
 pub mod probe;
 pub mod proxy;
+pub mod push;
 pub(crate) mod recent;
 pub mod reload;
 pub mod report;

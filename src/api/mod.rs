@@ -41,6 +41,14 @@ pub(crate) async fn answer(
     );
     let mut cache_control = "no-store";
     let method = req.method.clone();
+    // A visitor's stream writes its own answer, for as long as it runs.
+    if let (Endpoint::Room(room, RoomEndpoint::Stream), false) =
+        (&endpoint, method == Method::OPTIONS && !extra.is_empty())
+    {
+        let opened = crate::push::serve(session, room, identity, snapshot, app, extra).await?;
+        count(metrics, snapshot, &endpoint, opened.status);
+        return Ok(());
+    }
     let (status, body) = if method == Method::OPTIONS && !extra.is_empty() {
         preflight(&mut extra);
         (204, Bytes::new())
@@ -83,6 +91,12 @@ pub(crate) async fn answer(
             (Endpoint::Unknown, _) => error(404, "not_found", "no API endpoint at this path"),
         }
     };
+    count(metrics, snapshot, &endpoint, status);
+    crate::proxy::respond_cached(session, status, JSON, cache_control, extra, body).await
+}
+
+/// Counts an answer in `vestibule_api_requests_total`.
+fn count(metrics: &crate::metrics::Metrics, snapshot: &Snapshot, endpoint: &Endpoint, status: u16) {
     // A room label only for a room the config has: the label set stays bounded.
     let room = endpoint
         .room()
@@ -92,7 +106,6 @@ pub(crate) async fn answer(
         .api_requests
         .with_label_values(&[room, endpoint.as_str(), status_class(status)])
         .inc();
-    crate::proxy::respond_cached(session, status, JSON, cache_control, extra, body).await
 }
 
 /// The published JWT keys, or 404 when the key ring has none.

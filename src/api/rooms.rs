@@ -193,7 +193,8 @@ pub(super) async fn answer(
         RoomEndpoint::Request(_)
         | RoomEndpoint::Serving
         | RoomEndpoint::Waiting
-        | RoomEndpoint::Draw(_) => {
+        | RoomEndpoint::Draw(_)
+        | RoomEndpoint::Stream => {
             Reply::error(405, "method_not_allowed", "this endpoint answers GET")
                 .allow("GET, HEAD, OPTIONS")
         }

@@ -193,6 +193,7 @@ pub struct Metrics {
     pub events: IntCounterVec,
     /// Events in a sink's spool, waiting for delivery.
     pub events_spooled: IntGaugeVec,
+    pub streams_open: IntGaugeVec,
     /// The age of a sink's oldest event waiting for delivery (0 when none waits).
     pub events_oldest_spooled: GaugeVec,
 }
@@ -338,6 +339,11 @@ impl Metrics {
                 "vestibule_events_spooled",
                 "Events in a sink's spool waiting for delivery.",
                 &["sink"],
+            ),
+            streams_open: int_gauge_vec(
+                "vestibule_streams_open",
+                "Visitors' streams (server-sent events of their turn) open on this node.",
+                &["room"],
             ),
             events_oldest_spooled: gauge_vec(
                 "vestibule_events_oldest_spooled_seconds",
@@ -576,6 +582,7 @@ impl Metrics {
             Box::new(self.room_autopilot_target.clone()),
             Box::new(self.events.clone()),
             Box::new(self.events_spooled.clone()),
+            Box::new(self.streams_open.clone()),
             Box::new(self.events_oldest_spooled.clone()),
         ];
         for c in collectors {

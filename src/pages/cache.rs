@@ -29,6 +29,7 @@ pub(super) struct RenderKey {
     challenge: (Box<str>, u8, Box<str>),
     invitation_refused: bool,
     draw: (Option<Box<str>>, Option<Box<str>>, bool),
+    stream_url: Option<Box<str>>,
 }
 
 /// What a page's event part depends on, owned.
@@ -106,6 +107,7 @@ impl RenderKey {
                 c.draw_url.as_deref().map(Into::into),
                 !c.receipt.is_empty(),
             ),
+            stream_url: c.stream_url.as_deref().map(Into::into),
         }
     }
 
@@ -138,6 +140,7 @@ impl RenderKey {
                     c.draw_url.as_deref(),
                     !c.receipt.is_empty(),
                 )
+            && self.stream_url.as_deref() == c.stream_url.as_deref()
     }
 }
 
@@ -161,6 +164,7 @@ pub(super) fn render_hash(hasher: &ahash::RandomState, kind: PageKind, c: &PageC
     event_key(c).hash(&mut h);
     (c.challenge_value, c.challenge_difficulty, c.solution_cookie).hash(&mut h);
     (&c.draw_commitment, &c.draw_url, c.receipt).hash(&mut h);
+    c.stream_url.hash(&mut h);
     c.invitation_refused.hash(&mut h);
     estimate_bits(&c.wait_estimate_minutes).hash(&mut h);
     h.finish()

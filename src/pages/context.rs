@@ -105,6 +105,9 @@ pub struct PageContext<'a> {
     /// The visitor's receipt in that draw: pages are rendered (and cached) with
     /// [`crate::draws::RECEIPT_MARK`], and each visitor's is spliced in.
     pub receipt: &'a str,
+    /// Waiting pages: the visitor's stream (`{api_prefix}/rooms/<room>/stream`), which tells
+    /// the page when it is their turn; `None` where there is none (`max_streams = 0`).
+    pub stream_url: Option<String>,
 }
 
 /// A rendered challenge page with `value` in place of [`CHALLENGE_MARK`]. The last page made
@@ -230,6 +233,7 @@ impl<'a> PageContext<'a> {
             draw_commitment: None,
             draw_url: None,
             receipt: "",
+            stream_url: None,
         }
     }
 
@@ -308,6 +312,7 @@ impl<'a> PageContext<'a> {
             ),
             draw_url: Some("/.vestibule/rooms/sample/draws/launch".into()),
             receipt: "3f9a-0c41-7be2-d856",
+            stream_url: Some("/.vestibule/rooms/sample/stream".into()),
         }
     }
 }

@@ -42,6 +42,9 @@ pub enum RoomEndpoint {
     /// `draws/<event>`: an event's verifiable draw (GET); served whether or not the room has
     /// the queue API.
     Draw(String),
+    /// `stream`: a waiting visitor's server-sent events, `estimate` updates and their `turn`
+    /// (GET); served whether or not the room has the queue API.
+    Stream,
 }
 
 /// What a request asks of the OpenID Provider.
@@ -81,6 +84,7 @@ impl Endpoint {
             Endpoint::Room(_, RoomEndpoint::Waiting) => "waiting",
             Endpoint::Room(_, RoomEndpoint::Token) => "token",
             Endpoint::Room(_, RoomEndpoint::Draw(_)) => "draw",
+            Endpoint::Room(_, RoomEndpoint::Stream) => "stream",
             Endpoint::Oidc(_) => "oidc",
             Endpoint::Unknown => "unknown",
         }
@@ -106,6 +110,7 @@ fn room_endpoint(rest: &str) -> Option<Endpoint> {
         "serving" => RoomEndpoint::Serving,
         "waiting" => RoomEndpoint::Waiting,
         "token" => RoomEndpoint::Token,
+        "stream" => RoomEndpoint::Stream,
         _ => match (what.strip_prefix("queue/"), what.strip_prefix("draws/")) {
             (Some(id), _) if !id.is_empty() && id.len() <= 200 && !id.contains('/') => {
                 RoomEndpoint::Request(id.to_owned())

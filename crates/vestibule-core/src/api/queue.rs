@@ -519,6 +519,33 @@ pub fn check_in(
     }
 }
 
+/// What a visitor's stream watches for request `id` (`GET {api_prefix}/rooms/<room>/stream
+/// ?request_id=`): who it is and the wait token its next check-in presents. `Ok(None)` when the
+/// room has let it in already: its turn has come.
+pub fn watched(
+    room: &Room,
+    ring: &KeyRing,
+    ledger: &Ledger,
+    id: &str,
+    now: Timestamp,
+) -> Result<Option<(Identity, Arc<str>)>, ApiError> {
+    let queue = queue_of(room, now)?;
+    let rid = read_current(queue, room, ring, id)?;
+    let marks = marks_of(room, queue, &rid, now);
+    if marks.ended {
+        return Err(ApiError::Ended);
+    }
+    if marks.reached_ms.is_some() {
+        return Ok(None);
+    }
+    let token = ledger
+        .entry(id, rid.qn)
+        .map(|e| e.token)
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| again(queue, ring, &rid, now));
+    Ok(Some((rid.uid(), token)))
+}
+
 /// A wait token for a request this node does not remember (checked in elsewhere, or before a
 /// restart): due now, counted from a tick ago.
 fn again(queue: &Capacity, ring: &KeyRing, rid: &RequestId, now: Timestamp) -> Arc<str> {

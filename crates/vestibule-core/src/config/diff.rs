@@ -390,6 +390,7 @@ fn server_fields(c: &Config) -> Fields {
         ),
         ("api_prefix", c.server.api_prefix.clone()),
         ("api_cors_origins", list(&c.server.api_cors_origins)),
+        ("max_streams", c.server.max_streams.to_string()),
     ]
 }
 

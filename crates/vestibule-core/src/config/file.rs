@@ -197,6 +197,8 @@ pub(crate) struct ServerFile {
     /// The API's reserved path on every proxy listener.
     pub api_prefix: String,
     pub api_cors_origins: Vec<String>,
+    /// Visitors' streams (`{api_prefix}/rooms/<room>/stream`) open at once on this node.
+    pub max_streams: u32,
 }
 
 impl Default for ServerFile {
@@ -223,6 +225,7 @@ impl Default for ServerFile {
             bypass_acme_challenge: true,
             api_prefix: "/.vestibule".into(),
             api_cors_origins: Vec::new(),
+            max_streams: 10_000,
         }
     }
 }

@@ -346,6 +346,9 @@ pub struct ServerConfig {
     pub api_prefix: String,
     /// Origins whose pages may call the API from a browser (`"*"`: any).
     pub api_cors_origins: Vec<String>,
+    /// Visitors' streams open at once on this node; past it a stream answers 503 and the page
+    /// polls. 0 = no streams.
+    pub max_streams: u32,
 }
 
 /// The budgets of HTTP/2 clients that reset streams they opened before the answer is complete

@@ -24,6 +24,7 @@ use crate::time::Timestamp;
 use crate::token::Dec;
 
 use super::capacity::Watched;
+use super::page::Estimates;
 use super::event::EventState;
 use super::{Hold, Presented, Room};
 
@@ -32,14 +33,14 @@ use super::{Hold, Presented, Room};
 pub const MAX_WATCH_SECS: u64 = 600;
 
 /// What a stream tells its visitor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Tell {
     /// Their next request lets them in.
     Turn,
-    /// Not yet: how many are ahead (fifo) and the median wait, in seconds, when known.
+    /// Not yet: how many are ahead (fifo) and the wait estimates, when known.
     Wait {
         users_ahead: Option<u64>,
-        estimate_secs: Option<u64>,
+        estimates: Estimates,
     },
     /// The stream ends without a turn: the page asks again itself.
     End,
@@ -156,7 +157,7 @@ impl Room {
                 if now.secs() < *exp {
                     return Tell::Wait {
                         users_ahead: None,
-                        estimate_secs: None,
+                        estimates: Estimates::default(),
                     };
                 }
                 let open = !hold.held

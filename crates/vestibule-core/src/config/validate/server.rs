@@ -81,6 +81,7 @@ impl Validator<'_> {
             bypass_acme_challenge: s.bypass_acme_challenge,
             api_prefix,
             api_cors_origins,
+            max_streams: s.max_streams,
         })
     }
 

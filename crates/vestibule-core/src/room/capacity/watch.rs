@@ -131,7 +131,7 @@ impl Capacity {
         let (ahead, estimates) = self.estimates(&views.lanes[lane], w.arrival, free, now);
         Tell::Wait {
             users_ahead: ahead,
-            estimate_secs: estimates.p50.map(|m| (m * 60.0).round() as u64),
+            estimates,
         }
     }
 
