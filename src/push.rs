@@ -55,7 +55,9 @@ impl Streams {
     /// Takes one of `max` places, if one is free.
     fn take(&self, max: u64) -> bool {
         self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
             .is_ok()
     }
 }
@@ -80,13 +82,50 @@ pub(crate) async fn serve(
     if method != Method::GET {
         let mut extra = cors;
         extra.push((header::ALLOW, HeaderValue::from_static("GET, OPTIONS")));
-        return refuse(session, 405, "method_not_allowed", "this endpoint answers GET", extra).await;
+        return refuse(
+            session,
+            405,
+            "method_not_allowed",
+            "this endpoint answers GET",
+            extra,
+        )
+        .await;
     }
     let Some(room) = snapshot.rooms.iter().find(|r| r.name() == room_name) else {
         return refuse(session, 404, "unknown_room", "no room of that name", cors).await;
     };
     let Some(ring) = snapshot.keys.as_ref() else {
-        return refuse(session, 503, "unavailable", "the key ring is not loaded", cors).await;
+        return refuse(
+            session,
+            503,
+            "unavailable",
+            "the key ring is not loaded",
+            cors,
+        )
+        .await;
+    };
+    // Who is watched first (nothing is counted until the stream opens): a visitor with nothing
+    // to watch takes no place in `max_streams`.
+    let watched = match request_id(session) {
+        Some(id) => watch_request(room, ring, app, &id, now),
+        None => {
+            let headers = session.req_header().headers.get_all(header::COOKIE);
+            let cookies = vestibule_core::cookie::values(
+                headers.iter().map(|v| v.as_bytes()),
+                &room.config.cookie.name,
+            );
+            room.watch(ring, identity, &cookies, now).map(Some)
+        }
+    };
+    let watch = match watched {
+        Ok(Some(watch)) => Some(watch),
+        // An API client already let in: its turn has come.
+        Ok(None) => None,
+        Err(_) => {
+            return crate::proxy::respond(session, 204, "text/plain", cors, Bytes::new())
+                .await
+                .map(|()| Opened { status: 204 });
+        }
     };
     let retry_after = room.retry_after().clamp(1, 60);
     let max = u64::from(snapshot.config.server.max_streams);
@@ -110,27 +149,6 @@ pub(crate) async fn serve(
         snapshot: app.snapshot(),
         watch: None,
         counted: false,
-    };
-    let watched = match request_id(session) {
-        Some(id) => watch_request(room, ring, app, &id, now),
-        None => {
-            let headers = session.req_header().headers.get_all(header::COOKIE);
-            let cookies = vestibule_core::cookie::values(
-                headers.iter().map(|v| v.as_bytes()),
-                &room.config.cookie.name,
-            );
-            room.watch(ring, identity, &cookies, now).map(Some)
-        }
-    };
-    let watch = match watched {
-        Ok(Some(watch)) => Some(watch),
-        // An API client already let in: its turn has come.
-        Ok(None) => None,
-        Err(_) => {
-            return crate::proxy::respond(session, 204, "text/plain", cors, Bytes::new())
-                .await
-                .map(|()| Opened { status: 204 });
-        }
     };
     guard.watch = watch;
     guard.count_open();
@@ -186,11 +204,7 @@ const TURN: &[u8] = b"event: turn\ndata: {}\n\n";
 type Told = (Option<u64>, bool, Option<u64>, Option<u64>);
 
 /// Asks the room once a second until the visitor's turn, the stream's end, or the client goes.
-async fn run(
-    session: &mut Session,
-    guard: &mut Guard<'_>,
-    ring: vestibule_core::keys::KeyRing,
-) {
+async fn run(session: &mut Session, guard: &mut Guard<'_>, ring: vestibule_core::keys::KeyRing) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // What the visitor was last told: the people ahead and the wait in the page's words (its
@@ -203,7 +217,17 @@ async fn run(
         .map(|v| v.as_bytes().to_vec());
     let mut last_write = tokio::time::Instant::now();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            // The client closed the connection (or reset the stream): the guard ends the watch
+            // now rather than at the next write.
+            read = session.downstream_session.read_body_or_idle(true) => {
+                if read.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
         let now = crate::time::now();
         // A reload may have changed the room: ask the one in service.
         let snapshot = guard.app.snapshot();
@@ -295,9 +319,10 @@ fn texts(
     } else {
         match (ctx.wait_low, ctx.wait_high) {
             (Some(low), Some(high)) if low == high => Some(say("wait-about", &[("n", low as i64)])),
-            (Some(low), Some(high)) => {
-                Some(say("wait-range", &[("low", low as i64), ("high", high as i64)]))
-            }
+            (Some(low), Some(high)) => Some(say(
+                "wait-range",
+                &[("low", low as i64), ("high", high as i64)],
+            )),
             _ => None,
         }
     };

@@ -546,6 +546,65 @@ mod tests {
         }
     }
 
+    /// Push against polling on the same arrivals: the same visitors get in, at the same pace,
+    /// under the same cap, in the same order (fifo: tau as high, inversions within the
+    /// documented refresh bound; random: no order); and a streaming page makes far fewer
+    /// requests per admission than a polling one.
+    #[test]
+    fn push_changes_neither_who_gets_in_nor_the_order() {
+        for order in [QueueOrder::Fifo, QueueOrder::Random] {
+            let opts = Options {
+                users: 1_500,
+                minutes: 15,
+                push: 1.0,
+                total_active_users: 300,
+                ..small(0)
+            };
+            let c = push::compare(&opts, order).unwrap();
+            let (poll, pushed) = (&c.polling, &c.pushed);
+            let admitted = |r: &Report| {
+                r.journeys
+                    .iter()
+                    .filter(|j| j.admitted_ms.is_some())
+                    .count()
+            };
+            assert_eq!(admitted(poll), admitted(pushed), "{order:?}: {}", c.text());
+            assert!(pushed.peak_active <= 300, "{order:?}: {}", c.text());
+            let (mean_poll, _, max_poll, _) = poll.admissions_vs_target().unwrap();
+            let (mean_push, _, max_push, _) = pushed.admissions_vs_target().unwrap();
+            assert!(max_poll <= 80 && max_push <= 80, "{}", c.text());
+            assert!((mean_push - mean_poll).abs() <= 4.0, "{}", c.text());
+            let (_, live, _) = pushed.liveness().unwrap();
+            assert!(live >= 0.9, "{order:?}: liveness {live}");
+            let (cost_poll, cost_push) = (poll.costs(false), pushed.costs(true));
+            assert!(
+                cost_push.requests_per_admission < cost_poll.requests_per_admission / 2.0,
+                "{order:?}: {}",
+                c.text()
+            );
+            if order == QueueOrder::Fifo {
+                assert!(
+                    pushed.kendall_tau >= poll.kendall_tau - 0.01,
+                    "{}",
+                    c.text()
+                );
+                assert!(pushed.kendall_tau >= 0.95, "{}", c.text());
+                assert!(c.same_order() >= 0.95, "{}", c.text());
+                assert!(
+                    pushed.worst_inversion_secs <= 2.5 * pushed.refresh_secs,
+                    "{}",
+                    c.text()
+                );
+                // Let in within a second of their place coming up, not at their next check-in.
+                assert!(
+                    cost_push.mean_wait_secs < cost_poll.mean_wait_secs,
+                    "{}",
+                    c.text()
+                );
+            }
+        }
+    }
+
     #[test]
     fn inversions_are_measured() {
         let j = |arrival_ms: u64, admitted_ms: u64| Journey {
@@ -556,6 +615,9 @@ mod tests {
             estimate: None,
             lane: 0,
             queue_number: None,
+            push: false,
+            streams: 0,
+            requests: 0,
         };
         // In order: nothing.
         assert_eq!(worst_inversion(&[j(0, 10), j(5, 20), j(9, 30)]), 0);

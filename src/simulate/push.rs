@@ -64,10 +64,17 @@ impl PushComparison {
         let mut s = String::new();
         let poll = self.polling.costs(false);
         let all_push = self.pushed.costs(true);
-        let admitted = |r: &Report| r.journeys.iter().filter(|j| j.admitted_ms.is_some()).count();
+        let admitted = |r: &Report| {
+            r.journeys
+                .iter()
+                .filter(|j| j.admitted_ms.is_some())
+                .count()
+        };
         let per_minute = |r: &Report| {
             r.admissions_vs_target()
-                .map_or("-".to_owned(), |(mean, _, max, _)| format!("{mean:.1} (max {max})"))
+                .map_or("-".to_owned(), |(mean, _, max, _)| {
+                    format!("{mean:.1} (max {max})")
+                })
         };
         let _ = writeln!(
             s,

@@ -35,6 +35,7 @@ mod origin_pool;
 mod packaging;
 mod pages;
 mod proxy_protocol;
+mod push;
 mod queue_api;
 mod ratelimit;
 mod reload;

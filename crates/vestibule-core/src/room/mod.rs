@@ -14,9 +14,9 @@ pub mod lottery;
 mod outcome;
 pub mod page;
 mod routes;
-pub mod watch;
 #[cfg(test)]
 pub mod tests;
+pub mod watch;
 
 /// Rooms for tests and benches.
 #[doc(hidden)]

@@ -24,8 +24,8 @@ use crate::time::Timestamp;
 use crate::token::Dec;
 
 use super::capacity::Watched;
-use super::page::Estimates;
 use super::event::EventState;
+use super::page::Estimates;
 use super::{Hold, Presented, Room};
 
 /// The longest a stream runs before the page asks again itself, seconds: a bound on what one
@@ -70,7 +70,9 @@ pub struct Watch {
 #[derive(Clone, Debug)]
 enum Kind {
     /// A lottery's wait token: drawn at `exp`.
-    Lottery { exp: u64 },
+    Lottery {
+        exp: u64,
+    },
     Capacity(Box<Watched>),
 }
 
@@ -105,11 +107,9 @@ impl Room {
         let event = phase.map(|p| Arc::from(p.event.name.as_str()));
         let cap = now.secs() + MAX_WATCH_SECS;
         let kind = match (&self.config.admission, self.policy_at(now).capacity()) {
-            (AdmissionConfig::Lottery { .. }, _) if token.claims.arr.is_none() => {
-                Kind::Lottery {
-                    exp: token.claims.exp,
-                }
-            }
+            (AdmissionConfig::Lottery { .. }, _) if token.claims.arr.is_none() => Kind::Lottery {
+                exp: token.claims.exp,
+            },
             (_, Some(capacity)) => {
                 let watched = capacity
                     .watch(uid, &token, now)

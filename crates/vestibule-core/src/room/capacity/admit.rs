@@ -427,10 +427,7 @@ impl Capacity {
     /// whose stream checked in for them meets the same draw when their request comes, and
     /// coming back late is one check-in, never a re-roll of an earlier one.
     pub(super) fn period(&self, claims: &Claims, now: Timestamp) -> u64 {
-        let interval = claims
-            .refresh
-            .map_or(self.refresh_secs(), u64::from)
-            .max(1);
+        let interval = claims.refresh.map_or(self.refresh_secs(), u64::from).max(1);
         (now.secs().saturating_sub(claims.exp) / interval).min(MAX_PERIODS)
     }
 }

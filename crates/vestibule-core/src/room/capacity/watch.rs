@@ -60,7 +60,12 @@ impl Capacity {
     /// Holds the place of the visitor whose valid wait `token` is presented, if it can be
     /// watched: it names an arrival, was counted at a check-in, and is within its grace. Tokens
     /// of the pre-queue not checked in since the start, and anything else, are left to polling.
-    pub(crate) fn watch(&self, uid: &Identity, token: &Arc<Token>, now: Timestamp) -> Option<Watched> {
+    pub(crate) fn watch(
+        &self,
+        uid: &Identity,
+        token: &Arc<Token>,
+        now: Timestamp,
+    ) -> Option<Watched> {
         let c = &token.claims;
         if c.dec != Dec::Wait || self.before_reset(c, now) {
             return None;
@@ -100,18 +105,18 @@ impl Capacity {
     ) -> Tell {
         let lane = self.lane_of(w.lane.as_deref());
         let due = now.secs() >= w.exp;
-        let mut draw = None;
-        if now.secs() >= w.next_check_in() {
-            // The draw of this check-in: the one their request meets in the same interval.
-            let period = self.period(&w.token.claims, now);
-            let Some((d, _)) = period_draws(&w.token, ring, period) else {
+        // A check-in of theirs is due now: it gets the draw their request meets in the same
+        // interval.
+        let period = self.period(&w.token.claims, now);
+        let checking_in = now.secs() >= w.next_check_in();
+        let draw = match checking_in {
+            true => match period_draws(&w.token, ring, period) {
+                Some((d, _)) => Some(d),
                 // Its key left the ring: their request will be a new arrival.
-                return Tell::End;
-            };
-            draw = Some(d);
-            self.check_in_for(w, lane, now);
-            w.checked = period + 1;
-        }
+                None => return Tell::End,
+            },
+            false => None,
+        };
         let views = self.views(now);
         // Random rooms give a chance only at a check-in; the others let in whoever's place
         // comes up, whenever it does.
@@ -125,7 +130,12 @@ impl Capacity {
         let head = self.is_served(w.qn) || self.is_moved_past(w.qn, w.arrival);
         if chances.moved || ((due || head) && (chances.slot || (chances.at_head && (hold.grant)())))
         {
+            // Nothing counted for this one: their request is the check-in, and counts it.
             return Tell::Turn;
+        }
+        if checking_in {
+            self.check_in_for(w, lane, now);
+            w.checked = period + 1;
         }
         let free = self.lane_slots(&views, lane, self.slots(now), now).cluster;
         let (ahead, estimates) = self.estimates(&views.lanes[lane], w.arrival, free, now);
