@@ -12,16 +12,20 @@ const browser = await launch();
 const findings = {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// A fresh visitor: its own cookies, the document requests it makes (with their times), and
-// what its other requests (favicon...) got.
+// A fresh visitor: its own cookies, the document requests it makes (with their times), the
+// streams its page opens (EventSource requests), and what its other requests (favicon...) got.
 async function visitor(options = {}) {
   const context = await browser.newContext(options);
   const page = await context.newPage();
   const navigations = [];
+  const streams = [];
   const others = [];
   page.on("request", (r) => {
     if (r.isNavigationRequest() && r.resourceType() === "document") {
       navigations.push({ url: r.url(), at: Date.now() });
+    }
+    if (r.resourceType() === "eventsource") {
+      streams.push({ url: r.url(), at: Date.now() });
     }
   });
   page.on("response", async (r) => {
@@ -29,7 +33,7 @@ async function visitor(options = {}) {
       others.push({ url: r.url(), status: r.status(), setCookie: (await r.allHeaders())["set-cookie"] || null });
     }
   });
-  return { context, page, navigations, others };
+  return { context, page, navigations, streams, others };
 }
 
 const gaps = (navs) => navs.slice(1).map((n, i) => (n.at - navs[i].at) / 1000);
@@ -89,7 +93,8 @@ async function waitForText(page, text, ms) {
   await v.context.close();
 }
 
-// 2. Exactly one request per refresh, JavaScript on and off, on a room holding everyone.
+// 2. On a room holding everyone: without JavaScript, exactly one request per refresh; with it,
+// the page's one stream checks in for it and the page makes no request of its own.
 for (const js of [true, false]) {
   const v = await visitor({ javaScriptEnabled: js });
   await v.page.goto(`${base}/hold/`);
@@ -97,15 +102,21 @@ for (const js of [true, false]) {
   findings[js ? "held_js_on" : "held_js_off"] = {
     navigations: v.navigations.length,
     gaps: gaps(v.navigations),
+    streams: v.streams.length,
+    stream_statuses: v.others.filter((o) => v.streams.some((s) => s.url === o.url)).map((o) => o.status),
     title: await v.page.title(),
   };
   await v.context.close();
 }
 
 // 3. Accessibility: a polite live region that stays quiet (at most once a minute), a
-// progressbar whose value moves, and a pause that stops the refresh.
+// progressbar whose value moves, and a pause that stops the refresh. The page's stream is
+// refused here (503, as past max_streams), so the page polls on its countdown and the pause
+// has a refresh to stop: with a stream open, the page would not reload in those 9 s anyway.
 {
   const v = await visitor();
+  await v.page.route("**/rooms/*/stream", (route) =>
+    route.fulfill({ status: 503, headers: { "retry-after": "5" }, body: "" }));
   await v.page.goto(`${base}/hold/`);
   await sleep(1200);
   const first = await v.page.getAttribute("#progress", "aria-valuenow");
@@ -123,6 +134,7 @@ for (const js of [true, false]) {
     live_region: live,
     pause_pressed: pressed,
     navigations_while_paused: v.navigations.length - before,
+    streams_refused: v.others.filter((o) => v.streams.some((s) => s.url === o.url) && o.status === 503).length,
   };
   await v.context.close();
 }

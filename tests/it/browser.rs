@@ -1,8 +1,8 @@
 //! A visitor in a real browser: Debian's chromium, headless, driven by playwright-core
 //! (`tests/browser/pages.mjs`) against the real proxy and origin. It waits and is let in with
-//! no click, makes exactly one request per refresh with JavaScript on or off, hears a polite
-//! live region, sees a moving progressbar, can pause, keeps its place while a room is closed,
-//! and gets through after a 429 by itself.
+//! no click, makes exactly one request per refresh with JavaScript off and holds one stream
+//! instead with it on, hears a polite live region, sees a moving progressbar, can pause, keeps
+//! its place while a room is closed, and gets through after a 429 by itself.
 //!
 //! Needs `chromium`, `node` and `npm ci` in `tests/browser` (`.ci/run` does all three). Without
 //! them the test says so loudly and skips. `VESTIBULE_SHOTS=dir` also saves screenshots of
@@ -241,22 +241,30 @@ fn a_visitor_in_a_real_browser() {
         assert!(f["setCookie"].is_null(), "an image gets no cookie: {f}");
     }
 
-    // 2. One request per check-in (5 s jittered to 4-6 s) with or without JavaScript, never
-    // doubled.
+    // 2. Without JavaScript, one request per check-in (5 s jittered to 4-6 s), never doubled.
+    // With it, the page opens one stream, which checks in for it: no reload in those 16 s.
+    let h = &found["held_js_off"];
+    let navs = h["navigations"].as_u64().unwrap();
+    assert!(
+        (3..=5).contains(&navs),
+        "one request per 4-6 s in 16 s: {h}"
+    );
+    for g in gaps(h) {
+        assert!(
+            (3.5..=6.8).contains(&g),
+            "held_js_off: a refresh {g} s after the last: {h}"
+        );
+    }
+    assert_eq!(h["streams"], 0, "no script, no stream: {h}");
+    let h = &found["held_js_on"];
+    assert_eq!(
+        h["navigations"], 1,
+        "the stream checks in, the page does not: {h}"
+    );
+    assert_eq!(h["streams"], 1, "one stream, held open: {h}");
+    assert_eq!(h["stream_statuses"], serde_json::json!([200]), "{h}");
     for key in ["held_js_on", "held_js_off"] {
         let h = &found[key];
-        let gaps = gaps(h);
-        let navs = h["navigations"].as_u64().unwrap();
-        assert!(
-            (3..=5).contains(&navs),
-            "one request per 4-6 s in 16 s: {h}"
-        );
-        for g in &gaps {
-            assert!(
-                (3.5..=6.8).contains(g),
-                "{key}: a refresh {g} s after the last: {h}"
-            );
-        }
         assert!(
             h["title"].as_str().unwrap().contains("Concert tickets"),
             "{h}"
@@ -270,6 +278,10 @@ fn a_visitor_in_a_real_browser() {
     assert_ne!(values[0], values[1], "the progressbar moves: {a}");
     assert_eq!(a["live_region"]["live"], "polite", "{a}");
     assert_eq!(a["pause_pressed"], "true", "{a}");
+    assert!(
+        a["streams_refused"].as_u64().unwrap() >= 1,
+        "the page polls (its stream refused), so there is a refresh to pause: {a}"
+    );
     assert_eq!(a["navigations_while_paused"], 0, "paused means paused: {a}");
 
     // 4. A closed room that reopens lets its visitors in by themselves.
