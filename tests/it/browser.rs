@@ -2,7 +2,8 @@
 //! (`tests/browser/pages.mjs`) against the real proxy and origin. It waits and is let in with
 //! no click, makes exactly one request per refresh with JavaScript off and holds one stream
 //! instead with it on, hears a polite live region, sees a moving progressbar, can pause, keeps
-//! its place while a room is closed, and gets through after a 429 by itself.
+//! its place while a room is closed, and gets through after a 429 by itself. Another visitor
+//! (`tests/browser/push.mjs`) comes in on its stream's `turn`, before its polling timer.
 //!
 //! Needs `chromium`, `node` and `npm ci` in `tests/browser` (`.ci/run` does all three). Without
 //! them the test says so loudly and skips. `VESTIBULE_SHOTS=dir` also saves screenshots of
@@ -615,4 +616,90 @@ fn an_operator_runs_the_console_in_a_real_browser() {
         .iter()
         .all(|r| r["via"] == "console" && r["operator"] == "alice"));
     assert_eq!(v.status()["rooms"][0]["paused"], false);
+}
+
+/// A waiting page comes in on its stream's `turn`, before its polling timer fired
+/// (`tests/browser/push.mjs`). Visitor A holds a fifo room's one place; visitor B waits in a
+/// real browser with its stream open. Once B's token is due (the stream has checked in for B and
+/// found no slot), A's session ends through the origin's revoke, and B's page comes in by
+/// itself: within a few seconds, by one reload (no polling reload before it), on one stream,
+/// and long before a polling page's next request could have been made.
+#[test]
+fn a_waiting_page_comes_in_on_its_turn_push() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = match driver_ready(&dir) {
+        Ok(c) => c,
+        Err(why) => {
+            crate::common::missing_tool(
+                "a_waiting_page_comes_in_on_its_turn_push (headless chromium driven from node; the stream lets a page in)",
+                why,
+            );
+            return;
+        }
+    };
+    const REFRESH_SECS: f64 = 20.0;
+    let origin = Origin::start();
+    let v = Setup::new(origin.addr)
+        .extra(TRUST_LOCAL)
+        .extra(
+            "[[room]]\nname = \"push\"\ntitle = \"Sneaker drop\"\npaths = [\"/push\"]\n\
+             cookie_name = \"wr_push\"\npages = \"pages\"\nadmission = \"fifo\"\n\
+             total_active_users = 1\nnew_users_per_minute = 100\nrefresh = \"20s\"\n\
+             session_duration = \"10m\"\n",
+        )
+        .start();
+    // A takes the room's one place.
+    let mut a = User::at("10.1.0.1").with_cookie_name("wr_push");
+    let body: serde_json::Value = a.get(&v, "/push/__echo").json().expect("JSON");
+    assert_eq!(decision_in(&body), "allow", "A is let in: {body}");
+    let cookie_a = a.cookie.clone().expect("A holds a room cookie");
+    let arg = serde_json::json!({
+        "base": format!("http://{}", v.proxy),
+        "path": "/push/__echo",
+        "revoke": "/push/__revoke",
+        "cookie_a": format!("wr_push={cookie_a}"),
+        "ip_a": a.ip,
+        "refresh_secs": REFRESH_SECS,
+    });
+    let found = drive(&dir, "push.mjs", &chromium, &arg, &v);
+    let f = &found;
+
+    // B waits, with its stream open, and was still waiting when its token came due.
+    assert_eq!(f["first_status"], 200, "{f}");
+    assert_eq!(f["waiting_page"], true, "B waits: {f}");
+    assert_eq!(f["stream_status"], 200, "B's stream is open: {f}");
+    let refresh = f["token_ref"].as_f64().expect("B's token has ref=");
+    assert!(
+        (0.8 * REFRESH_SECS..=1.2 * REFRESH_SECS).contains(&refresh),
+        "a jittered 20 s: {f}"
+    );
+    assert_eq!(
+        f["waiting_before_revoke"], true,
+        "no place for B while A holds it: {f}"
+    );
+    assert_eq!(f["navigations_before_revoke"], 1, "{f}");
+
+    // A's session ends; B comes in by the stream's turn, within a few seconds.
+    assert_eq!(f["revoke_status"], 200, "{f}");
+    assert_eq!(f["inside"], true, "B is let in by itself: {f}");
+    let took = f["revoke_to_inside_ms"].as_f64().unwrap();
+    assert!(took < 3_000.0, "in {took} ms from the revoke: {f}");
+    let events: Vec<&str> = f["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(events.contains(&"turn"), "the stream said turn: {f}");
+    assert_eq!(
+        f["navigations"], 2,
+        "the first load and the reload on turn, no polling reload: {f}"
+    );
+    let streams = f["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 1, "one stream: {f}");
+    let ahead = f["inside_before_next_poll_ms"].as_f64().unwrap();
+    assert!(
+        ahead > 0.0,
+        "in before a polling page's next request could be made (due + 0.8 × refresh): {f}"
+    );
 }
