@@ -678,6 +678,14 @@ fn a_waiting_page_comes_in_on_its_turn_push() {
         "no place for B while A holds it: {f}"
     );
     assert_eq!(f["navigations_before_revoke"], 1, "{f}");
+    // Its countdown (what a polling page reloads on) ran out before the revoke, and the page
+    // stayed: it marks time while its stream is open.
+    let countdown_end =
+        f["loaded_ms"].as_f64().unwrap() + 1000.0 * f["count_at_load"].as_f64().unwrap();
+    assert!(
+        f["revoke_ms"].as_f64().unwrap() >= countdown_end,
+        "the countdown ended before the revoke: {f}"
+    );
 
     // A's session ends; B comes in by the stream's turn, within a few seconds.
     assert_eq!(f["revoke_status"], 200, "{f}");
