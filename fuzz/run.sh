@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target with cargo-fuzz (libFuzzer), starting from the seeds in fuzz/seeds/.
 #
-#   fuzz/run.sh                  # smoke: each target for SECONDS (default 5) — what CI runs
+#   fuzz/run.sh                  # smoke: each target for SECONDS_EACH (default 5); CI runs 3
 #   RUNS=10000000 fuzz/run.sh    # at least 10^7 executions per target
 #   fuzz/run.sh token path       # only these targets
 #

@@ -464,8 +464,15 @@ mod tests {
 
     #[test]
     fn the_active_cap_holds_when_it_binds() {
+        // Half the users over half the minutes: the same arrival rate, the cap reached within
+        // three minutes and binding until the queue is gone.
+        let opts = Options {
+            users: 1_000,
+            minutes: 10,
+            ..small(150)
+        };
         for order in [QueueOrder::Fifo, QueueOrder::Random] {
-            let r = run(&small(150), order).unwrap();
+            let r = run(&opts, order).unwrap();
             assert!(r.peak_active <= 150, "{order:?}: {}", r.peak_active);
             assert!(
                 r.peak_active >= 140,
