@@ -19,15 +19,15 @@ fn room(extra: &str) -> String {
 }
 
 /// A stream opened with a raw socket, as a browser's EventSource would open it.
-struct Stream {
-    status: u16,
-    head: String,
+pub(crate) struct Stream {
+    pub(crate) status: u16,
+    pub(crate) head: String,
     reader: BufReader<TcpStream>,
 }
 
 impl Stream {
     /// Opens `path` as the visitor at `ip` holding `cookie` (the room's, `waiting_room`).
-    fn open(v: &Vestibule, path: &str, ip: &str, cookie: Option<&str>) -> Stream {
+    pub(crate) fn open(v: &Vestibule, path: &str, ip: &str, cookie: Option<&str>) -> Stream {
         let mut sock = TcpStream::connect(v.proxy).expect("connect");
         sock.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -61,7 +61,7 @@ impl Stream {
 
     /// The next event (`event` name, `data`), skipping comments and chunk framing, until
     /// `within`; `None` when the stream ended or nothing came.
-    fn next(&mut self, within: Duration) -> Option<(String, serde_json::Value)> {
+    pub(crate) fn next(&mut self, within: Duration) -> Option<(String, serde_json::Value)> {
         let deadline = Instant::now() + within;
         let (mut name, mut data) = (String::new(), String::new());
         while Instant::now() < deadline {
@@ -90,7 +90,7 @@ impl Stream {
     }
 
     /// Whether the server ended the stream (a zero-length chunk, then nothing) within `within`.
-    fn ended(&mut self, within: Duration) -> bool {
+    pub(crate) fn ended(&mut self, within: Duration) -> bool {
         self.reader
             .get_ref()
             .set_read_timeout(Some(within))

@@ -82,6 +82,56 @@ fn token_for(v: &Vestibule, id: &str) -> (u16, Value) {
     (status, json)
 }
 
+/// An app holds a stream instead of polling its request: `estimate`, then `turn` the moment the
+/// operator's move of the serving counter reaches it; then its token comes.
+#[test]
+fn an_app_streams_its_turn_by_request_id() {
+    use crate::push::Stream;
+    let origin = Origin::start();
+    let v = queue_proxy(&origin, 1, "");
+    let (_, first, _) = call(&v, "POST", "/queue", "10.0.0.1", None);
+    assert_eq!(first["serving_number"], 1, "{first}");
+    let (_, waiting, _) = call(&v, "POST", "/queue", "10.0.0.2", None);
+    let id = waiting["request_id"].as_str().unwrap().to_owned();
+    let path = format!("/.vestibule/rooms/sale/stream?request_id={id}");
+    let mut stream = Stream::open(&v, &path, "10.0.0.2", None);
+    assert_eq!(stream.status, 200, "{}", stream.head);
+    let (name, data) = stream
+        .next(std::time::Duration::from_secs(3))
+        .expect("an estimate");
+    assert_eq!(name, "estimate", "{data}");
+    // A made-up request id has nothing to watch.
+    let made_up = Stream::open(
+        &v,
+        "/.vestibule/rooms/sale/stream?request_id=nope",
+        "10.0.0.2",
+        None,
+    );
+    assert_eq!(made_up.status, 204);
+
+    let (s, _) = private(&v, "POST", "/serving", Some(json!({ "increment_by": 1 })));
+    assert_eq!(s, 200);
+    let turn = loop {
+        match stream.next(std::time::Duration::from_secs(5)) {
+            Some((name, _)) if name == "estimate" => continue,
+            other => break other.map(|(n, _)| n),
+        }
+    };
+    assert_eq!(turn.as_deref(), Some("turn"), "{}", v.log_text());
+    let (s, t) = token_for(&v, &id);
+    assert_eq!(s, 200, "{t}");
+    // Let in already: a stream opened now says `turn` at once.
+    let mut again = Stream::open(&v, &path, "10.0.0.2", None);
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        again
+            .next(std::time::Duration::from_secs(3))
+            .map(|e| e.0)
+            .as_deref(),
+        Some("turn")
+    );
+}
+
 #[test]
 fn apps_get_numbers_wait_for_the_serving_counter_and_get_a_jwt_pyjwt_verifies() {
     let origin = Origin::start();
