@@ -171,15 +171,10 @@ pub(crate) fn url_for(room: &Room, outcome: &Outcome, api_prefix: &str) -> Optio
     waiting.then(|| format!("{api_prefix}/rooms/{}/stream", room.name()))
 }
 
-/// `?request_id=` of the request, if it has one. Request ids need no escaping: one that
-/// carries a `%` is no request id of ours.
+/// `?request_id=` of the request, if it has one.
 fn request_id(session: &Session) -> Option<String> {
     let query = session.req_header().uri.query()?;
-    query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("request_id="))
-        .filter(|v| !v.is_empty() && v.len() <= 200 && !v.contains('%'))
-        .map(str::to_owned)
+    vestibule_core::api::stream_request_id(query).map(str::to_owned)
 }
 
 /// An API client's watch: the wait token its request's next check-in presents.

@@ -347,7 +347,7 @@ impl ProxyHttp for Proxy {
                 room.revoke(ctx.notes.place.take(), crate::time::now());
                 self.app
                     .events
-                    .session_updated(room.name(), "revoked", ctx.notes.client_ip);
+                    .session_updated(room.name(), "revoked", None, ctx.notes.client_ip);
                 ctx.notes.set_cookie = Some(cookie::delete(&room.config.cookie, ctx.notes.secure));
                 // The session's JWT cookie goes too (a JWT held elsewhere lives until it
                 // expires, within the session it stood for).

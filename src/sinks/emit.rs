@@ -86,20 +86,23 @@ impl Events {
         }
     }
 
-    /// `session.updated`: an admitted visitor's session changed. This version sends `revoked`
-    /// (the origin answered `Vestibule-Command: revoke`).
+    /// `session.updated`: an admitted visitor's session changed: `revoked` (the origin answered
+    /// `Vestibule-Command: revoke`), or `completed` / `abandoned` (marked through the queue
+    /// API's `PUT sessions/<request_id>`, which names its `queue_number`).
     pub fn session_updated(
         &self,
         room: &str,
         status: &'static str,
+        queue_number: Option<u64>,
         client_ip: Option<std::net::IpAddr>,
     ) {
-        self.emit(
-            "session.updated",
-            Some(room),
-            client_ip,
-            || json!({ "room": room, "status": status }),
-        );
+        self.emit("session.updated", Some(room), client_ip, || {
+            let mut data = json!({ "room": room, "status": status });
+            if let Some(n) = queue_number {
+                data["queue_number"] = json!(n);
+            }
+            data
+        });
     }
 
     /// `serving.moved`: a fifo room's serving counter was moved by hand (`why`: `operator`,

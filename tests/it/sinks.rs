@@ -510,6 +510,14 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
     let placed = api("/queue", None);
     let id = placed["request_id"].as_str().unwrap().to_owned();
     api("/token", Some(format!("{{\"request_id\": \"{id}\"}}")));
+    // The site marks that session completed.
+    let resp = client()
+        .put(format!("http://{}/rooms/sale/sessions/{id}", v.admin))
+        .bearer_auth("an-operator-token-for-sinks")
+        .body(r#"{"status": "completed"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().unwrap_or_default());
     let path = v.dir.path().join("all.jsonl");
     let by_type = || -> BTreeMap<String, serde_json::Value> {
         lines(&path)
@@ -550,7 +558,18 @@ fn each_kind_of_event_is_sent_from_where_it_happens() {
     assert!(by_request["data"].get("client_ip").is_none());
     let got = by_type();
     let data = |t: &str| &got[t]["data"];
-    assert_eq!(data("vestibule.session.updated")["status"], "revoked");
+    let sessions: Vec<serde_json::Value> = lines(&path)
+        .into_iter()
+        .filter(|e| e["type"] == "vestibule.session.updated")
+        .map(|e| e["data"].clone())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert_eq!(sessions[0]["status"], "revoked");
+    assert_eq!(
+        (&sessions[1]["status"], &sessions[1]["queue_number"]),
+        (&serde_json::json!("completed"), &placed["queue_number"]),
+        "{sessions:?}"
+    );
     let moved = data("vestibule.serving.moved");
     assert_eq!(
         (

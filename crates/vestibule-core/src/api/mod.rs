@@ -124,6 +124,16 @@ fn room_endpoint(rest: &str) -> Option<Endpoint> {
     Some(Endpoint::Room(room.to_owned(), what))
 }
 
+/// The `request_id` a stream's query names (`stream?request_id=<id>`): an API client's request
+/// rather than a browser's cookie. Request ids need no escaping: a value with `%` is none of
+/// ours, and neither is an empty or overlong one.
+pub fn stream_request_id(query: &str) -> Option<&str> {
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("request_id="))
+        .filter(|v| !v.is_empty() && v.len() <= 200 && !v.contains('%'))
+}
+
 /// The endpoint `path` names, or `None` when the API has nothing to say about it (the request
 /// goes on to the rooms and the origin). `prefix` is `[server] api_prefix`; `jwks` says whether
 /// JWT keys are published, and only then is [`WELL_KNOWN_JWKS`] taken from the origin (which
@@ -155,6 +165,20 @@ mod tests {
 
     fn at(path: &str) -> Option<Endpoint> {
         route(&normalize(path).unwrap(), "/.vestibule", true)
+    }
+
+    #[test]
+    fn a_stream_names_its_request_id_plainly() {
+        assert_eq!(
+            at("/.vestibule/rooms/sale/stream"),
+            Some(Endpoint::Room("sale".into(), RoomEndpoint::Stream))
+        );
+        assert_eq!(stream_request_id("request_id=r.1-A_b"), Some("r.1-A_b"));
+        assert_eq!(stream_request_id("x=1&request_id=abc&y"), Some("abc"));
+        for none in ["", "request_id=", "request_id=a%2Fb", "id=1", "xrequest_id=1"] {
+            assert_eq!(stream_request_id(none), None, "{none}");
+        }
+        assert_eq!(stream_request_id(&format!("request_id={}", "a".repeat(201))), None);
     }
 
     #[test]

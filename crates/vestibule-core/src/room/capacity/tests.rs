@@ -802,3 +802,60 @@ fn a_lane_the_room_no_longer_has_waits_in_public() {
     let f = c.figures(at(T0 + 1));
     assert_eq!((f.lanes[0].waiting, f.lanes[1].waiting), (1, 0));
 }
+
+/// A visitor's stream checks in for them, holding their place while they send nothing; when it
+/// ends, the queue is exactly as if they had sent nothing at all, so their next request counts
+/// as it would have. Two worlds run the same requests; in one, the visitor streams in between.
+#[test]
+fn a_stream_holds_a_place_and_leaves_the_queue_as_the_visitor_s_own_requests_would() {
+    use crate::room::watch::Tell;
+    let ring = ring();
+    for checked_in_before in [false, true] {
+        // Streams that end within the counts' live window of the visitor's last request, and
+        // long after it.
+        for streamed_for in [3, 70] {
+            let mut views = Vec::new();
+            let mut answers = Vec::new();
+            for streams in [false, true] {
+                // One active place, taken: nobody is let in while the stream runs.
+                let c = capacity(QueueOrder::Fifo, 100, 1);
+                let mut first = Client::new(0);
+                assert_eq!(first.request(&c, at(T0)).decision, Decision::Allow);
+                let mut v = Client::new(1);
+                assert_eq!(v.request(&c, at(T0 + 1)).decision, Decision::Anon);
+                let mut other = Client::new(2);
+                other.request(&c, at(T0 + 2));
+                let mut t = T0 + 1;
+                if checked_in_before {
+                    t = v.next_check_in();
+                    assert_eq!(v.request(&c, at(t)).decision, Decision::Wait);
+                }
+                let due = v.next_check_in();
+                let end = due + streamed_for;
+                if streams {
+                    let token = presented(&ring, &v.uid, v.cookie.as_deref(), at(t))
+                        .valid
+                        .unwrap();
+                    let mut w = c.watch(&v.uid, &token, at(t)).expect("a waiting visitor");
+                    for s in t..end {
+                        let told = c.tell(&ring, &mut w, &Hold::NONE, at(s));
+                        assert!(matches!(told, Tell::Wait { .. }), "{told:?} at {s}");
+                    }
+                    // Held: counted as waiting at `end`, though they sent nothing since `t`.
+                    let held = c.compute_view(0, at(end));
+                    assert_eq!(held.waiting_total, 1, "{held:?}");
+                    c.unwatch(&w, at(end));
+                }
+                views.push(c.compute_view(0, at(end)));
+                // Their request after the stream: the same answer, the same queue after it.
+                let o = v.request(&c, at(end));
+                answers.push((o.decision, o.users_ahead, v.cookie.clone()));
+                views.push(c.compute_view(0, at(end)));
+            }
+            let case = format!("checked in before: {checked_in_before}, streamed {streamed_for} s");
+            assert_eq!(views[0], views[2], "{case}: after the stream");
+            assert_eq!(views[1], views[3], "{case}: after their request");
+            assert_eq!(answers[0], answers[1], "{case}");
+        }
+    }
+}
