@@ -316,6 +316,7 @@ impl BackgroundService for Housekeeping {
                     self.app.steer(now);
                     let snapshot = self.app.snapshot();
                     self.app.events.event_states(&snapshot, now);
+                    self.app.events.serving_counters(&snapshot, now);
                     let counters = self.app.metrics.console_counters(&snapshot);
                     self.app.recent.sample(counters, now);
                     self.app.minutes.tick(&snapshot, &self.app.metrics, &self.app.events, &node, now);

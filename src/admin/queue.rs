@@ -199,8 +199,7 @@ pub(super) fn answer(
                 SessionEnd::Abandoned => "abandoned",
             };
             let number = id.split('.').next().and_then(|n| n.parse().ok());
-            app.events
-                .session_updated(room.name(), label, number, None);
+            app.events.session_updated(room.name(), label, number, None);
             done = Some(Done {
                 audited: false,
                 action: "session",

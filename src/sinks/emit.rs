@@ -131,6 +131,44 @@ impl Events {
         });
     }
 
+    /// `serving.moved` with `why: "minute"`: once a minute, each queue API room's serving
+    /// counter, if it moved since the minute before (by admissions, or an operator's move,
+    /// which is also sent on its own). Called once a second; the first look after a start
+    /// notes the counters without an event.
+    pub fn serving_counters(&self, snapshot: &Snapshot, now: Timestamp) {
+        let Some(inner) = &self.inner else { return };
+        let wanted = |s: &crate::config::sinks::SinkConfig| {
+            s.types.is_empty() || s.types.iter().any(|t| t == "serving.moved")
+        };
+        if !inner.sinks.iter().any(wanted) {
+            return;
+        }
+        let mut seen = inner.serving.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.0 == now.minute() {
+            return;
+        }
+        seen.0 = now.minute();
+        let mut now_seen = HashMap::new();
+        for room in snapshot.rooms.iter() {
+            let Some(queue) = room.numbered(now) else {
+                continue;
+            };
+            let to = queue.serving_number();
+            if let Some(&from) = seen.1.get(room.name()) {
+                if from != to {
+                    self.emit(
+                        "serving.moved",
+                        Some(room.name()),
+                        None,
+                        || json!({ "room": room.name(), "from": from, "to": to, "why": "minute" }),
+                    );
+                }
+            }
+            now_seen.insert(room.name().to_owned(), to);
+        }
+        seen.1 = now_seen;
+    }
+
     /// `event.state_changed`: a scheduled event moved from one state to the next (scheduled,
     /// prequeue, running, ended). Called once a second; the first look at an event after a
     /// start or a reload notes its state without an event.

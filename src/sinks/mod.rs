@@ -68,6 +68,9 @@ struct Inner {
     /// Each scheduled event's state at the last look, by (room, event).
     states:
         Mutex<std::collections::HashMap<(String, String), vestibule_core::room::event::EventState>>,
+    /// The minute the serving counters were last looked at, and each queue API room's counter
+    /// then.
+    serving: Mutex<(u64, std::collections::HashMap<String, u64>)>,
 }
 
 impl Events {
@@ -84,6 +87,7 @@ impl Events {
                 sinks: sinks.to_vec(),
                 counted,
                 states: Mutex::default(),
+                serving: Mutex::default(),
             }),
         }
     }

@@ -105,18 +105,6 @@ fn streams_open(v: &Vestibule) -> f64 {
     metric_sample(&v.metrics(), "vestibule_streams_open{room=\"sale\"}").unwrap_or(0.0)
 }
 
-/// Polls `f` every 100 ms until it holds or `within` passes.
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
-
 #[test]
 fn a_stream_holds_a_place_without_requests_and_tells_the_turn() {
     let origin = Origin::start();

@@ -882,3 +882,63 @@ fn a_reload_loses_nothing_spooled() {
     );
     receiver.stop();
 }
+
+/// A queue API room's serving counter, once a minute: moved by admissions since the minute
+/// before, it is sent as `serving.moved` with `why: "minute"`.
+#[test]
+fn the_serving_counter_is_sent_once_a_minute_when_it_moved() {
+    let second = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            % 60
+    };
+    // The first look at the counters (a second after the start) must fall in the minute of the
+    // admissions: start early enough in a minute.
+    if second() > 45 {
+        std::thread::sleep(Duration::from_secs(61 - second()));
+    }
+    let origin = Origin::start();
+    let mut setup = Setup::new(origin.addr).extra(
+        "[identity]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\
+         [[room]]\nname = \"sale\"\nadmission = \"fifo\"\nnew_users_per_minute = 100000\napi = true\njwt = true\n\
+         [[events.sink]]\nname = \"serving\"\nkind = \"file\"\npath = \"serving.jsonl\"\ntypes = [\"serving.moved\"]\n",
+    );
+    setup = setup.file(
+        "jwt-1.pem",
+        vestibule::jwt::generate(vestibule::jwt::Algorithm::Es256),
+    );
+    setup.keys = crate::jwt::ring_with(&[("k1", "ES256", "jwt-1.pem")]);
+    let v = setup.start();
+    std::thread::sleep(Duration::from_millis(1500));
+    for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        let resp = client()
+            .post(v.url("/.vestibule/rooms/sale/queue"))
+            .header("X-Forwarded-For", ip)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let path = v.dir.path().join("serving.jsonl");
+    let moved = || {
+        lines(&path)
+            .into_iter()
+            .find(|e| e["data"]["why"] == "minute")
+    };
+    assert!(
+        eventually(Duration::from_secs(70), || moved().is_some()),
+        "{}",
+        v.log_text()
+    );
+    let data = &moved().unwrap()["data"];
+    assert_eq!(
+        (
+            data["room"].as_str(),
+            data["from"].as_u64(),
+            data["to"].as_u64()
+        ),
+        (Some("sale"), Some(0), Some(3)),
+        "{data}"
+    );
+}

@@ -175,10 +175,19 @@ mod tests {
         );
         assert_eq!(stream_request_id("request_id=r.1-A_b"), Some("r.1-A_b"));
         assert_eq!(stream_request_id("x=1&request_id=abc&y"), Some("abc"));
-        for none in ["", "request_id=", "request_id=a%2Fb", "id=1", "xrequest_id=1"] {
+        for none in [
+            "",
+            "request_id=",
+            "request_id=a%2Fb",
+            "id=1",
+            "xrequest_id=1",
+        ] {
             assert_eq!(stream_request_id(none), None, "{none}");
         }
-        assert_eq!(stream_request_id(&format!("request_id={}", "a".repeat(201))), None);
+        assert_eq!(
+            stream_request_id(&format!("request_id={}", "a".repeat(201))),
+            None
+        );
     }
 
     #[test]
