@@ -10,9 +10,9 @@
 //! - **Bounds.** At most `[server] max_streams` streams are open on a node; past it a stream
 //!   answers 503 with `Retry-After` and the page polls. A stream ends by itself after at most
 //!   [`MAX_WATCH_SECS`](vestibule_core::room::watch::MAX_WATCH_SECS), or earlier when the
-//!   visitor must check in to keep their place. A client that stops reading is dropped after
-//!   [`WRITE_TIMEOUT`]. Each open stream holds one [`Watch`] and a timer, a few hundred bytes
-//!   besides its connection.
+//!   visitor must check in to keep their place. One wait token has one stream on a node: a
+//!   second tab gets 204 and polls. Each open stream holds one [`Watch`] and a timer, a few
+//!   hundred bytes besides its connection.
 //! - **Answers.** 200 `text/event-stream`; 204 when there is nothing to watch (not waiting in
 //!   this room, or a pre-queue is open: the page polls); 404 for a room that does not exist;
 //!   503 past `max_streams`.
@@ -39,19 +39,38 @@ use crate::snapshot::Snapshot;
 
 /// How often a stream asks its room.
 const TICK: Duration = Duration::from_secs(1);
-/// A stream that has said nothing for this long sends a comment, so that proxies on the way
-/// keep it open and a visitor who left is noticed.
+/// A stream that has said nothing for this long says its `estimate` again, so that proxies on
+/// the way keep it open and the page knows the stream is alive (a comment would not reach its
+/// script).
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// A write that cannot finish within this ends the stream (a client that stopped reading).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The streams open on this node.
+/// The streams open on this node, and the wait tokens they watch.
 #[derive(Debug, Default)]
 pub(crate) struct Streams {
     open: AtomicU64,
+    /// One stream per wait token ([`Watch::key`]): a second one (another tab, a copied
+    /// cookie) would count the same place twice.
+    watched: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Streams {
+    /// Notes a stream on the token `key`; `false` when one is open already.
+    fn watch(&self, key: u64) -> bool {
+        self.watched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key)
+    }
+
+    fn unwatch(&self, key: u64) {
+        self.watched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+    }
+
     /// Takes one of `max` places, if one is free.
     fn take(&self, max: u64) -> bool {
         self.open
@@ -118,6 +137,12 @@ pub(crate) async fn serve(
         }
     };
     let watch = match watched {
+        // Another stream watches this token already (another tab): this page polls.
+        Ok(Some(watch)) if !app.streams.watch(watch.key()) => {
+            return crate::proxy::respond(session, 204, "text/plain", cors, Bytes::new())
+                .await
+                .map(|()| Opened { status: 204 });
+        }
         Ok(Some(watch)) => Some(watch),
         // An API client already let in: its turn has come.
         Ok(None) => None,
@@ -130,6 +155,9 @@ pub(crate) async fn serve(
     let retry_after = room.retry_after().clamp(1, 60);
     let max = u64::from(snapshot.config.server.max_streams);
     if !app.streams.take(max) {
+        if let Some(w) = &watch {
+            app.streams.unwatch(w.key());
+        }
         let mut extra = cors;
         extra.push((header::RETRY_AFTER, HeaderValue::from(retry_after)));
         return refuse(
@@ -161,14 +189,13 @@ pub(crate) async fn serve(
     Ok(Opened { status: 200 })
 }
 
-/// Where a waiting page's stream is: on the pages of visitors who hold a wait token (waiting in
-/// a capacity room, paused or not, or drawn at a lottery's next period).
-pub(crate) fn url_for(room: &Room, outcome: &Outcome, api_prefix: &str) -> Option<String> {
-    let waiting = matches!(
+/// Whether a page answering `outcome` opens its room's stream: the pages of visitors who hold a
+/// wait token (waiting in a capacity room, paused or not, or drawn at a lottery's next period).
+pub(crate) fn streams(outcome: &Outcome) -> bool {
+    matches!(
         outcome.decision,
         Decision::Anon | Decision::Wait | Decision::Lost
-    );
-    waiting.then(|| format!("{api_prefix}/rooms/{}/stream", room.name()))
+    )
 }
 
 /// `?request_id=` of the request, if it has one.
@@ -259,7 +286,7 @@ async fn run(session: &mut Session, guard: &mut Guard<'_>, ring: vestibule_core:
                 if !fresh && !quiet {
                     continue;
                 }
-                let chunk = if fresh {
+                let chunk = {
                     told = Some(now_told);
                     let language = pages.language_for(room, accept_language.as_deref(), now);
                     let texts = texts(room, pages, language, users_ahead, estimates, now);
@@ -270,8 +297,6 @@ async fn run(session: &mut Session, guard: &mut Guard<'_>, ring: vestibule_core:
                         "wait_text": texts.1,
                     });
                     format!("event: estimate\ndata: {data}\n\n")
-                } else {
-                    ": still waiting\n\n".to_owned()
                 };
                 if session
                     .write_response_body(Some(Bytes::from(chunk)), false)
@@ -401,6 +426,7 @@ impl Guard<'_> {
     /// Ends the watch: what the stream counted for the visitor goes back to their cookie's.
     fn end(&mut self, now: vestibule_core::time::Timestamp) {
         if let Some(watch) = self.watch.take() {
+            self.app.streams.unwatch(watch.key());
             if let Some(room) = self.snapshot.rooms.iter().find(|r| r.name() == self.room) {
                 room.unwatch(&watch, now);
             }

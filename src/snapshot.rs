@@ -303,7 +303,9 @@ impl Loading {
             let built = Room::new(room.clone(), &state.store)
                 .with_controls(state.controls.cell(&room.name))
                 .with_pilot(state.pilots.cell(&room.name));
-            let pages = RoomPages::new(pages, language, room.events.len());
+            let stream = (config.server.max_streams > 0)
+                .then(|| format!("{}/rooms/{}/stream", config.server.api_prefix, room.name));
+            let pages = RoomPages::new(pages, language, room.events.len()).with_stream(stream);
             rooms.push((built, self.event_pages(config, i, pages)));
         }
         // Said once (a reload logs only new warnings), so an operator who meant to serve their

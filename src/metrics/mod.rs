@@ -698,6 +698,8 @@ impl Metrics {
     /// Every labelled counter series of `room`, created so dashboards show zeros, not gaps.
     fn room_series(&self, room: &crate::room::Room) {
         let name = room.name();
+        // Counted up and down by the streams themselves: touched, never reset.
+        self.streams_open.with_label_values(&[name]);
         for d in Decision::ALL {
             self.room_decisions
                 .with_label_values(&[name, d.as_str(), room.config.mode.as_str()]);

@@ -107,7 +107,7 @@ impl RenderKey {
                 c.draw_url.as_deref().map(Into::into),
                 !c.receipt.is_empty(),
             ),
-            stream_url: c.stream_url.as_deref().map(Into::into),
+            stream_url: c.stream_url.map(Into::into),
         }
     }
 
@@ -140,7 +140,7 @@ impl RenderKey {
                     c.draw_url.as_deref(),
                     !c.receipt.is_empty(),
                 )
-            && self.stream_url.as_deref() == c.stream_url.as_deref()
+            && self.stream_url.as_deref() == c.stream_url
     }
 }
 

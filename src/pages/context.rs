@@ -107,7 +107,7 @@ pub struct PageContext<'a> {
     pub receipt: &'a str,
     /// Waiting pages: the visitor's stream (`{api_prefix}/rooms/<room>/stream`), which tells
     /// the page when it is their turn; `None` where there is none (`max_streams = 0`).
-    pub stream_url: Option<String>,
+    pub stream_url: Option<&'a str>,
 }
 
 /// A rendered challenge page with `value` in place of [`CHALLENGE_MARK`]. The last page made
@@ -312,7 +312,7 @@ impl<'a> PageContext<'a> {
             ),
             draw_url: Some("/.vestibule/rooms/sample/draws/launch".into()),
             receipt: "3f9a-0c41-7be2-d856",
-            stream_url: Some("/.vestibule/rooms/sample/stream".into()),
+            stream_url: Some("/.vestibule/rooms/sample/stream"),
         }
     }
 }

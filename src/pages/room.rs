@@ -18,6 +18,9 @@ pub struct RoomPages {
     /// Per event (as `config.events`): its pages (the room's unless it has its own folder),
     /// and the default language among them.
     events: Vec<(Arc<Pages>, usize)>,
+    /// Where the room's waiting pages open their stream (`{api_prefix}/rooms/<room>/stream`),
+    /// made once per snapshot; `None` with `max_streams = 0`.
+    stream_url: Option<Box<str>>,
 }
 
 impl RoomPages {
@@ -28,7 +31,19 @@ impl RoomPages {
             events: vec![(pages.clone(), language); events],
             pages,
             language,
+            stream_url: None,
         }
+    }
+
+    /// The room's waiting pages open their stream at `url` (none: they poll).
+    pub(crate) fn with_stream(mut self, url: Option<String>) -> Self {
+        self.stream_url = url.map(String::into_boxed_str);
+        self
+    }
+
+    /// Where the room's waiting pages open their stream, if they do.
+    pub fn stream_url(&self) -> Option<&str> {
+        self.stream_url.as_deref()
     }
 
     /// The built-in pages in their first language, for `room` and every one of its events.

@@ -26,8 +26,6 @@ pub(super) struct PageAnswer<'a> {
     pub(super) clear_solution: Option<String>,
     /// `[server] api_prefix`: where a verifiable draw is published.
     pub(super) api_prefix: &'a str,
-    /// `[server] max_streams`: 0 = waiting pages poll, with no stream.
-    pub(super) max_streams: u32,
 }
 
 /// A waiting or deny page (or its JSON), served from memory: the origin is never contacted.
@@ -43,7 +41,6 @@ pub(super) async fn write_room_page(
         json,
         clear_solution,
         api_prefix,
-        max_streams,
     } = answer;
     // Room for every header a page can carry: two cookies, Retry-After, Content-Language, Vary.
     let mut extra = Vec::with_capacity(5);
@@ -76,8 +73,8 @@ pub(super) async fn write_room_page(
     };
     let mut page = pages::room_context(room, pages, outcome, language, now);
     crate::draws::on_page(&mut page, room, outcome, api_prefix, now);
-    if max_streams > 0 {
-        page.stream_url = crate::push::url_for(room, outcome, api_prefix);
+    if crate::push::streams(outcome) {
+        page.stream_url = pages.stream_url();
     }
     let (content_type, body) = if json {
         let mut answer = WaitingJson::from(&page);

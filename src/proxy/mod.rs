@@ -198,7 +198,6 @@ impl ProxyHttp for Proxy {
                     json,
                     clear_solution: clear,
                     api_prefix: &snapshot.config.server.api_prefix,
-                    max_streams: snapshot.config.server.max_streams,
                 };
                 write_room_page(session, room, &outcome, page, now).await?;
                 Ok(true)

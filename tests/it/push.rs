@@ -225,6 +225,11 @@ fn streams_are_bounded_and_only_for_waiting_visitors() {
     let mut held = Stream::open(&v, STREAM, &a.ip, a.cookie.as_deref());
     assert_eq!(held.status, 200);
     assert!(held.next(Duration::from_secs(3)).is_some());
+    // One stream per wait token: another tab of the same visitor polls (and takes no place).
+    assert_eq!(
+        Stream::open(&v, STREAM, &a.ip, a.cookie.as_deref()).status,
+        204
+    );
     let refused = Stream::open(&v, STREAM, &b.ip, b.cookie.as_deref());
     assert_eq!(refused.status, 503, "{}", refused.head);
     let head = refused.head.to_ascii_lowercase();

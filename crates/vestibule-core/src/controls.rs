@@ -403,10 +403,19 @@ pub struct RoomCell {
 }
 
 impl RoomCell {
-    /// Whether an operator's `admit` may have admissions left, as last seen: read, never
-    /// taken (a visitor's stream asks; their request takes).
-    pub fn grants_pending(&self) -> bool {
-        self.grants_left.load(Ordering::Relaxed)
+    /// Whether an operator's `admit` has admissions left in `scope` (a visitor's stream asks;
+    /// their request takes). Read, never taken: the store is looked at again at most once a
+    /// [`GRANT_SCAN_MS`], so a grant made on another node of a cluster is seen too.
+    pub fn grants_pending(&self, store: &dyn CounterStore, scope: &str, now: Timestamp) -> bool {
+        let scanned = self.grants_scanned_ms.load(Ordering::Relaxed);
+        if now.millis().saturating_sub(scanned) < GRANT_SCAN_MS && scanned != 0 {
+            return self.grants_left.load(Ordering::Relaxed);
+        }
+        self.grants_scanned_ms
+            .store(now.millis().max(1), Ordering::Relaxed);
+        let left = grants_left(store, scope, now) > 0;
+        self.grants_left.store(left, Ordering::Relaxed);
+        left
     }
 
     pub fn held(&self) -> Held {

@@ -65,6 +65,8 @@ pub struct Watch {
     event: Option<Arc<str>>,
     /// When the stream ends without a turn, Unix seconds.
     until: u64,
+    /// Names the wait token watched (from its signature): one stream per token.
+    key: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -80,6 +82,12 @@ impl Watch {
     /// When the stream ends at the latest, Unix seconds.
     pub fn until(&self) -> u64 {
         self.until
+    }
+
+    /// The wait token watched, as a number: two streams with the same key watch one visitor's
+    /// place, and must not both count it.
+    pub fn key(&self) -> u64 {
+        self.key
     }
 }
 
@@ -105,6 +113,10 @@ impl Room {
             .filter(|t| t.claims.dec == Dec::Wait)
             .ok_or(Unwatched::NotWaiting)?;
         let event = phase.map(|p| Arc::from(p.event.name.as_str()));
+        let mut key = [0u8; 8];
+        let sig = token.signature();
+        key[..sig.len().min(8)].copy_from_slice(&sig[..sig.len().min(8)]);
+        let key = u64::from_le_bytes(key);
         let cap = now.secs() + MAX_WATCH_SECS;
         let kind = match (&self.config.admission, self.policy_at(now).capacity()) {
             (AdmissionConfig::Lottery { .. }, _) if token.claims.arr.is_none() => Kind::Lottery {
@@ -119,6 +131,7 @@ impl Room {
                     kind: Kind::Capacity(Box::new(watched)),
                     event,
                     until,
+                    key,
                 });
             }
             _ => return Err(Unwatched::NotWaiting),
@@ -127,6 +140,7 @@ impl Room {
             kind,
             event,
             until: cap,
+            key,
         })
     }
 
@@ -145,7 +159,7 @@ impl Room {
         }
         let held = self.controls.held();
         let sold_out = self.sold_out_under(held);
-        let grants = !sold_out && self.controls.grants_pending();
+        let grants = !sold_out && self.controls.grants_pending(&*self.store, self.name(), now);
         let hold = Hold {
             held: held.paused || sold_out,
             grant: &|| grants,

@@ -125,11 +125,14 @@ impl Capacity {
             (_, d) => d.unwrap_or(0.0),
         };
         let chances = self.chances(&views, (lane, w.arrival, w.qn), hold, d, now);
-        // Their request passes the token's `exp` (or the serving counter passed them) only when
-        // it is due; before that it would be too early and earn nothing.
-        let head = self.is_served(w.qn) || self.is_moved_past(w.qn, w.arrival);
-        if chances.moved || ((due || head) && (chances.slot || (chances.at_head && (hold.grant)())))
-        {
+        // Their request earns a chance only once their token is due (before, it is too early),
+        // except past an operator's move of the serving counter, which lets them in whatever
+        // node they ask. A random room's visitors are all "at the head" of an operator's grant,
+        // which goes to whoever checks in first: a stream offers it at a check-in of theirs only,
+        // so a grant does not call every streaming visitor at once.
+        let grant =
+            chances.at_head && (self.order != QueueOrder::Random || checking_in) && (hold.grant)();
+        if chances.moved || (due && (chances.slot || grant)) {
             // Nothing counted for this one: their request is the check-in, and counts it.
             return Tell::Turn;
         }
@@ -184,7 +187,8 @@ impl Capacity {
         } else if let Some(counted) = restored {
             self.add_lane(lane, CounterKind::Waiting, counted, id, 1, now);
         }
-        self.invalidate();
+        // The view is not invalidated: its second-long TTL takes the change, and thousands of
+        // streams ending at once (a restart) do not recompute it thousands of times.
     }
 
     /// Until when a stream may hold the place of a visitor last seen at `last_seen`: their
