@@ -131,18 +131,24 @@ impl Events {
         });
     }
 
+    /// The sinks' state, when a sink wants events of `kind` (none: nothing to look at).
+    fn wanting(&self, kind: &str) -> Option<&super::Inner> {
+        let inner = self.inner.as_ref()?;
+        inner
+            .sinks
+            .iter()
+            .any(|s| s.types.is_empty() || s.types.iter().any(|t| t == kind))
+            .then_some(inner)
+    }
+
     /// `serving.moved` with `why: "minute"`: once a minute, each queue API room's serving
     /// counter, if it moved since the minute before (by admissions, or an operator's move,
     /// which is also sent on its own). Called once a second; the first look after a start
     /// notes the counters without an event.
     pub fn serving_counters(&self, snapshot: &Snapshot, now: Timestamp) {
-        let Some(inner) = &self.inner else { return };
-        let wanted = |s: &crate::config::sinks::SinkConfig| {
-            s.types.is_empty() || s.types.iter().any(|t| t == "serving.moved")
-        };
-        if !inner.sinks.iter().any(wanted) {
+        let Some(inner) = self.wanting("serving.moved") else {
             return;
-        }
+        };
         let mut seen = inner.serving.lock().unwrap_or_else(|p| p.into_inner());
         if seen.0 == now.minute() {
             return;
@@ -173,13 +179,9 @@ impl Events {
     /// prequeue, running, ended). Called once a second; the first look at an event after a
     /// start or a reload notes its state without an event.
     pub fn event_states(&self, snapshot: &Snapshot, now: Timestamp) {
-        let Some(inner) = &self.inner else { return };
-        let wanted = |s: &crate::config::sinks::SinkConfig| {
-            s.types.is_empty() || s.types.iter().any(|t| t == "event.state_changed")
-        };
-        if !inner.sinks.iter().any(wanted) {
+        let Some(inner) = self.wanting("event.state_changed") else {
             return;
-        }
+        };
         let mut seen = inner.states.lock().unwrap_or_else(|p| p.into_inner());
         let mut now_seen: HashMap<(String, String), EventState> = HashMap::new();
         for room in snapshot.rooms.iter() {

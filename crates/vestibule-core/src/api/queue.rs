@@ -488,11 +488,7 @@ pub fn check_in(
         s.retry_after = 0;
         return Ok(s);
     }
-    let token = ledger
-        .entry(id, rid.qn)
-        .map(|e| e.token)
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| again(queue, ring, &rid, now));
+    let token = next_token(queue, ring, ledger, (id, &rid), now);
     // Gone longer than `rejoin_grace`: the place is lost, as a browser's would be.
     if Token::parse(token.as_bytes()).is_ok_and(|t| !queue.still_in_line(&t.claims, now)) {
         return Err(ApiError::Expired);
@@ -538,16 +534,28 @@ pub fn watched(
     if marks.reached_ms.is_some() {
         return Ok(None);
     }
-    let token = ledger
-        .entry(id, rid.qn)
-        .map(|e| e.token)
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| again(queue, ring, &rid, now));
+    let token = next_token(queue, ring, ledger, (id, &rid), now);
     Ok(Some((rid.uid(), token)))
 }
 
 /// A wait token for a request this node does not remember (checked in elsewhere, or before a
 /// restart): due now, counted from a tick ago.
+/// The wait token request `id`'s next check-in presents: this node's last one for it, else
+/// one made again from the request id (its place, due now).
+fn next_token(
+    queue: &Capacity,
+    ring: &KeyRing,
+    ledger: &Ledger,
+    (id, rid): (&str, &RequestId),
+    now: Timestamp,
+) -> Arc<str> {
+    ledger
+        .entry(id, rid.qn)
+        .map(|e| e.token)
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| again(queue, ring, rid, now))
+}
+
 fn again(queue: &Capacity, ring: &KeyRing, rid: &RequestId, now: Timestamp) -> Arc<str> {
     let key = ring.active();
     let mut claims = Claims::new(Dec::Wait, now.secs(), &rid.uid(), key.id());
