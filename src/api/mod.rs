@@ -18,6 +18,7 @@ pub use vestibule_core::api::*;
 
 mod oidc;
 mod rooms;
+mod stream;
 
 pub(crate) use rooms::{refusal_body, MAX_BODY};
 
@@ -45,7 +46,7 @@ pub(crate) async fn answer(
     if let (Endpoint::Room(room, RoomEndpoint::Stream), false) =
         (&endpoint, method == Method::OPTIONS && !extra.is_empty())
     {
-        let opened = crate::push::serve(session, room, identity, snapshot, app, extra).await?;
+        let opened = stream::serve(session, room, identity, snapshot, app, extra).await?;
         count(metrics, snapshot, &endpoint, opened.status);
         return Ok(());
     }
