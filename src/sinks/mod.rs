@@ -504,12 +504,7 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
             .to_owned();
         let mut attempt = 0u32;
         let result = loop {
-            let age_ms = crate::time::now()
-                .millis()
-                .saturating_sub(record.spooled_ms);
-            sink.oldest
-                .with_label_values(&[&name])
-                .set(age_ms as f64 / 1000.0);
+            let age_ms = show_age(&sink.oldest, &name, record.spooled_ms);
             if age_ms > max_age_ms {
                 // After a long outage every event left is too old: one line per thousand.
                 if expired % 1000 == 0 {
@@ -565,12 +560,7 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
                                 return;
                             }
                         }
-                        let age_ms = crate::time::now()
-                            .millis()
-                            .saturating_sub(record.spooled_ms);
-                        sink.oldest
-                            .with_label_values(&[&name])
-                            .set(age_ms as f64 / 1000.0);
+                        show_age(&sink.oldest, &name, record.spooled_ms);
                     }
                 }
             }
@@ -587,6 +577,16 @@ async fn send_loop(sink: Arc<Sink>, mut deliver: deliver::Deliver, mut shutdown:
         }
     }
     let _ = spool.persist_cursor();
+}
+
+/// Sets sink `name`'s oldest-event gauge to the age of an event spooled at `spooled_ms`, and
+/// returns that age in milliseconds.
+fn show_age(oldest: &GaugeVec, name: &str, spooled_ms: u64) -> u64 {
+    let age_ms = crate::time::now().millis().saturating_sub(spooled_ms);
+    oldest
+        .with_label_values(&[name])
+        .set(age_ms as f64 / 1000.0);
+    age_ms
 }
 
 #[cfg(test)]

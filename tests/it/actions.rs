@@ -228,15 +228,7 @@ fn pause_holds_newcomers_keeps_everyone_and_survives_reloads_and_restarts() {
     );
     v.proc.signal("TERM");
     assert!(v.proc.wait_exit(Duration::from_secs(10)).is_some());
-    v.proc = spawn(
-        &["--config", v.config_path().to_str().unwrap()],
-        &v.path("vestibule.log"),
-        &[],
-    );
-    assert!(
-        wait_for_port(v.proxy, Duration::from_secs(15))
-            && wait_for_port(v.admin, Duration::from_secs(5))
-    );
+    v.start_again("vestibule.log");
     let room = &v.status()["rooms"][0];
     assert_eq!(room["paused"], true, "{room}");
     assert_eq!(

@@ -52,6 +52,48 @@ fn follow(v: &Vestibule, u: &mut User, deadline: Instant) -> (Vec<String>, Optio
     (seen, None)
 }
 
+/// Each of `users` asks again whenever their page says, from `first_ms` after the Unix second
+/// `start`, until `count` of them are let in or `within` of the start has passed. Returns who
+/// got in, in the order they did.
+fn follow_from(
+    v: &Vestibule,
+    users: &mut [User],
+    start: u64,
+    (first_ms, count): (u64, usize),
+    within: Duration,
+) -> Vec<usize> {
+    let start_at = Instant::now()
+        + Duration::from_secs_f64(
+            start as f64
+                - SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64(),
+        );
+    let mut next = vec![start_at + Duration::from_millis(first_ms); users.len()];
+    let mut admitted: Vec<usize> = Vec::new();
+    let deadline = start_at + within;
+    while admitted.len() < count && Instant::now() < deadline {
+        let now = Instant::now();
+        for (i, u) in users.iter_mut().enumerate() {
+            if admitted.contains(&i) || next[i] > now {
+                continue;
+            }
+            let (decision, body) = u.decision(v);
+            match decision.as_str() {
+                "allow" => admitted.push(i),
+                "wait" | "anon" | "prequeue" => {
+                    let secs = body["refresh_seconds"].as_u64().unwrap();
+                    next[i] = now + Duration::from_secs(secs);
+                }
+                other => panic!("{other}: {body}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    admitted
+}
+
 #[test]
 fn pre_queued_visitors_are_let_in_at_the_start_ahead_of_later_arrivals() {
     let origin = Origin::start();
@@ -191,35 +233,7 @@ fn a_short_prequeue_asking_at_once_is_let_in_in_the_drawn_order_not_arrival_orde
         assert_eq!(decision, "prequeue", "{body}");
         std::thread::sleep(Duration::from_millis(150));
     }
-    let start_at = Instant::now()
-        + Duration::from_secs_f64(
-            start as f64
-                - SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap()
-                    .as_secs_f64(),
-        );
-    let mut next = vec![start_at + Duration::from_millis(5_500); users.len()];
-    let mut admitted: Vec<usize> = Vec::new();
-    let deadline = start_at + Duration::from_secs(50);
-    while admitted.len() < 20 && Instant::now() < deadline {
-        let now = Instant::now();
-        for (i, u) in users.iter_mut().enumerate() {
-            if admitted.contains(&i) || next[i] > now {
-                continue;
-            }
-            let (decision, body) = u.decision(&v);
-            match decision.as_str() {
-                "allow" => admitted.push(i),
-                "wait" | "anon" | "prequeue" => {
-                    let secs = body["refresh_seconds"].as_u64().unwrap();
-                    next[i] = now + Duration::from_secs(secs);
-                }
-                other => panic!("{other}: {body}"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let admitted = follow_from(&v, &mut users, start, (5_500, 20), Duration::from_secs(50));
     let first: Vec<usize> = admitted.iter().copied().take(20).collect();
     assert_eq!(first.len(), 20, "let in: {admitted:?}");
     let mean = first.iter().sum::<usize>() as f64 / first.len() as f64;
@@ -481,35 +495,7 @@ fn a_verifiable_draw_commits_before_the_start_and_reveals_after_it() {
     assert!(!page.contains(vestibule::draws::RECEIPT_MARK));
 
     // From the start, each comes back when their token says, until the minute's 4 are in.
-    let start_at = Instant::now()
-        + Duration::from_secs_f64(
-            start as f64
-                - SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap()
-                    .as_secs_f64(),
-        );
-    let mut next = vec![start_at + Duration::from_millis(200); users.len()];
-    let mut admitted: Vec<usize> = Vec::new();
-    let deadline = start_at + Duration::from_secs(45);
-    while admitted.len() < 4 && Instant::now() < deadline {
-        let now = Instant::now();
-        for (i, u) in users.iter_mut().enumerate() {
-            if admitted.contains(&i) || next[i] > now {
-                continue;
-            }
-            let (decision, body) = u.decision(&v);
-            match decision.as_str() {
-                "allow" => admitted.push(i),
-                "wait" | "anon" | "prequeue" => {
-                    let secs = body["refresh_seconds"].as_u64().unwrap();
-                    next[i] = now + Duration::from_secs(secs);
-                }
-                other => panic!("{other}: {body}"),
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let admitted = follow_from(&v, &mut users, start, (200, 4), Duration::from_secs(45));
     assert_eq!(admitted.len(), 4, "let in: {admitted:?}");
 
     // The reveal: the seed, and every receipt with its place, lowest first.
@@ -681,15 +667,7 @@ fn a_verifiable_draw_keeps_its_commitment_and_receipts_across_a_restart() {
     }
     v.proc.signal("TERM");
     assert!(v.proc.wait_exit(Duration::from_secs(10)).is_some());
-    v.proc = spawn(
-        &["--config", v.config_path().to_str().unwrap()],
-        &v.path("vestibule.log"),
-        &[],
-    );
-    assert!(
-        wait_for_port(v.proxy, Duration::from_secs(15))
-            && wait_for_port(v.admin, Duration::from_secs(5))
-    );
+    v.start_again("vestibule.log");
     assert_eq!(commitment(&v), before, "a restart keeps the commitment");
     let (_, body) = u.decision(&v);
     assert_eq!(

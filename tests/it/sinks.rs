@@ -236,17 +236,7 @@ fn every_event_reaches_a_failing_receiver_across_an_outage_and_a_sigkill() {
     v.proc.signal("KILL");
     assert!(v.proc.wait_exit(Duration::from_secs(5)).is_some());
     // Started again on the same folder: it carries on from its spool.
-    v.proc = spawn(
-        &["--config", v.config_path().to_str().unwrap()],
-        &v.dir.path().join("vestibule-2.log"),
-        &[],
-    );
-    assert!(
-        wait_for_port(v.proxy, Duration::from_secs(15)),
-        "{}",
-        v.log_text()
-    );
-    assert!(wait_for_port(v.admin, Duration::from_secs(5)));
+    v.start_again("vestibule-2.log");
     let held = || {
         v.log_text().lines().find_map(|l| {
             let rest = l.split("events sink shop: spool ").nth(1)?;
@@ -637,12 +627,7 @@ fn sigkill_loss() {
     assert!(v.proc.wait_exit(Duration::from_secs(5)).is_some());
     let path = v.dir.path().join("events.jsonl");
     let before_restart = lines(&path).len();
-    v.proc = spawn(
-        &["--config", v.config_path().to_str().unwrap()],
-        &v.dir.path().join("vestibule-2.log"),
-        &[],
-    );
-    assert!(wait_for_port(v.proxy, Duration::from_secs(15)));
+    v.start_again("vestibule-2.log");
     std::thread::sleep(Duration::from_secs(3));
     let events = lines(&path);
     let ips: BTreeSet<String> = events

@@ -285,6 +285,19 @@ impl Vestibule {
     pub fn log_text(&self) -> String {
         self.proc.log_text()
     }
+
+    /// Starts the proxy again on the same folder and config (after the test stopped it),
+    /// logging to `log` in its folder, and waits for both its listeners.
+    pub fn start_again(&mut self, log: &str) {
+        self.proc = spawn(
+            &["--config", self.config_path().to_str().expect("utf-8 path")],
+            &self.path(log),
+            &[],
+        );
+        let up = wait_for_port(self.proxy, Duration::from_secs(15))
+            && wait_for_port(self.admin, Duration::from_secs(5));
+        assert!(up, "vestibule did not start again:\n{}", self.log_text());
+    }
 }
 
 /// The value of the sample `series` (`name{labels}`, labels in exposition order) in a
